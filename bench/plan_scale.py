@@ -1,0 +1,150 @@
+"""Planning time of whole gangs on synthetic GPU clusters.
+
+Clusters of N nodes with 8 GPUs each, in zones > blocks > racks of 8 to 16 nodes (2,500 nodes
+a zone, 8 racks a block), a quarter of the nodes partly used by other work. Gangs of P pods of
+8 GPUs in segments of 8 pods: each segment in one rack, the whole gang in one zone.
+
+    python bench/plan_scale.py                       # the 9 cases of the issue
+    python bench/plan_scale.py --nodes 10000 --pods 1024 --json
+
+Each case prints the median and p95 of `build_gang + plan` over repeated runs on a node table
+that is already built (as in the server, where it lives as long as the node set); `cold_ms` is
+the first run, which also builds the topology tree and the eligibility cache. A gang that
+cannot fit (1,024 pods of 8 GPUs on 1,000 nodes) measures how fast "pending" is concluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from extender.model.node import HOSTNAME_LABEL, NodeInfo  # noqa: E402
+from extender.model.pod import parse_pod  # noqa: E402
+from extender.model.podgroup import parse_podgroup  # noqa: E402
+from extender.model.topology import parse_topology  # noqa: E402
+from extender.placement import ClusterSnapshot, NodeTable, Plan, build_gang, plan  # noqa: E402
+from extender.placement.snapshot import DictUsage  # noqa: E402
+
+GPU = "nvidia.com/gpu"
+LEVELS = ("example.com/topology-zone", "example.com/topology-block", "example.com/topology-rack")
+TOPOLOGY = parse_topology({"metadata": {"name": "dc"}, "spec": {"levels": [{"nodeLabel": lv} for lv in LEVELS]}})
+
+
+def cluster(n: int, seed: int = 7) -> tuple[list[NodeInfo], dict[str, dict[str, int]]]:
+    rng = random.Random(seed)
+    nodes: list[NodeInfo] = []
+    used: dict[str, dict[str, int]] = {}
+    zone, block, rack = 0, 0, 0
+    while len(nodes) < n:
+        size = min(rng.randint(8, 16), n - len(nodes))
+        rack += 1
+        if rack % 8 == 1:
+            block += 1
+        zone = 1 + len(nodes) // 2500
+        for i in range(size):
+            name = f"gpu-z{zone}-b{block}-r{rack}-{i}"
+            labels = {LEVELS[0]: f"z{zone}", LEVELS[1]: f"b{block}", LEVELS[2]: f"r{rack}", HOSTNAME_LABEL: name}
+            alloc = {GPU: 8000, "cpu": 96_000, "memory": 1_024 * 2**30 * 1000, "pods": 110_000}
+            nodes.append(NodeInfo(name, labels, alloc))
+            if rng.random() < 0.25:
+                used[name] = {GPU: rng.randint(1, 8) * 1000, "cpu": 8000, "pods": 1000}
+    return nodes, used
+
+
+def gang_objects(pods: int) -> tuple[object, list[object]]:
+    segments = pods // 8
+    pg = parse_podgroup(
+        {
+            "metadata": {"name": "train", "namespace": "bench"},
+            "spec": {
+                "subGroups": [
+                    {"name": "worker", "minSubGroup": segments},
+                    *({"name": f"worker-{s}", "parent": "worker", "minMember": 8} for s in range(segments)),
+                ],
+                "topologyConstraints": {
+                    "global": {"requiredTopologyLevel": "zone"},
+                    "subGroups": {f"worker-{s}": {"requiredTopologyLevel": "rack"} for s in range(segments)},
+                },
+            },
+        }
+    )
+    members = [
+        parse_pod(
+            {
+                "metadata": {
+                    "name": f"train-worker-{i}",
+                    "namespace": "bench",
+                    "labels": {"kai.scheduler/subgroup-name": f"worker-{i // 8}"},
+                },
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {GPU: "8", "cpu": "8"}}}]},
+            }
+        )
+        for i in range(pods)
+    ]
+    return pg, members
+
+
+def run_case(nodes_n: int, pods_n: int, repeat: int) -> dict[str, object]:
+    nodes, used = cluster(nodes_n)
+    table = NodeTable(nodes)
+    usage = DictUsage(table, used)
+    pg, members = gang_objects(pods_n)
+    times = []
+    result = None
+    for _ in range(repeat + 1):
+        start = time.perf_counter()
+        built = build_gang(pg, members, {"dc": TOPOLOGY})  # type: ignore[arg-type]
+        assert built.gang is not None, built.errors
+        result = plan(ClusterSnapshot(table, usage), built.gang)
+        times.append((time.perf_counter() - start) * 1000)
+    placed = isinstance(result, Plan)
+    if placed:
+        assert len(result.assignments) == pods_n  # type: ignore[union-attr]
+    cold, warm = times[0], sorted(times[1:])
+    p95 = warm[min(len(warm) - 1, round(0.95 * (len(warm) - 1)))]
+    return {
+        "nodes": nodes_n,
+        "pods": pods_n,
+        "median_ms": round(statistics.median(warm), 2),
+        "p95_ms": round(p95, 2),
+        "cold_ms": round(cold, 2),
+        "runs": len(warm),
+        "outcome": "placed" if placed else "pending",
+        "attempts": result.attempts,  # type: ignore[union-attr]
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, help="run only this cluster size")
+    parser.add_argument("--pods", type=int, help="run only this gang size (a multiple of 8)")
+    parser.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line per case")
+    args = parser.parse_args()
+    node_sizes = [args.nodes] if args.nodes else [1_000, 5_000, 10_000]
+    pod_sizes = [args.pods] if args.pods else [64, 256, 1_024]
+    if not args.json:
+        print(f"{'nodes':>7} {'pods':>6} {'median ms':>10} {'p95 ms':>8} {'cold ms':>8}  outcome")
+    for n in node_sizes:
+        for p in pod_sizes:
+            row = run_case(n, p, args.repeat)
+            if args.json:
+                sys.stdout.write(orjson.dumps(row).decode() + "\n")
+            else:
+                print(
+                    f"{n:>7} {p:>6} {row['median_ms']:>10} {row['p95_ms']:>8} {row['cold_ms']:>8}"
+                    f"  {row['outcome']} ({row['attempts']} domains tried)"
+                )
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

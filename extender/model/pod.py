@@ -1,0 +1,211 @@
+"""PodInfo: what the planner and the grouper need to know about one pod."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from extender.model.errors import ErrorList
+from extender.model.quantity import QuantityError, parse_quantity
+from extender.model.raw import JSON, mapping, opt_int, opt_str, seq, str_map
+from extender.model.selectors import (
+    NodeSelectorTerm,
+    Toleration,
+    parse_required_affinity,
+    parse_tolerations,
+)
+
+POD_SLOT = "pods"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a pod may go, as kube-scheduler judges it: the key of the eligibility cache."""
+
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: tuple[NodeSelectorTerm, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    requests: Mapping[str, int]  # effective requests in milli-units, one "pods" slot included
+    placement: Placement = field(default_factory=Placement)
+    node_name: str | None = None
+    phase: str = "Pending"
+    priority: int = 0
+    priority_class_name: str = ""
+    created: float | None = None  # seconds since the epoch, when known
+    owner_refs: tuple[OwnerRef, ...] = ()
+    scheduler_name: str = "default-scheduler"
+    scheduling_gates: tuple[str, ...] = ()
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def uses_capacity(self) -> bool:
+        """Bound and not finished: its requests count against its node."""
+        return self.node_name is not None and not self.terminal
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        return next((o for o in self.owner_refs if o.controller), None)
+
+
+def _resource_list(raw: object, field: str, errors: ErrorList) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, value in mapping(raw, field, errors).items():
+        try:
+            out[str(name)] = parse_quantity(value)
+        except QuantityError as exc:
+            errors.add(f"{field}.{name}", str(exc))
+    return out
+
+
+def _container_requests(raw: object, field: str, errors: ErrorList) -> dict[str, int]:
+    resources = mapping(mapping(raw, field, errors).get("resources"), f"{field}.resources", errors)
+    requests = _resource_list(resources.get("requests"), f"{field}.resources.requests", errors)
+    # The API server defaults a missing request to its limit; do the same for files read offline.
+    for name, value in _resource_list(resources.get("limits"), f"{field}.resources.limits", errors).items():
+        requests.setdefault(name, value)
+    return requests
+
+
+def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        into[name] = into.get(name, 0) + value
+
+
+def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
+    for name, value in other.items():
+        into[name] = max(into.get(name, 0), value)
+
+
+def effective_requests(spec: JSON, errors: ErrorList) -> dict[str, int]:
+    """What the pod takes from its node, the way kube-scheduler's NodeResourcesFit computes it.
+
+    max(sum of containers + restartable init containers (sidecars), the peak of each ordinary
+    init container plus the sidecars started before it), plus the pod overhead, plus one pod slot.
+    """
+    total: dict[str, int] = {}
+    for i, c in enumerate(seq(spec.get("containers"), "spec.containers", errors)):
+        _add(total, _container_requests(c, f"spec.containers[{i}]", errors))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for i, c in enumerate(seq(spec.get("initContainers"), "spec.initContainers", errors)):
+        field = f"spec.initContainers[{i}]"
+        req = _container_requests(c, field, errors)
+        if mapping(c, field, errors).get("restartPolicy") == "Always":
+            _add(sidecars, req)
+            _max(init_peak, sidecars)
+        else:
+            running = dict(sidecars)
+            _add(running, req)
+            _max(init_peak, running)
+    _add(total, sidecars)
+    _max(total, init_peak)
+    _add(total, _resource_list(spec.get("overhead"), "spec.overhead", errors))
+    total = {k: v for k, v in total.items() if v > 0}
+    total[POD_SLOT] = 1000
+    return total
+
+
+def _timestamp(raw: object, field: str, errors: ErrorList) -> float | None:
+    text = opt_str(raw, field, errors)
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        errors.add(field, f"expected an RFC 3339 time such as 2026-01-02T03:04:05Z, got {text!r}")
+        return None
+
+
+def parse_owner_refs(raw: object, field: str, errors: ErrorList) -> tuple[OwnerRef, ...]:
+    out = []
+    for i, item in enumerate(seq(raw, field, errors)):
+        body = mapping(item, f"{field}[{i}]", errors)
+        out.append(
+            OwnerRef(
+                api_version=opt_str(body.get("apiVersion"), f"{field}[{i}].apiVersion", errors) or "",
+                kind=opt_str(body.get("kind"), f"{field}[{i}].kind", errors) or "",
+                name=opt_str(body.get("name"), f"{field}[{i}].name", errors) or "",
+                uid=opt_str(body.get("uid"), f"{field}[{i}].uid", errors) or "",
+                controller=body.get("controller") is True,
+            )
+        )
+    return tuple(out)
+
+
+def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
+    """Parse a v1 Pod; raise InvalidObject naming every unusable field."""
+    raw_meta = body.get("metadata")
+    meta: JSON = raw_meta if isinstance(raw_meta, Mapping) else {}
+    name = meta.get("name")
+    namespace = meta.get("namespace") or default_namespace
+    errors = ErrorList(f"Pod {namespace}/{name or '<unnamed>'}")
+    if not isinstance(name, str) or not name:
+        errors.add("metadata.name", "expected a non-empty string")
+        name = ""
+    if not isinstance(namespace, str):
+        errors.add("metadata.namespace", "expected a string")
+        namespace = default_namespace
+    spec = mapping(body.get("spec"), "spec", errors)
+    status = mapping(body.get("status"), "status", errors)
+    requests = effective_requests(spec, errors)
+    placement = Placement(
+        tolerations=parse_tolerations(spec.get("tolerations"), "spec.tolerations", errors),
+        node_selector=tuple(sorted(str_map(spec.get("nodeSelector"), "spec.nodeSelector", errors).items())),
+        affinity=parse_required_affinity(spec.get("affinity"), "spec.affinity", errors),
+    )
+    gates = tuple(
+        str(mapping(g, f"spec.schedulingGates[{i}]", errors).get("name", ""))
+        for i, g in enumerate(seq(spec.get("schedulingGates"), "spec.schedulingGates", errors))
+    )
+    pod = PodInfo(
+        namespace=namespace,
+        name=name,
+        uid=opt_str(meta.get("uid"), "metadata.uid", errors) or "",
+        labels=str_map(meta.get("labels"), "metadata.labels", errors),
+        annotations=str_map(meta.get("annotations"), "metadata.annotations", errors),
+        requests=requests,
+        placement=placement,
+        node_name=opt_str(spec.get("nodeName"), "spec.nodeName", errors) or None,
+        phase=opt_str(status.get("phase"), "status.phase", errors) or "Pending",
+        priority=opt_int(spec.get("priority"), "spec.priority", errors) or 0,
+        priority_class_name=opt_str(spec.get("priorityClassName"), "spec.priorityClassName", errors) or "",
+        created=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp", errors),
+        owner_refs=parse_owner_refs(meta.get("ownerReferences"), "metadata.ownerReferences", errors),
+        scheduler_name=opt_str(spec.get("schedulerName"), "spec.schedulerName", errors) or "default-scheduler",
+        scheduling_gates=gates,
+        deleting=meta.get("deletionTimestamp") is not None,
+    )
+    errors.raise_if_any()
+    return pod

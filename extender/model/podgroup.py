@@ -1,0 +1,259 @@
+"""PodGroup: a gang of pods with nested SubGroups and topology constraints (design seed 001).
+
+`minMember` of the PodGroup or of a SubGroup counts its children: its SubGroups where it has
+any, else its pods. `minSubGroup` (from `scheduling.run.ai/v2alpha2`) is the same count spelled
+for levels with SubGroups. Absent on a level with SubGroups it means all of them; absent on a
+level of pods it means one pod. Levels are resolved against a Topology later, when the gang is
+built, because that needs the cluster's Topology objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from extender.model.errors import ErrorList
+from extender.model.labels import TOPOLOGY_ANNOTATION
+from extender.model.pod import _timestamp
+from extender.model.raw import JSON, mapping, opt_bool, opt_int, opt_str, seq, str_map
+
+PODGROUP_API_VERSIONS = frozenset({"scheduling.topogang.io/v1alpha1", "scheduling.run.ai/v2alpha2"})
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    required: str | None = None  # a level name as written; resolved against a Topology later
+    preferred: str | None = None
+    topology: str | None = None
+    field: str = ""  # where it was written, e.g. "spec.topologyConstraints.subGroups.decode"
+
+    @property
+    def empty(self) -> bool:
+        return not self.required and not self.preferred
+
+
+@dataclass(frozen=True, slots=True)
+class SubGroupSpec:
+    name: str
+    parent: str | None = None
+    min_member: int | None = None
+    min_subgroup: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubGroupSet:
+    subgroups: tuple[str, ...]
+    constraint: TopologyConstraint
+
+
+@dataclass(frozen=True)
+class PodGroupSpec:
+    namespace: str
+    name: str
+    min_member: int | None = None
+    min_subgroup: int | None = None
+    subgroups: tuple[SubGroupSpec, ...] = ()
+    global_constraint: TopologyConstraint | None = None
+    subgroup_constraints: Mapping[str, TopologyConstraint] = field(default_factory=dict)
+    subgroup_sets: tuple[SubGroupSet, ...] = ()
+    queue: str = ""
+    priority_class_name: str = ""
+    mark_unschedulable: bool | None = None
+    scheduling_backoff: int | None = None
+    uid: str = ""
+    api_version: str = "scheduling.topogang.io/v1alpha1"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    created: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def topology_name(self) -> str | None:
+        return self.annotations.get(TOPOLOGY_ANNOTATION) or None
+
+    def children_of(self, parent: str | None) -> list[SubGroupSpec]:
+        return [sg for sg in self.subgroups if sg.parent == parent]
+
+
+def _constraint(raw: object, where: str, errors: ErrorList) -> TopologyConstraint | None:
+    body = mapping(raw, where, errors)
+    if not body:
+        return None
+    c = TopologyConstraint(
+        required=opt_str(body.get("requiredTopologyLevel"), f"{where}.requiredTopologyLevel", errors) or None,
+        preferred=opt_str(body.get("preferredTopologyLevel"), f"{where}.preferredTopologyLevel", errors) or None,
+        topology=opt_str(body.get("topology"), f"{where}.topology", errors) or None,
+        field=where,
+    )
+    return None if c.empty else c
+
+
+def _count(raw: object, where: str, errors: ErrorList) -> int | None:
+    value = opt_int(raw, where, errors)
+    if value is not None and value < 0:
+        errors.add(where, f"expected an integer >= 0, got {value}")
+        return None
+    return value
+
+
+def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSpec:
+    """Parse and check a PodGroup; raise InvalidObject listing every problem with its field."""
+    raw_meta = body.get("metadata")
+    meta: JSON = raw_meta if isinstance(raw_meta, Mapping) else {}
+    name = meta.get("name")
+    namespace = meta.get("namespace") or default_namespace
+    errors = ErrorList(f"PodGroup {namespace}/{name or '<unnamed>'}")
+    if not isinstance(name, str) or not name:
+        errors.add("metadata.name", "expected a non-empty string")
+        name = ""
+    api_version = str(body.get("apiVersion") or "scheduling.topogang.io/v1alpha1")
+    spec = mapping(body.get("spec"), "spec", errors)
+
+    subgroups: list[SubGroupSpec] = []
+    inline_constraints: dict[str, TopologyConstraint] = {}
+    for i, item in enumerate(seq(spec.get("subGroups"), "spec.subGroups", errors)):
+        where = f"spec.subGroups[{i}]"
+        sg = mapping(item, where, errors)
+        sg_name = opt_str(sg.get("name"), f"{where}.name", errors)
+        if not sg_name:
+            errors.add(f"{where}.name", "expected a non-empty SubGroup name")
+            continue
+        subgroups.append(
+            SubGroupSpec(
+                name=sg_name,
+                parent=opt_str(sg.get("parent"), f"{where}.parent", errors) or None,
+                min_member=_count(sg.get("minMember"), f"{where}.minMember", errors),
+                min_subgroup=_count(sg.get("minSubGroup"), f"{where}.minSubGroup", errors),
+            )
+        )
+        # KAI's v2alpha2 spells a SubGroup's constraint inline as `topologyConstraint`.
+        inline = _constraint(sg.get("topologyConstraint"), f"{where}.topologyConstraint", errors)
+        if inline is not None:
+            inline_constraints[sg_name] = inline
+
+    tc = mapping(spec.get("topologyConstraints"), "spec.topologyConstraints", errors)
+    global_constraint = _constraint(tc.get("global"), "spec.topologyConstraints.global", errors)
+    singular = _constraint(spec.get("topologyConstraint"), "spec.topologyConstraint", errors)
+    if singular is not None:
+        if global_constraint is not None:
+            errors.add("spec.topologyConstraint", "set either this or spec.topologyConstraints.global, not both")
+        global_constraint = singular
+    sg_constraints: dict[str, TopologyConstraint] = {}
+    for key, raw in mapping(tc.get("subGroups"), "spec.topologyConstraints.subGroups", errors).items():
+        c = _constraint(raw, f"spec.topologyConstraints.subGroups.{key}", errors)
+        if c is not None:
+            sg_constraints[str(key)] = c
+    for key, c in inline_constraints.items():
+        if key in sg_constraints:
+            errors.add(c.field, f"SubGroup {key} also has spec.topologyConstraints.subGroups.{key}; set one")
+        sg_constraints[key] = c
+    sets: list[SubGroupSet] = []
+    for i, item in enumerate(seq(tc.get("subGroupSets"), "spec.topologyConstraints.subGroupSets", errors)):
+        where = f"spec.topologyConstraints.subGroupSets[{i}]"
+        body_set = mapping(item, where, errors)
+        names = tuple(str(n) for n in seq(body_set.get("subGroups"), f"{where}.subGroups", errors))
+        c = _constraint(body_set.get("constraint"), f"{where}.constraint", errors)
+        if c is not None:
+            sets.append(SubGroupSet(names, c))
+        elif not names:
+            errors.add(f"{where}.subGroups", "expected a list of SubGroup names")
+
+    pg = PodGroupSpec(
+        namespace=namespace if isinstance(namespace, str) else default_namespace,
+        name=name,
+        min_member=_count(spec.get("minMember"), "spec.minMember", errors),
+        min_subgroup=_count(spec.get("minSubGroup"), "spec.minSubGroup", errors),
+        subgroups=tuple(subgroups),
+        global_constraint=global_constraint,
+        subgroup_constraints=sg_constraints,
+        subgroup_sets=tuple(sets),
+        queue=opt_str(spec.get("queue"), "spec.queue", errors) or "",
+        priority_class_name=opt_str(spec.get("priorityClassName"), "spec.priorityClassName", errors) or "",
+        mark_unschedulable=opt_bool(spec.get("markUnschedulable"), "spec.markUnschedulable", errors),
+        scheduling_backoff=opt_int(spec.get("schedulingBackoff"), "spec.schedulingBackoff", errors),
+        uid=opt_str(meta.get("uid"), "metadata.uid", errors) or "",
+        api_version=api_version,
+        labels=str_map(meta.get("labels"), "metadata.labels", errors),
+        annotations=str_map(meta.get("annotations"), "metadata.annotations", errors),
+        created=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp", errors),
+    )
+    validate_structure(pg, errors)
+    errors.raise_if_any()
+    return pg
+
+
+def validate_structure(pg: PodGroupSpec, errors: ErrorList) -> None:
+    """The checks that need only the object itself (levels are checked against a Topology later)."""
+    index: dict[str, int] = {}
+    for i, sg in enumerate(pg.subgroups):
+        if sg.name in index:
+            errors.add(f"spec.subGroups[{i}].name", f"{sg.name!r} is already spec.subGroups[{index[sg.name]}]")
+        else:
+            index[sg.name] = i
+    have = ", ".join(sorted(index)) or "none"
+    for i, sg in enumerate(pg.subgroups):
+        if sg.parent is not None and sg.parent not in index:
+            errors.add(
+                f"spec.subGroups[{i}].parent", f"names SubGroup {sg.parent!r}, which does not exist (have: {have})"
+            )
+    _check_cycles(pg, index, errors)
+
+    def check_level(where: str, min_member: int | None, min_subgroup: int | None, children: int) -> None:
+        if min_member is not None and min_subgroup is not None:
+            errors.add(f"{where}.minSubGroup", "set either minMember or minSubGroup on one level, not both")
+        if children == 0:
+            if min_subgroup is not None:
+                errors.add(f"{where}.minSubGroup", "counts child SubGroups, but this level has none; use minMember")
+            return
+        count = min_subgroup if min_subgroup is not None else min_member
+        name = "minSubGroup" if min_subgroup is not None else "minMember"
+        if count is not None and count > children:
+            errors.add(f"{where}.{name}", f"is {count} but this level has only {children} child SubGroup(s)")
+
+    check_level("spec", pg.min_member, pg.min_subgroup, len(pg.children_of(None)) if pg.subgroups else 0)
+    for i, sg in enumerate(pg.subgroups):
+        check_level(f"spec.subGroups[{i}]", sg.min_member, sg.min_subgroup, len(pg.children_of(sg.name)))
+
+    for key, c in pg.subgroup_constraints.items():
+        if key not in index:
+            errors.add(c.field, f"names SubGroup {key!r}, which does not exist (have: {have})")
+    member_of: dict[str, int] = {}
+    for i, s in enumerate(pg.subgroup_sets):
+        where = f"spec.topologyConstraints.subGroupSets[{i}].subGroups"
+        if not s.subgroups:
+            errors.add(where, "expected at least one SubGroup name")
+        parents = set()
+        for name in s.subgroups:
+            if name not in index:
+                errors.add(where, f"names SubGroup {name!r}, which does not exist (have: {have})")
+                continue
+            if name in member_of:
+                other = member_of[name]
+                msg = f"SubGroup {name!r} is already in subGroupSets[{other}]; a SubGroup belongs to one set"
+                errors.add(where, msg)
+            member_of[name] = i
+            parents.add(pg.subgroups[index[name]].parent)
+        if len(parents) > 1:
+            shown = ", ".join(sorted(p or "(the PodGroup)" for p in parents))
+            errors.add(where, f"the SubGroups of one set must share a parent; these have parents {shown}")
+
+
+def _check_cycles(pg: PodGroupSpec, index: dict[str, int], errors: ErrorList) -> None:
+    parent_of = {sg.name: sg.parent for sg in pg.subgroups}
+    reported: set[str] = set()
+    for start in parent_of:
+        seen = [start]
+        node = parent_of.get(start)
+        while node is not None and node in parent_of:
+            if node in seen:
+                cycle = [*seen[seen.index(node) :], node]
+                if not reported.intersection(cycle):
+                    where = f"spec.subGroups[{index[node]}].parent"
+                    errors.add(where, f"SubGroups form a cycle: {' -> '.join(cycle)}")
+                    reported.update(cycle)
+                break
+            seen.append(node)
+            node = parent_of.get(node)

@@ -1,0 +1,68 @@
+"""Kubernetes resource quantities ("500m", "16Gi", "1e3") as integers in milli-units.
+
+Every resource is kept in milli-units, rounded up, so cpu ("250m" -> 250), memory ("1Ki" ->
+1_024_000) and extended resources ("8" -> 8000) share one exact integer arithmetic.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(r"^(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+
+
+class QuantityError(ValueError):
+    """The text is not a Kubernetes quantity."""
+
+
+def parse_quantity(value: object) -> int:
+    """Return the quantity in milli-units, rounded up; raise QuantityError when malformed."""
+    if isinstance(value, bool):
+        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {value!r}")
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, float):
+        value = repr(value)
+    if not isinstance(value, str):
+        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {value!r}")
+    match = _QUANTITY.match(value.strip())
+    if match is None:
+        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {value!r}")
+    try:
+        number = Decimal(match["num"])
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only valid decimals
+        raise QuantityError(f"not a number: {value!r}") from exc
+    suffix = match["suffix"] or ""
+    if suffix in _BINARY:
+        scaled = number * _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        scaled = number * _DECIMAL[suffix]
+    else:  # exponent form, e.g. "1e3"
+        scaled = number * (Decimal(10) ** int(suffix[1:]))
+    return int((scaled * 1000).to_integral_value(rounding=ROUND_CEILING))
+
+
+def format_quantity(resource: str, milli: int) -> str:
+    """Render milli-units readably for messages: cpu in cores or m, memory in Gi/Mi, others plain."""
+    if milli % 1000 != 0:
+        return f"{milli}m"
+    units = milli // 1000
+    if resource in {"memory", "ephemeral-storage"} or resource.startswith("hugepages-"):
+        for suffix, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if units >= size and units % size == 0:
+                return f"{units // size}{suffix}"
+    return str(units)

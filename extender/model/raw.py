@@ -1,0 +1,83 @@
+"""Typed access to raw Kubernetes JSON (dicts from YAML or the API server).
+
+Raw bodies stay `Mapping[str, Any]` at the boundary and are turned into frozen dataclasses at
+once; these helpers keep that conversion short and make every type mismatch a FieldError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from extender.model.errors import ErrorList
+
+JSON = Mapping[str, Any]
+
+
+def mapping(obj: object, field: str, errors: ErrorList) -> JSON:
+    """The value as a mapping; None counts as empty; anything else is an error."""
+    if obj is None:
+        return {}
+    if isinstance(obj, Mapping):
+        return obj
+    errors.add(field, f"expected an object, got {type(obj).__name__}")
+    return {}
+
+
+def seq(obj: object, field: str, errors: ErrorList) -> list[Any]:
+    if obj is None:
+        return []
+    if isinstance(obj, list | tuple):
+        return list(obj)
+    errors.add(field, f"expected a list, got {type(obj).__name__}")
+    return []
+
+
+def opt_str(obj: object, field: str, errors: ErrorList) -> str | None:
+    if obj is None:
+        return None
+    if isinstance(obj, str):
+        return obj
+    errors.add(field, f"expected a string, got {obj!r}")
+    return None
+
+
+def opt_int(obj: object, field: str, errors: ErrorList) -> int | None:
+    if obj is None:
+        return None
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return obj
+    errors.add(field, f"expected an integer, got {obj!r}")
+    return None
+
+
+def opt_bool(obj: object, field: str, errors: ErrorList) -> bool | None:
+    if obj is None:
+        return None
+    if isinstance(obj, bool):
+        return obj
+    errors.add(field, f"expected true or false, got {obj!r}")
+    return None
+
+
+def str_map(obj: object, field: str, errors: ErrorList) -> dict[str, str]:
+    """A map of string to string (labels, annotations, nodeSelector)."""
+    out: dict[str, str] = {}
+    for key, value in mapping(obj, field, errors).items():
+        if isinstance(value, str):
+            out[str(key)] = value
+        elif isinstance(value, bool | int | float):  # YAML turns "true" and 4 into non-strings
+            out[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
+        else:
+            errors.add(f"{field}.{key}", f"expected a string, got {value!r}")
+    return out
+
+
+def object_name(body: JSON) -> str:
+    """'namespace/name' or 'name' for messages; tolerant of malformed metadata."""
+    meta = body.get("metadata")
+    if not isinstance(meta, Mapping):
+        return "<unnamed>"
+    name = meta.get("name") or meta.get("generateName") or "<unnamed>"
+    ns = meta.get("namespace")
+    return f"{ns}/{name}" if ns else str(name)

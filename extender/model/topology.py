@@ -1,0 +1,129 @@
+"""Topology: node labels that describe the datacenter's hierarchy, coarsest level first.
+
+topogang reads its own `scheduling.topogang.io/v1alpha1` Topology and the same shape from KAI
+(`kai.scheduler/v1alpha1`) and Kueue (`kueue.x-k8s.io/*`). The node itself is always the finest
+level: when the last listed label is not `kubernetes.io/hostname`, that level is implied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from extender.model.errors import ErrorList
+from extender.model.node import HOSTNAME_LABEL
+from extender.model.raw import JSON, mapping, opt_str, seq
+
+TOPOLOGY_API_VERSIONS = frozenset(
+    {
+        "scheduling.topogang.io/v1alpha1",
+        "kai.scheduler/v1alpha1",
+        "kueue.x-k8s.io/v1alpha1",
+        "kueue.x-k8s.io/v1beta1",
+        "kueue.x-k8s.io/v1beta2",
+    }
+)
+NODE_LEVEL_NAMES = ("node", "hostname")
+
+
+class LevelError(ValueError):
+    """A constraint names a level that the topology does not have, or that fits several."""
+
+
+def short_level_name(node_label: str) -> str:
+    """'example.com/topology-rack' -> 'rack'; 'kubernetes.io/hostname' -> 'hostname'."""
+    name = node_label.rpartition("/")[2]
+    return name.removeprefix("topology-") or name
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyLevel:
+    node_label: str
+    alias: str | None = None
+
+    @property
+    def display(self) -> str:
+        return self.alias or short_level_name(self.node_label)
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """Levels coarsest first, always ending with the node level (kubernetes.io/hostname)."""
+
+    name: str
+    levels: tuple[TopologyLevel, ...]
+
+    @property
+    def node_level(self) -> int:
+        return len(self.levels) - 1
+
+    @cached_property
+    def _names(self) -> dict[str, frozenset[int]]:
+        names: dict[str, set[int]] = {}
+        for i, level in enumerate(self.levels):
+            keys = {level.node_label, short_level_name(level.node_label)}
+            if level.alias:
+                keys.add(level.alias)
+            if level.node_label == HOSTNAME_LABEL:
+                keys.update(NODE_LEVEL_NAMES)
+            for key in keys:
+                names.setdefault(key, set()).add(i)
+        return {k: frozenset(v) for k, v in names.items()}
+
+    def valid_names(self) -> list[str]:
+        return sorted(k for k, v in self._names.items() if len(v) == 1)
+
+    def resolve(self, name: str) -> int:
+        """The index of the level a constraint names: full label, alias, short name or 'node'."""
+        found = self._names.get(name)
+        label = f"Topology {self.name}" if self.name else "the node-only topology"
+        if not found:
+            raise LevelError(f"{name!r} is not a level of {label} (valid: {', '.join(self.valid_names())})")
+        if len(found) > 1:
+            labels = ", ".join(self.levels[i].node_label for i in sorted(found))
+            raise LevelError(f"{name!r} is ambiguous in {label}: it names {labels}; use the full node label")
+        return next(iter(found))
+
+    def describe(self) -> str:
+        return " > ".join(level.display for level in self.levels)
+
+
+NODE_ONLY = TopologySpec("", (TopologyLevel(HOSTNAME_LABEL),))
+
+
+def parse_topology(body: JSON) -> TopologySpec:
+    """Parse a Topology object; raise InvalidObject naming the field when it cannot be used."""
+    meta = mapping(body.get("metadata"), "metadata", ErrorList("Topology"))
+    name = meta.get("name")
+    errors = ErrorList(f"Topology {name or '<unnamed>'}")
+    if not isinstance(name, str) or not name:
+        errors.add("metadata.name", "expected a non-empty string")
+        name = ""
+    spec = mapping(body.get("spec"), "spec", errors)
+    raw_levels = seq(spec.get("levels"), "spec.levels", errors)
+    if not raw_levels:
+        errors.add("spec.levels", "expected at least one level, e.g. [{nodeLabel: example.com/topology-rack}]")
+    levels: list[TopologyLevel] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(raw_levels):
+        where = f"spec.levels[{i}]"
+        level = mapping(item, where, errors)
+        label = opt_str(level.get("nodeLabel"), f"{where}.nodeLabel", errors)
+        alias = opt_str(level.get("alias"), f"{where}.alias", errors) or None
+        if not label:
+            errors.add(f"{where}.nodeLabel", "expected a node label name such as example.com/topology-rack")
+            continue
+        if label in seen:
+            errors.add(f"{where}.nodeLabel", f"{label} is already level {seen[label]}")
+            continue
+        if label == HOSTNAME_LABEL and i != len(raw_levels) - 1:
+            errors.add(f"{where}.nodeLabel", f"{HOSTNAME_LABEL} must be the last (finest) level")
+        seen[label] = i
+        levels.append(TopologyLevel(label, alias))
+    aliases = [lv.alias for lv in levels if lv.alias]
+    for alias in sorted({a for a in aliases if aliases.count(a) > 1}):
+        errors.add("spec.levels", f"alias {alias!r} is used by more than one level")
+    errors.raise_if_any()
+    if levels[-1].node_label != HOSTNAME_LABEL:
+        levels.append(TopologyLevel(HOSTNAME_LABEL))
+    return TopologySpec(name, tuple(levels))

@@ -1,0 +1,205 @@
+"""From a PodGroup, its pods and the cluster's Topologies to the Gang the engine places.
+
+This is where names become levels: each constraint picks its Topology (its own `topology`, else
+the PodGroup's `kai.scheduler/topology` annotation, else the only Topology object), and level
+names resolve against it. Problems with the PodGroup make the whole gang invalid, with errors
+that name the field; a pod that cannot join (no SubGroup label, an unknown SubGroup) is left out
+with its own reason, and the gang goes on without it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from extender.model.errors import FieldError
+from extender.model.labels import SUBGROUP_LABEL, TOPOLOGY_ANNOTATION
+from extender.model.pod import PodInfo
+from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint
+from extender.model.topology import NODE_ONLY, LevelError, TopologySpec
+from extender.placement.gang import Gang, Member, Rule, Scope, Shape
+
+
+@dataclass(frozen=True)
+class BuiltGang:
+    gang: Gang | None  # None when the PodGroup is invalid
+    errors: tuple[FieldError, ...] = ()
+    stray: Mapping[str, str] = field(default_factory=dict)  # pod key -> why it is not a member
+
+    @property
+    def valid(self) -> bool:
+        return self.gang is not None
+
+
+def natural_key(text: str) -> tuple[object, ...]:
+    """'worker-10' after 'worker-9'."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+def build_gang(
+    pg: PodGroupSpec,
+    pods: Sequence[PodInfo],
+    topologies: Mapping[str, TopologySpec],
+    order: Mapping[str, int] | None = None,
+) -> BuiltGang:
+    """Resolve `pg` against `topologies` and attach `pods` (the pods that name this group)."""
+    obj = f"PodGroup {pg.key}"
+    errors: list[FieldError] = []
+    topology = _choose_topology(pg, topologies, obj, errors)
+    rules: dict[str, Rule] = {}  # constraint field -> resolved rule
+
+    def resolve(c: TopologyConstraint | None) -> Rule | None:
+        if c is None or topology is None:
+            return None
+        levels: list[int | None] = []
+        for attr, key in (("required", "requiredTopologyLevel"), ("preferred", "preferredTopologyLevel")):
+            name = getattr(c, attr)
+            if not name:
+                levels.append(None)
+                continue
+            try:
+                levels.append(topology.resolve(name) + 1)  # tree level 0 is the cluster
+            except LevelError as exc:
+                errors.append(FieldError(obj, f"{c.field}.{key}", str(exc)))
+                levels.append(None)
+        required, preferred = levels
+        if preferred is not None and required is not None and preferred <= required:
+            preferred = None  # already implied by the required level
+        if required is None and preferred is None:
+            return None
+        rule = Rule(required, preferred, c.field)
+        rules[c.field] = rule
+        return rule
+
+    leaves = {sg.name for sg in pg.subgroups if not pg.children_of(sg.name)}
+    members: dict[str, list[PodInfo]] = {name: [] for name in leaves}
+    root_members: list[PodInfo] = []
+    stray: dict[str, str] = {}
+    leaf_names = ", ".join(sorted(leaves))
+    for pod in pods:
+        if pod.terminal or pod.deleting:
+            continue
+        if not pg.subgroups:
+            root_members.append(pod)
+            continue
+        name = pod.labels.get(SUBGROUP_LABEL)
+        if name is None:
+            stray[pod.key] = f"no label {SUBGROUP_LABEL}; {obj} has SubGroups ({leaf_names})"
+        elif name in leaves:
+            members[name].append(pod)
+        elif any(sg.name == name for sg in pg.subgroups):
+            stray[pod.key] = (
+                f"label {SUBGROUP_LABEL}={name} names a SubGroup with SubGroups of its own;"
+                f" pods join leaf SubGroups ({leaf_names})"
+            )
+        else:
+            stray[pod.key] = f"label {SUBGROUP_LABEL}={name} names no SubGroup of {obj} (have: {leaf_names})"
+
+    shapes: dict[Shape, int] = {}
+    rank = order or {}
+
+    def to_members(ps: list[PodInfo]) -> tuple[Member, ...]:
+        ps = sorted(ps, key=lambda p: (rank.get(p.key, 0), natural_key(p.name)))
+        out = []
+        for p in ps:
+            shape = Shape(tuple(sorted(p.requests.items())), p.placement)
+            idx = shapes.setdefault(shape, len(shapes))
+            out.append(Member(p.key, idx, p.node_name if p.uses_capacity else None))
+        return tuple(out)
+
+    counter = iter(range(1 << 30))
+    set_of = {name: i for i, s in enumerate(pg.subgroup_sets) for name in s.subgroups}
+
+    def build_children(parent: str | None) -> tuple[Scope, ...]:
+        kids = pg.children_of(parent)
+        built: list[Scope] = []
+        done_sets: set[int] = set()
+        for sg in kids:
+            i = set_of.get(sg.name)
+            if i is None:
+                built.append(build_subgroup(sg))
+            elif i not in done_sets:
+                done_sets.add(i)
+                s = pg.subgroup_sets[i]
+                sid = next(counter)
+                inner = tuple(build_subgroup(k) for k in kids if k.name in s.subgroups)
+                label = "SubGroupSet [" + ", ".join(k.name for k in kids if k.name in s.subgroups) + "]"
+                built.append(Scope(sid, label, len(inner), inner, rule=resolve(s.constraint), weight=len(inner)))
+        return tuple(built)
+
+    def build_subgroup(sg: SubGroupSpec) -> Scope:
+        sid = next(counter)
+        rule = resolve(pg.subgroup_constraints.get(sg.name))
+        children = build_children(sg.name)
+        if children:
+            n = sum(c.weight for c in children)
+            minimum = _first(sg.min_subgroup, sg.min_member, n)
+            return Scope(sid, f"SubGroup {sg.name}", minimum, children, rule=rule, name=sg.name)
+        minimum = _first(sg.min_member, 1)
+        return Scope(sid, f"SubGroup {sg.name}", minimum, members=to_members(members[sg.name]), rule=rule, name=sg.name)
+
+    root_id = next(counter)
+    root_rule = resolve(pg.global_constraint)
+    if pg.subgroups:
+        children = build_children(None)
+        minimum = _first(pg.min_subgroup, pg.min_member, sum(c.weight for c in children))
+        root = Scope(root_id, obj, minimum, children, rule=root_rule)
+    else:
+        root = Scope(root_id, obj, _first(pg.min_member, 1), members=to_members(root_members), rule=root_rule)
+
+    if errors or topology is None:
+        return BuiltGang(None, tuple(errors), stray)
+    return BuiltGang(Gang(pg.key, root, tuple(shapes), topology), (), stray)
+
+
+def _first(*values: int | None) -> int:
+    return next(v for v in values if v is not None)
+
+
+def _choose_topology(
+    pg: PodGroupSpec, topologies: Mapping[str, TopologySpec], obj: str, errors: list[FieldError]
+) -> TopologySpec | None:
+    """One Topology for the whole gang; constraints that name different ones are an error."""
+    written = [pg.global_constraint, *pg.subgroup_constraints.values(), *(s.constraint for s in pg.subgroup_sets)]
+    constraints = [c for c in written if c is not None]
+    have = ", ".join(sorted(topologies)) or "none"
+    chosen: dict[str, str] = {}  # topology name -> the first field that chose it
+    for c in constraints:
+        name = c.topology or pg.topology_name
+        where = f"{c.field}.topology" if c.topology else f"metadata.annotations[{TOPOLOGY_ANNOTATION}]"
+        if name is None:
+            if len(topologies) == 1:
+                name = next(iter(topologies))
+            else:
+                why = "no Topology object exists" if not topologies else f"{len(topologies)} exist ({have})"
+                errors.append(
+                    FieldError(
+                        obj,
+                        f"{c.field}.topology",
+                        f"names no Topology and {why}; set it or the annotation {TOPOLOGY_ANNOTATION}",
+                    )
+                )
+                continue
+        if name not in topologies:
+            errors.append(FieldError(obj, where, f"names Topology {name!r}, which does not exist (have: {have})"))
+            continue
+        chosen.setdefault(name, c.field)
+    if len(chosen) > 1:
+        shown = ", ".join(f"{name} ({where})" for name, where in chosen.items())
+        errors.append(
+            FieldError(
+                obj, "spec.topologyConstraints", f"constraints of one PodGroup must use one Topology; found {shown}"
+            )
+        )
+        return None
+    if errors:
+        return None
+    if chosen:
+        return topologies[next(iter(chosen))]
+    # No constraint: still use the cluster's topology, so the default compactness follows racks.
+    if pg.topology_name is not None and pg.topology_name in topologies:
+        return topologies[pg.topology_name]
+    if len(topologies) == 1:
+        return next(iter(topologies.values()))
+    return NODE_ONLY

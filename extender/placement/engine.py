@@ -1,0 +1,548 @@
+"""The gang placement engine.
+
+`plan(snapshot, gang)` places a whole SubGroup tree at once or explains why it cannot:
+
+  phase 1  state: copy the free capacity of the resources the gang asks for and count, per pod
+           shape, how many pods fit on each node and in each domain (bottom up).
+  phase 2  the minimum tree, a recursion from the PodGroup down (KAI's job -> SubGroup -> pods):
+           2a  a scope with a required level finer than its region picks one domain of that
+               level: the candidates that can hold its minimum, tightest fit first (ties by
+               path), those where its preferred level also holds it in one domain before the
+               others; a checkpoint before each candidate, a rollback when its subtree fails.
+           2b  inside that domain the scope climbs from its preferred level (or, for compactness,
+               from the node level) to the first level where one domain holds it, and tries
+               the best few of those before spreading over the whole region.
+           2c  its children are placed one unit at a time (a SubGroupSet is one unit) until
+               `minMember` of them stand; a leaf places its minimum pods by descending the tree
+               through the fewest domains (Kueue's greedy: the tightest child that holds the
+               rest, else the largest child first).
+  phase 3  optional members, never at the cost of the minimum: pods beyond each leaf's minimum,
+           SubGroups not needed for the minimum (whole or not at all) and elastic SubGroups
+           (minMember 0), each inside the domains its constraints already hold.
+  phase 4  the plan: pod -> node, the domain of each constrained scope.
+
+The result depends only on the snapshot and the gang: no clock, no randomness, no I/O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections import Counter
+from collections.abc import Sequence
+from typing import overload
+
+import numpy as np
+
+from extender.model.pod import POD_SLOT
+from extender.placement.gang import Gang, Member, Scope
+from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
+from extender.placement.result import Plan, PlanResult, Unplaceable
+from extender.placement.snapshot import NOT_SCHEDULABLE, NOT_SELECTED, TAINTED, ClusterSnapshot
+from extender.placement.state import AttemptState
+from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
+
+# How many single domains to try at a level reached by a *preference* before spreading out:
+# a preference is best effort, so it must not multiply the search.
+MAX_SOFT_CANDIDATES = 3
+# A ceiling on candidate domains tried in one plan; a bound on the worst case, not a tuning knob.
+MAX_ATTEMPTS = 20_000
+
+
+def plan(snapshot: ClusterSnapshot, gang: Gang) -> PlanResult:
+    """Place `gang` on `snapshot`: a Plan, or Unplaceable with the reason as data."""
+    tree = snapshot.table.tree(gang.topology)
+    return _Placer(snapshot, tree, gang).run()
+
+
+class _SearchLimit(Exception):
+    """Unwinds the recursion when MAX_ATTEMPTS is reached."""
+
+
+@dataclasses.dataclass
+class _Pin:
+    scope: int
+    hard: Domain  # where its required constraints hold it
+    soft: Domain  # where its preference (or compactness) put its minimum
+
+
+class _Placer:
+    def __init__(self, snapshot: ClusterSnapshot, tree: TopologyTree, gang: Gang) -> None:
+        self.snapshot = snapshot
+        self.tree = tree
+        self.gang = gang
+        self.nshapes = len(gang.shapes)
+        self.state = AttemptState(snapshot, tree, gang.shapes)
+        self.pins: list[_Pin] = []
+        self.pin_of: dict[int, _Pin] = {}
+        self.attempts = 0
+        self.optional = False  # phase 3: failures there explain nothing
+        self.failure: tuple[Shortfall, Domain, int] | None = None  # reason, region, shape
+        self._prepare(gang.root)
+
+    # -- phase 1: static facts about the gang ---------------------------------------------------
+
+    def _prepare(self, root: Scope) -> None:
+        """Per scope: pre-placed nodes, and the pods its minimum and its whole need, per shape."""
+        self.fixed: dict[int, list[int]] = {}
+        self.min_demand: dict[int, list[int]] = {}
+        self.full_demand: dict[int, list[int]] = {}
+        self.preplaced: dict[int, int] = {}
+        index = self.snapshot.table.index
+        for scope in reversed(self.gang.scopes):  # children before parents
+            if scope.leaf:
+                fixed = [index[m.node] for m in scope.members if m.node is not None and m.node in index]
+                pre = sum(1 for m in scope.members if m.node is not None)
+                unplaced = [m for m in scope.members if m.node is None]
+                need = max(0, scope.min_member - pre)
+                per_shape = Counter(m.shape for m in unplaced)
+                full = [per_shape.get(s, 0) for s in range(self.nshapes)]
+                # Any `need` of the unplaced pods will do: a lower bound per shape.
+                low = [max(0, need - (len(unplaced) - full[s])) for s in range(self.nshapes)]
+                self.preplaced[scope.id] = pre
+            else:
+                fixed = [n for c in scope.children for n in self.fixed[c.id]]
+                full = [sum(self.full_demand[c.id][s] for c in scope.children) for s in range(self.nshapes)]
+                low = [self._cheapest(scope, s) for s in range(self.nshapes)]
+            self.fixed[scope.id] = fixed
+            self.full_demand[scope.id] = full
+            self.min_demand[scope.id] = low
+
+    def _cheapest(self, scope: Scope, shape: int) -> int:
+        """The fewest pods of `shape` that any choice of `min_member` children could need."""
+        got, total = 0, 0
+        for child in sorted(scope.children, key=lambda c: self.min_demand[c.id][shape]):
+            if got >= scope.min_member:
+                break
+            got += child.weight
+            total += self.min_demand[child.id][shape]
+        return total
+
+    def _dominant(self, scope: Scope) -> int:
+        full = self.full_demand[scope.id]
+        low = self.min_demand[scope.id]
+        return max(range(self.nshapes), key=lambda s: (low[s], full[s], -s)) if self.nshapes else 0
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self) -> PlanResult:
+        root = self.gang.root
+        if _incomplete(root) is not None:
+            present = sum(1 for _ in root.all_members())
+            needed = _minimum_pods(root)
+            return Unplaceable(
+                self.gang.key,
+                Shortfall(INCOMPLETE, root.label, needed, present=present),
+            )
+        try:
+            placed = self.place_unit(root, self.tree.root)
+        except _SearchLimit:
+            placed = False
+            self.failure = (
+                Shortfall(SEARCH_LIMIT, root.label, 0, tried=self.attempts),
+                self.tree.root,
+                0,
+            )
+        if not placed:
+            return Unplaceable(self.gang.key, self._final_reason(), self.attempts)
+        self.optional = True
+        with contextlib.suppress(_SearchLimit):  # the minimum stands; the rest waits for a later plan
+            self.place_optional(root)
+        return self._plan()
+
+    def _plan(self) -> Plan:
+        names = self.tree.node_names
+        assignments = {key: names[node] for key, node in self.state.where.items()}
+        domains = {}
+        for scope in self.gang.scopes:
+            pin = self.pin_of.get(scope.id)
+            if pin is not None and (scope.rule is not None or scope is self.gang.root):
+                domains[scope.label] = self.tree.describe(pin.hard if pin.hard.level else pin.soft)
+        unplaced = tuple(m.key for m in self.gang.members() if m.node is None and m.key not in assignments)
+        return Plan(self.gang.key, assignments, domains, unplaced, self.attempts)
+
+    # -- the transaction --------------------------------------------------------------------------
+
+    def checkpoint(self) -> tuple[int, int]:
+        return self.state.checkpoint(), len(self.pins)
+
+    def rollback(self, cp: tuple[int, int]) -> None:
+        self.state.rollback(cp[0])
+        while len(self.pins) > cp[1]:
+            gone = self.pins.pop()
+            if self.pin_of.get(gone.scope) is gone:
+                prev = next((p for p in reversed(self.pins) if p.scope == gone.scope), None)
+                if prev is None:
+                    del self.pin_of[gone.scope]
+                else:
+                    self.pin_of[gone.scope] = prev
+
+    def pin(self, scope: Scope, hard: Domain, soft: Domain) -> None:
+        p = _Pin(scope.id, hard, soft)
+        self.pins.append(p)
+        self.pin_of[scope.id] = p
+
+    def _tick(self) -> None:
+        self.attempts += 1
+        if self.attempts > MAX_ATTEMPTS:
+            raise _SearchLimit
+
+    # -- phase 2a: the required level ----------------------------------------------------------
+
+    def place_unit(self, scope: Scope, region: Domain) -> bool:
+        rule = scope.rule
+        level = rule.required if rule is not None else None
+        if level is not None and level > region.level:
+            candidates = self.hard_candidates(scope, region, level)
+            if not candidates:
+                self.fail(self.no_domain(scope, region, level), region, scope)
+                return False
+        else:
+            if not self._fixed_inside(scope, region):
+                return False
+            candidates = [region]
+        for domain in candidates:
+            self._tick()
+            cp = self.checkpoint()
+            self.pin(scope, domain, domain)
+            if self.place_soft(scope, domain):
+                return True
+            self.rollback(cp)
+        return False
+
+    def _fixed_inside(self, scope: Scope, region: Domain) -> bool:
+        fixed = self.fixed[scope.id]
+        if not fixed or region.level == 0:
+            return True
+        dom = self.tree.levels[region.level].domain_of_node
+        return all(int(dom[n]) == region.index for n in fixed)
+
+    def _fits(self, scope: Scope, level: int, lo: int, hi: int, demand: Sequence[int]) -> BoolArray:
+        ok: BoolArray = self.tree.levels[level].labeled[lo:hi].copy()
+        for s, need in enumerate(demand):
+            if need > 0:
+                ok &= self.state.counts[s][level][lo:hi] >= need
+        return ok
+
+    def hard_candidates(self, scope: Scope, region: Domain, level: int) -> Sequence[Domain]:
+        """Domains of `level` inside `region` that can hold the scope's minimum, best first."""
+        lo, hi = self.tree.descendants(region, level)
+        if lo == hi:
+            return []
+        ok = self._fits(scope, level, lo, hi, self.min_demand[scope.id])
+        fixed = self.fixed[scope.id]
+        if fixed:  # pods already running pin the constraint to their domain (the most of them)
+            dom = self.tree.levels[level].domain_of_node
+            forced = Counter(int(dom[n]) for n in fixed).most_common(1)[0][0]
+            ok &= np.arange(lo, hi) == forced
+        cand: IntArray = np.flatnonzero(ok) + lo
+        if len(cand) == 0:
+            return []
+        rule = scope.rule
+        preferred = rule.preferred if rule is not None else None
+        rank: IntArray = np.zeros(len(cand), dtype=np.int64)
+        if preferred is not None and preferred > level:
+            rank = self._preference_rank(scope, level, cand, preferred)
+        return _Domains(level, cand[self._order(scope, level, cand, rank)])
+
+    def _order(self, scope: Scope, level: int, cand: IntArray, *primary: IntArray) -> IntArray:
+        """Tightest fit first: domains that hold every pod by leftover room, then the rest by
+        room, largest first (to take as many optional pods as possible); ties by path."""
+        s = self._dominant(scope)
+        room = self.state.counts[s][level][cand]
+        full_ok = np.ones(len(cand), dtype=np.bool_)
+        for shape, need in enumerate(self.full_demand[scope.id]):
+            if need > 0:
+                full_ok &= self.state.counts[shape][level][cand] >= need
+        leftover = np.where(full_ok, room - self.full_demand[scope.id][s], -room)
+        keys = (cand, leftover, (~full_ok).astype(np.int64), *reversed(primary))
+        return np.lexsort(keys)
+
+    def _preference_rank(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
+        """0 where one domain of the preferred level holds the scope, 1 for the next level up..."""
+        rank = np.full(len(cand), preferred - level, dtype=np.int64)
+        demand = self.min_demand[scope.id]
+        for finer in range(level + 1, preferred + 1):
+            li = self.tree.levels[finer]
+            fits = self._fits(scope, finer, 0, len(li.starts), demand)
+            owners = self.tree.levels[level].domain_of_pos[li.starts[fits]]
+            rank[np.isin(cand, owners)] = preferred - finer
+        return rank
+
+    # -- phase 2b: the preferred level, or compactness ------------------------------------------
+
+    def place_soft(self, scope: Scope, region: Domain) -> bool:
+        rule = scope.rule
+        preferred = rule.preferred if rule is not None and rule.preferred is not None else None
+        if preferred is None and not scope.leaf:
+            preferred = self.tree.node_level  # compact by default: the fewest domains below
+        if preferred is not None and preferred > region.level and any(self.min_demand[scope.id]):
+            saved = self.failure
+            for level in range(preferred, region.level, -1):
+                for domain in self.soft_candidates(scope, region, level, preferred):
+                    self._tick()
+                    cp = self.checkpoint()
+                    self.pin(scope, region, domain)
+                    if self.place_contents(scope, domain):
+                        return True
+                    self.rollback(cp)
+                    self.failure = saved  # a missed preference explains nothing
+        return self.place_contents(scope, region)
+
+    def soft_candidates(self, scope: Scope, region: Domain, level: int, preferred: int) -> list[Domain]:
+        lo, hi = self.tree.descendants(region, level)
+        if lo == hi:
+            return []
+        ok = self._fits(scope, level, lo, hi, self.min_demand[scope.id])
+        fixed = self.fixed[scope.id]
+        if fixed:
+            dom = self.tree.levels[level].domain_of_node
+            ok &= np.isin(np.arange(lo, hi), [int(dom[n]) for n in fixed])
+        cand: IntArray = np.flatnonzero(ok) + lo
+        if len(cand) == 0:
+            return []
+        if level == preferred:
+            order = self._order(scope, level, cand)
+        else:
+            order = self._order(scope, level, cand, self._domains_needed(scope, level, cand, preferred))
+        return [Domain(level, int(i)) for i in cand[order][:MAX_SOFT_CANDIDATES]]
+
+    def _domains_needed(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
+        """For each candidate, how many preferred-level domains its pods would span (greedy)."""
+        s = self._dominant(scope)
+        need = self.min_demand[scope.id][s]
+        counts = self.state.counts[s][preferred]
+        out = np.empty(len(cand), dtype=np.int64)
+        for i, d in enumerate(cand):
+            lo, hi = self.tree.descendants(Domain(level, int(d)), preferred)
+            inner = np.sort(counts[lo:hi])[::-1]
+            out[i] = int(np.searchsorted(np.cumsum(inner), need)) + 1
+        return out
+
+    # -- phase 2c: children and pods ----------------------------------------------------------------
+
+    def place_contents(self, scope: Scope, region: Domain) -> bool:
+        if scope.leaf:
+            return self.place_members(scope, region)
+        got = 0
+        for child in self._ordered_children(scope):
+            if got >= scope.min_member:
+                break
+            if not any(self.min_demand[child.id]) and not self.fixed[child.id]:
+                got += child.weight  # satisfied with no pods (elastic); phase 3 may add some
+                continue
+            cp = self.checkpoint()
+            if self.place_unit(child, region):
+                got += child.weight
+            else:
+                self.rollback(cp)
+        return got >= scope.min_member
+
+    def _ordered_children(self, scope: Scope) -> list[Scope]:
+        """Children with running pods first (they pin domains); when all are needed, the
+        largest first (first-fit decreasing); otherwise in the order written."""
+        all_needed = scope.min_member >= sum(c.weight for c in scope.children)
+
+        def key(item: tuple[int, Scope]) -> tuple[int, int, int]:
+            i, child = item
+            size = sum(self.min_demand[child.id]) if all_needed else 0
+            return (0 if self.fixed[child.id] else 1, -size, i)
+
+        return [c for _, c in sorted(enumerate(scope.children), key=key)]
+
+    def _unplaced(self, scope: Scope) -> list[Member]:
+        where = self.state.where
+        return [m for m in scope.members if m.node is None and m.key not in where]
+
+    def place_members(self, leaf: Scope, region: Domain) -> bool:
+        placed = self.preplaced[leaf.id] + sum(1 for m in leaf.members if m.key in self.state.where)
+        need = leaf.min_member - placed
+        if need <= 0:
+            return True
+        todo = self._unplaced(leaf)[:need]
+        for shape, members in _by_shape(todo):
+            done = self.descend(region, shape, members)
+            if done < len(members):
+                self.fail(self.no_capacity(leaf, region, shape, len(members)), region, leaf, shape)
+                return False
+        return True
+
+    def descend(self, domain: Domain, shape: int, members: Sequence[Member]) -> int:
+        """Place as many of `members` as fit in `domain`, through the fewest child domains."""
+        if not members:
+            return 0
+        tree, state = self.tree, self.state
+        if domain.level == tree.node_level:
+            node = tree.node_of(domain)
+            k = min(len(members), int(state.node_count[shape][node]))
+            for m in members[:k]:
+                state.place(node, shape, m.key)
+            return k
+        child_level = domain.level + 1
+        lo, hi = tree.descendants(domain, child_level)
+        counts = state.counts[shape][child_level]  # live: updated as pods are placed
+        placed = 0
+        while placed < len(members):
+            rest = len(members) - placed
+            room = counts[lo:hi]
+            holds = np.flatnonzero(room >= rest)
+            if len(holds):  # the tightest child that takes all the rest
+                i = int(holds[np.argmin(room[holds])])
+                placed += self.descend(Domain(child_level, lo + i), shape, members[placed:])
+                break
+            i = int(np.argmax(room))  # else the largest child first
+            if room[i] <= 0:
+                break
+            placed += self.descend(Domain(child_level, lo + i), shape, members[placed : placed + int(room[i])])
+        return placed
+
+    # -- phase 3: optional members -----------------------------------------------------------------
+
+    def place_optional(self, scope: Scope) -> None:
+        pin = self.pin_of.get(scope.id)
+        if pin is None:
+            return
+        if scope.leaf:
+            for shape, members in _by_shape(self._unplaced(scope)):
+                done = self.descend(pin.soft, shape, members)
+                if pin.hard != pin.soft:
+                    self.descend(pin.hard, shape, members[done:])
+            return
+        for child in scope.children:
+            if child.id not in self.pin_of:
+                for region in dict.fromkeys((pin.soft, pin.hard)):
+                    cp = self.checkpoint()
+                    if self.place_unit(child, region):
+                        break
+                    self.rollback(cp)
+            self.place_optional(child)
+
+    # -- reasons ---------------------------------------------------------------------------------------
+
+    def fail(self, reason: Shortfall, region: Domain, scope: Scope, shape: int | None = None) -> None:
+        if self.optional:
+            return
+        reason = dataclasses.replace(reason, progress=len(self.state.log))
+        if self.failure is None or reason.progress > self.failure[0].progress:
+            self.failure = (reason, region, self._dominant(scope) if shape is None else shape)
+
+    def _final_reason(self) -> Shortfall:
+        if self.failure is None:  # every child failed without a recorded reason: name the root
+            root = self.gang.root
+            return Shortfall(NO_CAPACITY, root.label, sum(self.min_demand[root.id]))
+        reason, region, shape = self.failure
+        if reason.kind in (NO_DOMAIN, NO_CAPACITY):
+            reason = dataclasses.replace(reason, excluded=self.excluded(region, shape))
+        return reason
+
+    def _demand_text(self, scope: Scope, demand: Sequence[int]) -> tuple[int, str]:
+        s = self._dominant(scope)
+        shown = self.gang.shapes[s].describe() if self.gang.shapes else "{}"
+        others = sum(demand) - demand[s] if demand else 0
+        if others:
+            shown += f" and {others} other pod{'s' if others != 1 else ''}"
+        return (demand[s] if demand else 0), shown
+
+    def no_domain(self, scope: Scope, region: Domain, level: int) -> Shortfall:
+        demand = self.min_demand[scope.id]
+        pods, shape = self._demand_text(scope, demand)
+        s = self._dominant(scope)
+        lo, hi = self.tree.descendants(region, level)
+        labeled = self.tree.levels[level].labeled[lo:hi]
+        room = self.state.counts[s][level][lo:hi][labeled] if self.nshapes else np.zeros(0, dtype=np.int64)
+        return Shortfall(
+            NO_DOMAIN,
+            scope.label,
+            pods,
+            shape=shape,
+            level=self.tree.level_name(level),
+            region=self.tree.describe(region) if region.level else None,
+            best=int(room.max()) if len(room) else 0,
+            source=scope.rule.source if scope.rule else "",
+        )
+
+    def no_capacity(self, leaf: Scope, region: Domain, shape: int, pods: int) -> Shortfall:
+        return Shortfall(
+            NO_CAPACITY,
+            leaf.label,
+            pods,
+            shape=self.gang.shapes[shape].describe(),
+            region=self.tree.describe(region) if region.level else None,
+            best=int(self.state.counts[shape][region.level][region.index]),
+        )
+
+    def excluded(self, region: Domain, shape: int) -> dict[str, int]:
+        """Nodes in `region` that could not take even one pod of `shape` before this gang, by why."""
+        if not self.gang.shapes:
+            return {}
+        li = self.tree.levels[region.level]
+        nodes = self.tree.pos_to_node[li.starts[region.index] : li.ends[region.index]]
+        elig = self.snapshot.table.eligibility(self.gang.shapes[shape].placement)
+        out: Counter[str] = Counter()
+        codes = elig.code[nodes]
+        out["not ready or cordoned"] += int(np.count_nonzero(codes == NOT_SCHEDULABLE))
+        out["node selector or affinity"] += int(np.count_nonzero(codes == NOT_SELECTED))
+        for n in nodes[codes == TAINTED]:
+            out[f"taint {elig.taint[int(n)]}"] += 1
+        left = nodes[codes == 0]
+        for resource, need in self.state.requests[shape]:
+            short = self.snapshot.free(resource)[left] < need
+            name = "too many pods" if resource == POD_SLOT else resource
+            out[name] += int(np.count_nonzero(short))
+            left = left[~short]
+        return {k: v for k, v in out.items() if v}
+
+
+class _Domains(Sequence[Domain]):
+    """Candidate domains in order, made into Domain objects only as the search reaches them."""
+
+    def __init__(self, level: int, indices: IntArray) -> None:
+        self._level, self._indices = level, indices
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    @overload
+    def __getitem__(self, i: int) -> Domain: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Domain]: ...
+    def __getitem__(self, i: int | slice) -> Domain | Sequence[Domain]:
+        if isinstance(i, slice):
+            return _Domains(self._level, self._indices[i])
+        return Domain(self._level, int(self._indices[i]))
+
+
+def _by_shape(members: Sequence[Member]) -> list[tuple[int, list[Member]]]:
+    """Members grouped by shape, the most numerous shape first, order kept within a shape."""
+    groups: dict[int, list[Member]] = {}
+    for m in members:
+        groups.setdefault(m.shape, []).append(m)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+
+def _incomplete(scope: Scope) -> Scope | None:
+    """The deepest scope whose minimum cannot be met by the pods that exist, or None."""
+    if scope.leaf:
+        return scope if len(scope.members) < scope.min_member else None
+    got, first_missing = 0, None
+    for child in scope.children:
+        missing = _incomplete(child)
+        if missing is None:
+            got += child.weight
+        elif first_missing is None:
+            first_missing = missing
+    return None if got >= scope.min_member else (first_missing or scope)
+
+
+def _minimum_pods(scope: Scope) -> int:
+    """Pods the minimum tree needs, choosing the smallest children where only some are needed."""
+    if scope.leaf:
+        return scope.min_member
+    sizes = sorted((_minimum_pods(c), c.weight) for c in scope.children)
+    got, total = 0, 0
+    for size, weight in sizes:
+        if got >= scope.min_member:
+            break
+        got += weight
+        total += size
+    return total

@@ -1,0 +1,55 @@
+"""Why a gang cannot be placed, as data; rendered to text only where someone reads it.
+
+The message names the scope and the constraint that failed, what it needed, the best that was
+found, and the nodes left out by reason, e.g.
+
+    SubGroup workers-2: 4 pods x {nvidia.com/gpu: 8} in one rack inside zone z1; the best rack
+    there fits 3; nodes left out: 12 not ready or cordoned, 8 taint dedicated=infer:NoSchedule,
+    40 nvidia.com/gpu
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# Shortfall kinds.
+NO_DOMAIN = "NoDomain"  # no domain of the required level holds the scope
+NO_CAPACITY = "NoCapacity"  # the scope's own region is too small (no level asked)
+INCOMPLETE = "GangIncomplete"  # fewer pods exist than the minimum needs
+SEARCH_LIMIT = "SearchLimit"  # the search gave up after too many candidate domains
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    kind: str
+    scope: str  # "SubGroup workers-2"
+    pods: int  # pods needed
+    shape: str = ""  # "{nvidia.com/gpu: 8}"
+    level: str | None = None  # the level asked for, "rack"
+    region: str | None = None  # where it had to be, "zone z1"; None for the whole cluster
+    best: int = 0  # the most pods of that shape one domain (or the region) could take
+    source: str = ""  # the constraint's field
+    excluded: Mapping[str, int] = field(default_factory=dict)  # reason -> nodes left out
+    tried: int = 0  # domains tried and abandoned
+    progress: int = 0  # pods placed when this failed: the deepest failure explains best
+    present: int = 0  # for INCOMPLETE: pods that exist
+
+    def render(self) -> str:
+        if self.kind == INCOMPLETE:
+            return f"{self.scope}: gang {self.present}/{self.pods} pods present"
+        where = f" inside {self.region}" if self.region else ""
+        if self.kind == SEARCH_LIMIT:
+            return f"{self.scope}: gave up after trying {self.tried} candidate domains{where}"
+        need = f"{self.pods} pod{'s' if self.pods != 1 else ''} x {self.shape}"
+        if self.kind == NO_DOMAIN:
+            text = f"{self.scope}: {need} in one {self.level}{where}; the best {self.level}{' there' if where else ''}"
+            text += f" fits {self.best}"
+        else:
+            text = f"{self.scope}: {need}{where or ' in the cluster'}; only {self.best} fit"
+        if self.tried:
+            text += f" (tried {self.tried} {self.level or 'domain'}{'s' if self.tried != 1 else ''})"
+        if self.excluded:
+            parts = sorted(self.excluded.items(), key=lambda kv: (-kv[1], kv[0]))
+            text += "; nodes left out: " + ", ".join(f"{n} {why}" for why, n in parts)
+        return text

@@ -1,0 +1,32 @@
+"""What planning returns: a Plan, or an Unplaceable with the reason as data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from extender.placement.reasons import Shortfall
+
+
+@dataclass(frozen=True)
+class Plan:
+    gang: str
+    assignments: Mapping[str, str]  # pod key -> node name, for the pods placed by this plan
+    domains: Mapping[str, str]  # scope label -> the domain it was placed in ("rack z1/b1/r3")
+    unplaced: tuple[str, ...] = ()  # optional pods (beyond the minimum) that did not fit
+    attempts: int = 0  # candidate domains tried: how hard the search had to work
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    gang: str
+    reason: Shortfall
+    attempts: int = 0
+
+    @property
+    def message(self) -> str:
+        return self.reason.render()
+
+
+PlanResult = Plan | Unplaceable

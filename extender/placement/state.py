@@ -1,0 +1,90 @@
+"""Per-attempt mutable state: free capacity and pod counts per domain, with a rollback log.
+
+The snapshot and the tree are shared and read-only; everything one planning attempt changes
+lives here, so two attempts on one tree never see each other's work. Counts are kept per pod
+shape, per level, per domain: `counts[s][l][d]` is how many more pods of shape `s` fit in
+domain `d` of level `l` (summed per node, as Kueue counts). Placing a pod updates its node and
+the node's ancestors for every shape, so counts stay exact; a checkpoint is the log's length
+and a rollback undoes placements in reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from extender.placement.gang import Shape
+from extender.placement.snapshot import ClusterSnapshot, Eligibility
+from extender.placement.tree import IntArray, TopologyTree
+
+
+class AttemptState:
+    def __init__(self, snapshot: ClusterSnapshot, tree: TopologyTree, shapes: Sequence[Shape]) -> None:
+        self.tree = tree
+        self.snapshot = snapshot
+        self.shapes = tuple(shapes)
+        self.requests = [tuple((r, v) for r, v in s.requests if v > 0) for s in shapes]
+        resources = sorted({r for reqs in self.requests for r, _ in reqs})
+        self.free: dict[str, IntArray] = {r: snapshot.free(r).copy() for r in resources}
+        self.eligibility: list[Eligibility] = [snapshot.table.eligibility(s.placement) for s in shapes]
+        self.node_count: list[IntArray] = [self._vector_count(i) for i in range(len(shapes))]
+        self.counts: list[list[IntArray]] = [self._domain_counts(c) for c in self.node_count]
+        # Per node, its domain index at every level: the path a count update walks up.
+        self._ancestors = np.stack([li.domain_of_node for li in tree.levels], axis=1) if len(tree.node_names) else None
+        self.log: list[tuple[int, int, str]] = []  # (node, shape, pod key) in placement order
+        self.where: dict[str, int] = {}  # pod key -> node index
+
+    def _vector_count(self, shape: int) -> IntArray:
+        count: IntArray | None = None
+        for resource, need in self.requests[shape]:
+            fit = self.free[resource] // need
+            count = fit if count is None else np.minimum(count, fit)
+        assert count is not None, "every shape asks for a pod slot"
+        count = np.maximum(count, 0)
+        count[~self.eligibility[shape].mask] = 0
+        return count
+
+    def _domain_counts(self, node_count: IntArray) -> list[IntArray]:
+        by_pos = node_count[self.tree.pos_to_node]
+        out = []
+        for li in self.tree.levels:
+            if len(by_pos) == 0:
+                out.append(np.zeros(len(li.starts), dtype=np.int64))
+            else:
+                out.append(np.add.reduceat(by_pos, li.starts).astype(np.int64))
+        return out
+
+    def _count_at(self, shape: int, node: int) -> int:
+        if not self.eligibility[shape].mask[node]:
+            return 0
+        return max(0, min(int(self.free[r][node]) // need for r, need in self.requests[shape]))
+
+    def _apply(self, node: int, shape: int, sign: int) -> None:
+        for resource, need in self.requests[shape]:
+            self.free[resource][node] -= sign * need
+        assert self._ancestors is not None
+        path = self._ancestors[node]
+        for s in range(len(self.shapes)):
+            new = self._count_at(s, node)
+            delta = new - int(self.node_count[s][node])
+            if delta:
+                self.node_count[s][node] = new
+                for level, dom in enumerate(path):
+                    self.counts[s][level][dom] += delta
+
+    # -- the transaction ----------------------------------------------------------------------
+
+    def place(self, node: int, shape: int, key: str) -> None:
+        self._apply(node, shape, +1)
+        self.log.append((node, shape, key))
+        self.where[key] = node
+
+    def checkpoint(self) -> int:
+        return len(self.log)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self.log) > checkpoint:
+            node, shape, key = self.log.pop()
+            self._apply(node, shape, -1)
+            del self.where[key]
