@@ -26,6 +26,9 @@ class TopologyConstraint:
     preferred: str | None = None
     topology: str | None = None
     field: str = ""  # where it was written, e.g. "spec.topologyConstraints.subGroups.decode"
+    # LeaderWorkerSet's exclusive topology: the scope's domain of the required level holds no
+    # other gang's pods. Set by the grouper (not part of seed 001's API).
+    exclusive: bool = False
 
     @property
     def empty(self) -> bool:

@@ -42,8 +42,13 @@ def build_gang(
     pods: Sequence[PodInfo],
     topologies: Mapping[str, TopologySpec],
     order: Mapping[str, int] | None = None,
+    subgroup_of: Mapping[str, str] | None = None,
 ) -> BuiltGang:
-    """Resolve `pg` against `topologies` and attach `pods` (the pods that name this group)."""
+    """Resolve `pg` against `topologies` and attach `pods` (the pods that name this group).
+
+    `order` ranks pods within a leaf (the pod index, where the workload has one); `subgroup_of`
+    gives the leaf SubGroup of pods the grouper assigned, instead of their SubGroup label.
+    """
     obj = f"PodGroup {pg.key}"
     errors: list[FieldError] = []
     topology = _choose_topology(pg, topologies, obj, errors)
@@ -68,7 +73,7 @@ def build_gang(
             preferred = None  # already implied by the required level
         if required is None and preferred is None:
             return None
-        rule = Rule(required, preferred, c.field)
+        rule = Rule(required, preferred, c.field, c.exclusive)
         rules[c.field] = rule
         return rule
 
@@ -83,7 +88,7 @@ def build_gang(
         if not pg.subgroups:
             root_members.append(pod)
             continue
-        name = pod.labels.get(SUBGROUP_LABEL)
+        name = (subgroup_of or {}).get(pod.key) or pod.labels.get(SUBGROUP_LABEL)
         if name is None:
             stray[pod.key] = f"no label {SUBGROUP_LABEL}; {obj} has SubGroups ({leaf_names})"
         elif name in leaves:

@@ -43,6 +43,7 @@ class Rule:
     required: int | None
     preferred: int | None
     source: str  # the field it came from, for messages
+    exclusive: bool = False  # the required domain holds no other gang's pods
 
 
 @dataclass(frozen=True)
