@@ -88,6 +88,7 @@ class _Placer:
         self.min_demand: dict[int, list[int]] = {}
         self.full_demand: dict[int, list[int]] = {}
         self.preplaced: dict[int, int] = {}
+        self.empty_ok: dict[int, bool] = {}  # satisfied without placing any pod
         index = self.snapshot.table.index
         for scope in reversed(self.gang.scopes):  # children before parents
             if scope.leaf:
@@ -100,7 +101,11 @@ class _Placer:
                 # Any `need` of the unplaced pods will do: a lower bound per shape.
                 low = [max(0, need - (len(unplaced) - full[s])) for s in range(self.nshapes)]
                 self.preplaced[scope.id] = pre
+                self.empty_ok[scope.id] = need == 0
             else:
+                self.empty_ok[scope.id] = (
+                    sum(c.weight for c in scope.children if self.empty_ok[c.id]) >= scope.min_member
+                )
                 fixed = [n for c in scope.children for n in self.fixed[c.id]]
                 full = [sum(self.full_demand[c.id][s] for c in scope.children) for s in range(self.nshapes)]
                 low = [self._cheapest(scope, s) for s in range(self.nshapes)]
@@ -200,6 +205,8 @@ class _Placer:
         else:
             if not self._fixed_inside(scope, region):
                 return False
+            if level is not None and not self.tree.labeled(self.tree.ancestor(region, level)):
+                return False  # the region sits on nodes without this level's label
             candidates = [region]
         for domain in candidates:
             self._tick()
@@ -248,6 +255,8 @@ class _Placer:
     def _order(self, scope: Scope, level: int, cand: IntArray, *primary: IntArray) -> IntArray:
         """Tightest fit first: domains that hold every pod by leftover room, then the rest by
         room, largest first (to take as many optional pods as possible); ties by path."""
+        if not self.nshapes:
+            return np.lexsort((cand, *reversed(primary)))
         s = self._dominant(scope)
         room = self.state.counts[s][level][cand]
         full_ok = np.ones(len(cand), dtype=np.bool_)
@@ -328,7 +337,7 @@ class _Placer:
         for child in self._ordered_children(scope):
             if got >= scope.min_member:
                 break
-            if not any(self.min_demand[child.id]) and not self.fixed[child.id]:
+            if self.empty_ok[child.id] and not self.fixed[child.id]:
                 got += child.weight  # satisfied with no pods (elastic); phase 3 may add some
                 continue
             cp = self.checkpoint()
@@ -361,8 +370,11 @@ class _Placer:
             return True
         todo = self._unplaced(leaf)[:need]
         for shape, members in _by_shape(todo):
-            done = self.descend(region, shape, members)
-            if done < len(members):
+            # Counts are exact per shape, so a shortfall shows before any pod is placed.
+            if self.state.counts[shape][region.level][region.index] < len(members):
+                self.fail(self.no_capacity(leaf, region, shape, len(members)), region, leaf, shape)
+                return False
+            if self.descend(region, shape, members) < len(members):  # not reached while counts are exact
                 self.fail(self.no_capacity(leaf, region, shape, len(members)), region, leaf, shape)
                 return False
         return True
@@ -410,12 +422,20 @@ class _Placer:
             return
         for child in scope.children:
             if child.id not in self.pin_of:
-                for region in dict.fromkeys((pin.soft, pin.hard)):
+                # Near the rest of the scope when all of the child fits there, else anywhere its
+                # constraints allow (its own candidates then pick the best domain).
+                regions = [pin.hard]
+                if pin.soft != pin.hard and self._holds(pin.soft, self.full_demand[child.id]):
+                    regions.insert(0, pin.soft)
+                for region in regions:
                     cp = self.checkpoint()
                     if self.place_unit(child, region):
                         break
                     self.rollback(cp)
             self.place_optional(child)
+
+    def _holds(self, domain: Domain, demand: Sequence[int]) -> bool:
+        return all(self.state.counts[s][domain.level][domain.index] >= d for s, d in enumerate(demand))
 
     # -- reasons ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,167 @@
+"""Properties that hold for every plan on random clusters and random gangs (hypothesis).
+
+- no node ends up over its allocatable capacity, for any resource;
+- every required constraint holds: the placed pods of its scope share one domain of its level;
+- a plan satisfies the whole minimum tree, and any SubGroup with a placed pod has its own minimum;
+- only eligible nodes are used; the same input gives the same plan;
+- a gang with no constraints that fits by total capacity (one pod shape) is always placed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extender.model.node import NodeInfo
+from extender.model.pod import PodInfo
+from extender.placement import ClusterSnapshot, Plan, build_gang, plan
+from extender.placement.gang import Scope
+
+from tests.builders import BLOCK, GPU, RACK, TOPO, ZONE, node, pod, podgroup
+
+LEVELS = [None, "zone", "block", "rack", "node"]
+LABEL_OF = {"zone": (ZONE,), "block": (ZONE, BLOCK), "rack": (ZONE, BLOCK, RACK)}
+
+
+@st.composite
+def clusters(draw: Any) -> tuple[list[NodeInfo], dict[str, dict[str, int]]]:
+    nodes, used = [], {}
+    for z in range(draw(st.integers(1, 2))):
+        for b in range(draw(st.integers(1, 2))):
+            for r in range(draw(st.integers(1, 3))):
+                for n in range(draw(st.integers(1, 4))):
+                    name = f"z{z}-b{b}-r{r}-n{n}"
+                    gpus = draw(st.sampled_from([4, 8]))
+                    unlabeled = draw(st.integers(0, 9)) == 0  # some nodes lack the rack label
+                    cordoned = draw(st.integers(0, 9)) == 0
+                    nodes.append(
+                        node(name, f"z{z}", f"b{b}", None if unlabeled else f"r{r}", gpus=gpus, unschedulable=cordoned)
+                    )
+                    taken = draw(st.integers(0, gpus))
+                    if taken:
+                        used[name] = {GPU: taken * 1000}
+    return nodes, used
+
+
+@st.composite
+def gangs(draw: Any) -> tuple[Any, list[PodInfo]]:
+    subgroups: list[dict[str, Any]] = []
+    constraints: dict[str, dict[str, str]] = {}
+    pods: list[PodInfo] = []
+
+    def constraint() -> dict[str, str]:
+        c = {}
+        req, pref = draw(st.sampled_from(LEVELS)), draw(st.sampled_from(LEVELS))
+        if req:
+            c["requiredTopologyLevel"] = req
+        if pref:
+            c["preferredTopologyLevel"] = pref
+        return c
+
+    def leaf(name: str, parent: str | None) -> None:
+        count = draw(st.integers(0, 5))
+        gpus = draw(st.sampled_from([1, 2, 4, 8]))
+        subgroups.append(
+            {"name": name, "minMember": draw(st.integers(0, count)), **({"parent": parent} if parent else {})}
+        )
+        pods.extend(pod(f"{name}-{i}", gpus=gpus, subgroup=name) for i in range(count))
+        if c := constraint():
+            constraints[name] = c
+
+    for i in range(draw(st.integers(1, 3))):
+        name = f"sg{i}"
+        kids = draw(st.integers(0, 2))
+        if kids == 0:
+            leaf(name, None)
+            continue
+        subgroups.append({"name": name, "minMember": draw(st.integers(0, kids))})
+        if c := constraint():
+            constraints[name] = c
+        for k in range(kids):
+            leaf(f"{name}-{k}", name)
+    top = [sg for sg in subgroups if "parent" not in sg]
+    spec: dict[str, Any] = {"minMember": draw(st.integers(0, len(top))), "subGroups": subgroups}
+    tc: dict[str, Any] = {"subGroups": constraints}
+    if g := constraint():
+        tc["global"] = g
+    spec["topologyConstraints"] = tc
+    return podgroup(spec), pods
+
+
+def domain_of(n: NodeInfo, level: str) -> tuple[str | None, ...]:
+    if level == "node":
+        return (n.name,)
+    return tuple(n.labels.get(label) for label in LABEL_OF[level])
+
+
+def check_plan(
+    nodes: list[NodeInfo], used: dict[str, dict[str, int]], pg: Any, pods: list[PodInfo], result: Plan
+) -> None:
+    by_name = {n.name: n for n in nodes}
+    requests = {p.key: p.requests for p in pods}
+    load: Counter[tuple[str, str]] = Counter()
+    for name, reqs in used.items():
+        for r, v in reqs.items():
+            load[(name, r)] += v
+    for key, where in result.assignments.items():
+        assert by_name[where].schedulable, f"{key} on unschedulable {where}"
+        for r, v in requests[key].items():
+            load[(where, r)] += v
+    for (name, r), v in load.items():
+        assert v <= by_name[name].allocatable.get(r, 0), f"{name} over {r}: {v}"
+
+    built = build_gang(pg, pods, {"default": TOPO})
+    assert built.gang is not None
+
+    def placed_in(scope: Scope) -> list[str]:
+        return [result.assignments[m.key] for m in scope.all_members() if m.key in result.assignments]
+
+    def satisfied(scope: Scope) -> bool:
+        if scope.leaf:
+            return sum(1 for m in scope.members if m.key in result.assignments) >= scope.min_member
+        return sum(c.weight for c in scope.children if satisfied(c)) >= scope.min_member
+
+    assert satisfied(built.gang.root), "the minimum tree is not satisfied"
+    for scope in built.gang.scopes:
+        where = placed_in(scope)
+        if scope.rule and scope.rule.required and where:
+            level = LEVELS[scope.rule.required]
+            assert level is not None
+            domains = {domain_of(by_name[n], level) for n in where}
+            assert len(domains) == 1 and None not in next(iter(domains)), f"{scope.label} broke {level}: {domains}"
+        if where and scope.leaf:
+            assert sum(1 for m in scope.members if m.key in result.assignments) >= scope.min_member, (
+                f"{scope.label} placed in part"
+            )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), gangs())
+def test_plans_never_break_capacity_constraints_or_gangs(cluster: Any, g: Any) -> None:
+    nodes, used = cluster
+    pg, pods = g
+    built = build_gang(pg, pods, {"default": TOPO})
+    assert built.gang is not None, built.errors
+    first = plan(ClusterSnapshot.of(nodes, used), built.gang)
+    again = plan(ClusterSnapshot.of(list(reversed(nodes)), used), built.gang)
+    assert first == again
+    if isinstance(first, Plan):
+        check_plan(nodes, used, pg, pods, first)
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters(), st.integers(1, 24), st.sampled_from([1, 2, 4, 8]))
+def test_unconstrained_gang_that_fits_by_capacity_is_placed(cluster: Any, n: int, gpus: int) -> None:
+    nodes, used = cluster
+    room = sum(
+        (nd.allocatable[GPU] - used.get(nd.name, {}).get(GPU, 0)) // (gpus * 1000) for nd in nodes if nd.schedulable
+    )
+    pg = podgroup({"minMember": n})
+    pods = [pod(f"p{i}", gpus=gpus) for i in range(n)]
+    built = build_gang(pg, pods, {"default": TOPO})
+    assert built.gang is not None
+    result = plan(ClusterSnapshot.of(nodes, used), built.gang)
+    assert isinstance(result, Plan) == (room >= n)

@@ -1,0 +1,302 @@
+"""Placement rules, one table per rule: required and preferred levels, compactness, domain paths,
+capacity and eligibility, elasticity, determinism, pending messages.
+
+Unless a test draws its own, the cluster is grid(zones=1, blocks=2, racks=2, nodes=4):
+
+    zone z1
+    ├── block b1: rack r1 (z1-b1-r1-n1..n4), rack r2 (z1-b1-r2-n1..n4)
+    └── block b2: rack r1 (z1-b2-r1-n1..n4), rack r2 (z1-b2-r2-n1..n4)
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from extender.model.selectors import Taint
+from extender.placement import Plan, Unplaceable
+
+from tests.builders import GPU, grid, node, placed, pod, podgroup, racks_of, run
+
+CLUSTER = grid(zones=1, blocks=2, racks=2, nodes=4)
+
+
+def gang(
+    n: int, constraint: dict[str, Any] | None = None, minimum: int | None = None, gpus: int = 8
+) -> tuple[Any, list[Any]]:
+    spec: dict[str, Any] = {"minMember": n if minimum is None else minimum}
+    if constraint:
+        spec["topologyConstraints"] = {"global": constraint}
+    return podgroup(spec), [pod(f"p-{i}", gpus=gpus) for i in range(n)]
+
+
+def full(*names: str) -> dict[str, dict[str, int]]:
+    """Usage that takes every GPU of the named nodes."""
+    return {n: {GPU: 8000} for n in names}
+
+
+# -- required level -----------------------------------------------------------------------------
+
+
+def test_required_rack_holds_all_pods_in_one_rack() -> None:
+    pg, pods = gang(4, {"requiredTopologyLevel": "rack"})
+    assert set(racks_of(placed(run(CLUSTER, pg, pods))).values()) == {"z1-b1-r1"}
+
+
+def test_required_rack_picks_the_tightest_rack() -> None:
+    # r1 of b1 has 4 free, r2 of b1 has 3 free, b2's racks 4 each: 3 pods go where 0 are left over.
+    pg, pods = gang(3, {"requiredTopologyLevel": "rack"})
+    got = racks_of(placed(run(CLUSTER, pg, pods, used=full("z1-b1-r2-n1"))))
+    assert set(got.values()) == {"z1-b1-r2"}
+
+
+def test_tightest_fit_ties_go_by_path() -> None:
+    pg, pods = gang(2, {"requiredTopologyLevel": "block"})
+    assert set(racks_of(placed(run(CLUSTER, pg, pods))).values()) == {"z1-b1-r1"}
+
+
+def test_required_level_that_no_domain_holds_is_pending_with_the_best_found() -> None:
+    pg, pods = gang(5, {"requiredTopologyLevel": "rack"})
+    result = run(CLUSTER, pg, pods)
+    assert isinstance(result, Unplaceable)
+    assert (
+        result.message == "PodGroup default/pg: 5 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; the best rack fits 4"
+    )
+
+
+def test_pending_message_counts_the_nodes_left_out_by_reason() -> None:
+    nodes = [
+        node("n1", rack="r1", ready=False),
+        node("n2", rack="r1", unschedulable=True),
+        node("n3", rack="r1", taints=[Taint("dedicated", "infer", "NoSchedule")]),
+        node("n4", rack="r1"),
+        node("n5", rack="r2"),
+        node("n6", rack="r2"),
+    ]
+    pg, pods = gang(3, {"requiredTopologyLevel": "rack"})
+    result = run(nodes, pg, pods, used=full("n6"))
+    assert isinstance(result, Unplaceable)
+    assert result.message == (
+        "PodGroup default/pg: 3 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; the best rack fits 1; nodes left out: "
+        "2 not ready or cordoned, 1 nvidia.com/gpu, 1 taint dedicated=infer:NoSchedule"
+    )
+
+
+def test_nested_requirements_hold_together_and_name_the_inner_failure() -> None:
+    # One zone, racks r1-r3 with 4 free nodes, r4 and r5 with 3: four segments of 4 need four
+    # racks of 4 inside the zone; the zone holds 18 pods, but the fourth segment finds only 3.
+    nodes = grid(zones=1, blocks=1, racks=5, nodes=4)
+    used = full("z1-b1-r4-n4", "z1-b1-r5-n4")
+    segs = [{"name": f"seg-{s}", "minMember": 4} for s in range(4)]
+    pg = podgroup(
+        {
+            "subGroups": segs,
+            "topologyConstraints": {
+                "global": {"requiredTopologyLevel": "zone"},
+                "subGroups": {f"seg-{s}": {"requiredTopologyLevel": "rack"} for s in range(4)},
+            },
+        }
+    )
+    pods = [pod(f"w-{i}", subgroup=f"seg-{i // 4}") for i in range(16)]
+    result = run(nodes, pg, pods, used=used)
+    assert isinstance(result, Unplaceable)
+    assert result.message == (
+        "SubGroup seg-3: 4 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack inside zone z1; the best rack there fits 3; "
+        "nodes left out: 2 nvidia.com/gpu"
+    )
+
+
+# -- domains are full paths, nodes without labels -----------------------------------------------
+
+
+def test_same_rack_label_in_two_blocks_is_two_racks() -> None:
+    nodes = [node(f"a{i}", block="b1", rack="r1") for i in range(2)] + [
+        node(f"b{i}", block="b2", rack="r1") for i in range(2)
+    ]
+    pg, pods = gang(4, {"requiredTopologyLevel": "rack"})
+    result = run(nodes, pg, pods)
+    assert isinstance(result, Unplaceable)
+    assert "the best rack fits 2" in result.message
+
+
+def test_node_without_a_level_label_is_not_eligible_for_that_level() -> None:
+    nodes = [node("n1"), node("n2"), node("n3", rack=None), node("n4", rack=None)]
+    pg, pods = gang(4, {"requiredTopologyLevel": "rack"})
+    assert isinstance(run(nodes, pg, pods), Unplaceable)
+    pg, pods = gang(4, {"requiredTopologyLevel": "zone"})
+    assert sorted(placed(run(nodes, pg, pods)).values()) == ["n1", "n2", "n3", "n4"]
+
+
+# -- preferred level ------------------------------------------------------------------------------
+
+
+def test_preferred_rack_when_one_rack_fits() -> None:
+    pg, pods = gang(4, {"preferredTopologyLevel": "rack"})
+    assert set(racks_of(placed(run(CLUSTER, pg, pods))).values()) == {"z1-b1-r1"}
+
+
+def test_preferred_rack_climbs_to_the_block_with_fewest_racks() -> None:
+    pg, pods = gang(6, {"preferredTopologyLevel": "rack"})
+    got = racks_of(placed(run(CLUSTER, pg, pods)))
+    assert [got[f"default/p-{i}"] for i in range(6)] == ["z1-b1-r1"] * 4 + ["z1-b1-r2"] * 2
+
+
+def test_preference_never_makes_a_gang_pending() -> None:
+    pg, pods = gang(12, {"preferredTopologyLevel": "rack"})
+    got = racks_of(placed(run(CLUSTER, pg, pods)))
+    assert sorted(set(got.values())) == ["z1-b1-r1", "z1-b1-r2", "z1-b2-r1"]
+
+
+def test_required_block_preferred_rack_picks_the_block_where_one_rack_holds_it() -> None:
+    # b1 holds 4 (2 + 2 free), the tighter block; b2/r2 alone holds 4, so b2 wins.
+    used = full("z1-b1-r1-n1", "z1-b1-r1-n2", "z1-b1-r2-n1", "z1-b1-r2-n2", "z1-b2-r1-n1")
+    pg, pods = gang(4, {"requiredTopologyLevel": "block", "preferredTopologyLevel": "rack"})
+    assert set(racks_of(placed(run(CLUSTER, pg, pods, used=used))).values()) == {"z1-b2-r2"}
+
+
+def test_preferred_coarser_than_required_is_ignored() -> None:
+    pg, pods = gang(4, {"requiredTopologyLevel": "rack", "preferredTopologyLevel": "zone"})
+    assert set(racks_of(placed(run(CLUSTER, pg, pods))).values()) == {"z1-b1-r1"}
+
+
+# -- compactness ------------------------------------------------------------------------------------
+
+
+def test_a_job_that_asked_for_a_block_is_not_scattered_over_its_racks() -> None:
+    pg, pods = gang(4, {"requiredTopologyLevel": "block"})
+    assert set(racks_of(placed(run(CLUSTER, pg, pods))).values()) == {"z1-b1-r1"}
+
+
+def test_compact_inside_the_block_uses_the_tightest_rack() -> None:
+    pg, pods = gang(2, {"requiredTopologyLevel": "block"})
+    got = racks_of(placed(run(CLUSTER, pg, pods, used=full("z1-b1-r2-n1", "z1-b1-r2-n2"))))
+    assert set(got.values()) == {"z1-b1-r2"}
+
+
+def test_without_constraints_pods_still_take_the_fewest_racks() -> None:
+    pg, pods = gang(6)
+    got = racks_of(placed(run(CLUSTER, pg, pods)))
+    assert sorted(set(got.values())) == ["z1-b1-r1", "z1-b1-r2"]
+
+
+# -- capacity and eligibility -------------------------------------------------------------------------
+
+
+def test_capacity_is_allocatable_minus_what_runs() -> None:
+    # 4-GPU pods: two per node, one on a node where 4 GPUs are taken.
+    nodes = [node("n1"), node("n2")]
+    pg, pods = gang(3, gpus=4)
+    assert sorted(placed(run(nodes, pg, pods, used={"n1": {GPU: 4000}})).values()) == ["n1", "n2", "n2"]
+
+
+def test_more_pods_than_capacity_is_pending() -> None:
+    pg, pods = gang(3, gpus=4)
+    result = run([node("n1")], pg, pods)
+    assert isinstance(result, Unplaceable)
+    assert result.message == "PodGroup default/pg: 3 pods x {cpu: 1, nvidia.com/gpu: 4} in the cluster; only 2 fit"
+
+
+@pytest.mark.parametrize(
+    ("bad", "spec"),
+    [
+        pytest.param(node("n1", ready=False), {}, id="not-ready"),
+        pytest.param(node("n1", unschedulable=True), {}, id="cordoned"),
+        pytest.param(node("n1", taints=[Taint("gpu", "h100", "NoSchedule")]), {}, id="taint"),
+        pytest.param(node("n1", taints=[Taint("gpu", "", "NoExecute")]), {}, id="noexecute-taint"),
+        pytest.param(node("n1", labels={"pool": "b"}), {"nodeSelector": {"pool": "a"}}, id="node-selector"),
+        pytest.param(
+            node("n1", labels={"pool": "b"}),
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}
+                            ]
+                        }
+                    }
+                }
+            },
+            id="node-affinity",
+        ),
+    ],
+)
+def test_ineligible_nodes_are_skipped(bad: Any, spec: dict[str, Any]) -> None:
+    good = node("n2", labels={"pool": "a"})
+    pg = podgroup({"minMember": 1})
+    assert placed(run([bad, good], pg, [pod("p", spec=spec)])) == {"default/p": "n2"}
+
+
+def test_tolerated_taint_and_prefer_no_schedule_do_not_block() -> None:
+    nodes = [
+        node("n1", taints=[Taint("gpu", "h100", "NoSchedule")]),
+        node("n2", taints=[Taint("x", "", "PreferNoSchedule")]),
+    ]
+    spec = {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}]}
+    pg = podgroup({"minMember": 2})
+    got = placed(run(nodes, pg, [pod(f"p{i}", spec=spec) for i in range(2)]))
+    assert sorted(got.values()) == ["n1", "n2"]
+
+
+# -- minimum, optional and elastic members --------------------------------------------------------------
+
+
+def test_pods_beyond_the_minimum_are_placed_when_they_fit_and_never_block() -> None:
+    pg, pods = gang(6, minimum=2)
+    result = run(grid(nodes=4), pg, pods)
+    assert isinstance(result, Plan)
+    assert len(result.assignments) == 4
+    assert result.unplaced == ("default/p-4", "default/p-5")
+
+
+def test_elastic_subgroup_places_what_fits_inside_one_domain_of_its_level() -> None:
+    pg = podgroup(
+        {
+            "subGroups": [{"name": "core", "minMember": 2}, {"name": "extra", "minMember": 0}],
+            "topologyConstraints": {"subGroups": {"extra": {"requiredTopologyLevel": "rack"}}},
+        }
+    )
+    pods = [pod(f"c{i}", subgroup="core") for i in range(2)] + [pod(f"e{i}", subgroup="extra") for i in range(6)]
+    result = run(CLUSTER, pg, pods)
+    assert isinstance(result, Plan)
+    extra = {racks_of(result.assignments)[f"default/e{i}"] for i in range(6) if f"default/e{i}" in result.assignments}
+    assert len(extra) == 1
+    assert len(result.unplaced) == 2
+
+
+def test_elastic_subgroup_with_no_room_does_not_block_the_gang() -> None:
+    pg = podgroup({"subGroups": [{"name": "core", "minMember": 2}, {"name": "extra", "minMember": 0}]})
+    pods = [pod(f"c{i}", subgroup="core") for i in range(2)] + [pod("e0", subgroup="extra")]
+    result = run([node("n1"), node("n2")], pg, pods)
+    assert isinstance(result, Plan)
+    assert result.unplaced == ("default/e0",)
+
+
+def test_gang_incomplete_says_how_many_pods_exist() -> None:
+    pg = podgroup({"subGroups": [{"name": "w", "minMember": 16}]})
+    result = run(CLUSTER, pg, [pod(f"w{i}", subgroup="w") for i in range(3)])
+    assert isinstance(result, Unplaceable)
+    assert result.message == "PodGroup default/pg: gang 3/16 pods present"
+
+
+# -- pods already running, determinism --------------------------------------------------------------------
+
+
+def test_running_pods_pin_the_required_domain() -> None:
+    pg = podgroup({"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "block"}}})
+    running = pod("p-0", node_name="z1-b2-r2-n4")
+    pods = [running] + [pod(f"p-{i}") for i in range(1, 4)]
+    got = placed(run(CLUSTER, pg, pods, used={"z1-b2-r2-n4": {GPU: 8000, "cpu": 1000, "pods": 1000}}))
+    assert set(got) == {"default/p-1", "default/p-2", "default/p-3"}
+    assert {n.rsplit("-", 2)[0] for n in got.values()} == {"z1-b2"}
+
+
+def test_same_input_same_plan_whatever_the_node_order() -> None:
+    pg, pods = gang(10, {"requiredTopologyLevel": "zone"})
+    want = placed(run(CLUSTER, pg, pods))
+    for seed in range(5):
+        shuffled = list(CLUSTER)
+        random.Random(seed).shuffle(shuffled)
+        assert placed(run(shuffled, pg, pods)) == want

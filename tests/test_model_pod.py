@@ -1,0 +1,107 @@
+"""Pod requests as kube-scheduler counts them, quantities, and node parsing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.model.errors import InvalidObject
+from extender.model.node import parse_node
+from extender.model.pod import parse_pod
+from extender.model.quantity import QuantityError, format_quantity, parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "milli"),
+    [
+        ("1", 1000),
+        ("500m", 500),
+        ("1.5", 1500),
+        ("1Ki", 1_024_000),
+        ("2Gi", 2 * 2**30 * 1000),
+        ("1k", 1_000_000),
+        ("1e3", 1_000_000),
+        ("0.1m", 1),
+        (8, 8000),
+        ("100n", 1),
+    ],
+)
+def test_quantities(text: object, milli: int) -> None:
+    assert parse_quantity(text) == milli
+
+
+@pytest.mark.parametrize("text", ["", "1Zi", "abc", "1.2.3", None, True, "--1"])
+def test_bad_quantities(text: object) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+def test_format_quantity() -> None:
+    assert format_quantity("memory", 16 * 2**30 * 1000) == "16Gi"
+    assert format_quantity("cpu", 500) == "500m"
+    assert format_quantity("nvidia.com/gpu", 8000) == "8"
+
+
+def pod_with(spec: dict[str, Any]) -> Any:
+    return parse_pod({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec})
+
+
+def c(requests: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {"name": "c", "resources": {"requests": requests}, **extra}
+
+
+def test_requests_are_max_of_containers_and_init_plus_overhead_and_a_slot() -> None:
+    p = pod_with(
+        {
+            "containers": [c({"cpu": "1", "nvidia.com/gpu": "4"}), c({"cpu": "500m"})],
+            "initContainers": [c({"cpu": "3"})],
+            "overhead": {"cpu": "100m"},
+        }
+    )
+    assert p.requests == {"cpu": 3100, "nvidia.com/gpu": 4000, "pods": 1000}
+
+
+def test_sidecars_add_to_containers_and_to_later_init_containers() -> None:
+    p = pod_with(
+        {
+            "containers": [c({"cpu": "1"})],
+            "initContainers": [c({"cpu": "2"}, restartPolicy="Always"), c({"cpu": "2"})],
+        }
+    )
+    # sidecar 2 + container 1 = 3; init peak = sidecar 2 + init 2 = 4
+    assert p.requests["cpu"] == 4000
+
+
+def test_limits_default_requests() -> None:
+    p = pod_with({"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]})
+    assert p.requests["nvidia.com/gpu"] == 8000
+
+
+def test_bad_pod_names_the_field() -> None:
+    with pytest.raises(InvalidObject) as exc:
+        pod_with({"containers": [c({"cpu": "lots"})]})
+    assert str(exc.value) == (
+        "Pod ns/p: spec.containers[0].resources.requests.cpu: "
+        "expected a quantity such as '8', '500m' or '16Gi', got 'lots'"
+    )
+
+
+def test_node_ready_cordoned_taints_and_capacity_fallback() -> None:
+    n = parse_node(
+        {
+            "metadata": {"name": "n1", "labels": {"a": "b"}},
+            "spec": {"unschedulable": True, "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
+            "status": {"capacity": {"nvidia.com/gpu": 8}, "conditions": [{"type": "Ready", "status": "False"}]},
+        }
+    )
+    assert (n.ready, n.unschedulable, n.schedulable) == (False, True, False)
+    assert n.allocatable["nvidia.com/gpu"] == 8000
+    assert n.allocatable["pods"] == 110_000
+    assert str(n.taints[0]) == "k=v:NoSchedule"
+
+
+def test_bad_node_names_the_field() -> None:
+    with pytest.raises(InvalidObject) as exc:
+        parse_node({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "x"}}})
+    assert str(exc.value).startswith("Node n1: status.allocatable.cpu: expected a quantity")
