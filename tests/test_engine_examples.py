@@ -14,7 +14,6 @@ The cluster (grid(zones=2, blocks=2, racks=2, nodes=4), 8 GPUs per node):
 from __future__ import annotations
 
 from extender.placement import Plan
-
 from tests.builders import grid, placed, pod, podgroup, racks_of, run
 
 CLUSTER = grid(zones=2, blocks=2, racks=2, nodes=4)

@@ -19,7 +19,6 @@ from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
 from extender.placement import ClusterSnapshot, Plan, build_gang, plan
 from extender.placement.gang import Scope
-
 from tests.builders import BLOCK, GPU, RACK, TOPO, ZONE, node, pod, podgroup
 
 LEVELS = [None, "zone", "block", "rack", "node"]
@@ -131,7 +130,8 @@ def check_plan(
             level = LEVELS[scope.rule.required]
             assert level is not None
             domains = {domain_of(by_name[n], level) for n in where}
-            assert len(domains) == 1 and None not in next(iter(domains)), f"{scope.label} broke {level}: {domains}"
+            assert len(domains) == 1, f"{scope.label} broke {level}: {domains}"
+            assert None not in next(iter(domains)), f"{scope.label} on nodes without the {level} label"
         if where and scope.leaf:
             assert sum(1 for m in scope.members if m.key in result.assignments) >= scope.min_member, (
                 f"{scope.label} placed in part"

@@ -17,7 +17,6 @@ import pytest
 
 from extender.model.selectors import Taint
 from extender.placement import Plan, Unplaceable
-
 from tests.builders import GPU, grid, node, placed, pod, podgroup, racks_of, run
 
 CLUSTER = grid(zones=1, blocks=2, racks=2, nodes=4)

@@ -84,7 +84,8 @@ def test_run_ai_v2alpha2_with_min_subgroup_and_inline_constraint() -> None:
         api="scheduling.run.ai/v2alpha2",
     )
     assert pg.min_subgroup == 1
-    assert pg.global_constraint is not None and pg.global_constraint.required == "zone"
+    assert pg.global_constraint is not None
+    assert pg.global_constraint.required == "zone"
     assert pg.subgroup_constraints["a"].required == "rack"
 
 
@@ -132,7 +133,8 @@ BAD = [
     pytest.param(
         {"subGroups": [{"name": "a", "minSubGroup": 1}]},
         [
-            "PodGroup ml/pg: spec.subGroups[0].minSubGroup: counts child SubGroups, but this level has none; use minMember"
+            "PodGroup ml/pg: spec.subGroups[0].minSubGroup: "
+            "counts child SubGroups, but this level has none; use minMember"
         ],
         id="minsubgroup-on-leaf",
     ),

@@ -55,7 +55,7 @@ def test_ambiguous_short_name_is_an_error() -> None:
             "spec": {"levels": [{"nodeLabel": "a.example/topology-rack"}, {"nodeLabel": "b.example/rack"}]},
         }
     )
-    with pytest.raises(LevelError, match="'rack' is ambiguous in Topology t: it names a.example/topology-rack"):
+    with pytest.raises(LevelError, match=r"'rack' is ambiguous in Topology t: it names a.example/topology-rack"):
         topo.resolve("rack")
     assert topo.resolve("b.example/rack") == 1
 
