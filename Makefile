@@ -7,12 +7,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test lint typecheck layers unit bench lock clean
+.PHONY: help demo test lint typecheck layers unit bench lock clean controlplane cluster
 
 help:
 	@echo "make demo   - simulate a TFJob of 16 workers in 4 rack segments on a 64-node GPU cluster"
 	@echo "make test   - ruff, mypy --strict, import layers and every test (builds the control plane once)"
 	@echo "make bench  - the planning benchmark (bench/plan_scale.py)"
+	@echo "make cluster - a local Kubernetes control plane with fake GPU nodes, until Ctrl-C"
 
 # The virtualenv is rebuilt only when the declared or pinned dependencies change.
 $(STAMP): pyproject.toml constraints.txt
@@ -38,8 +39,17 @@ layers: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests
 
-test: lint typecheck layers
+test: lint typecheck layers controlplane
 	$(BIN)/pytest
+
+# etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and kwok built from Go
+# modules into ~/.cache/topogang (once; later runs only check a stamp). See e2e/controlplane.
+controlplane:
+	e2e/controlplane/build.sh
+
+# The local control plane in the foreground; CLUSTER_ARGS="--help" lists the options.
+cluster: $(STAMP) controlplane
+	$(BIN)/python -m e2e.controlplane $(CLUSTER_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/plan_scale.py

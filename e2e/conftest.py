@@ -1,0 +1,163 @@
+"""Fixtures for end-to-end tests on a real control plane.
+
+- `control_plane` (session): the local control plane of e2e/controlplane (etcd, kube-apiserver,
+  kube-controller-manager, kwok, stock kube-scheduler), started once per session. Built by
+  `make controlplane`, which `make test` runs first.
+- `kubeconfig` (session): the kubeconfig scenarios use. With TOPOGANG_E2E_KUBECONFIG set, that
+  cluster is used instead (e.g. kind with kwok) and tests needing `control_plane` are skipped.
+- `kube_api`, `namespace`, `fake_gpu_nodes` (per test): an ApiClient, a fresh namespace, and a
+  FakeGpuNodes helper whose nodes are deleted after the test.
+- `scheduler` (per test): restart kube-scheduler with another configuration for one test; the
+  stock scheduler is back afterwards.
+
+Async tests and fixtures here run in the session event loop: mark modules with
+`pytestmark = pytest.mark.asyncio(loop_scope="session")`.
+
+When any test failed, the control plane's working directory (logs, certificates, configs) is
+kept and its path printed at the end of the run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Generator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from kubernetes_asyncio import client
+
+from e2e.controlplane import (
+    Binaries,
+    BinariesNotBuilt,
+    ComponentError,
+    ControlPlane,
+    FakeGpuNodes,
+    SchedulerConfig,
+    api_client,
+    create_namespace,
+    delete_namespace,
+    sigterm_raises_keyboard_interrupt,
+)
+
+KUBECONFIG_ENV = "TOPOGANG_E2E_KUBECONFIG"
+
+_plane_key = pytest.StashKey[ControlPlane]()
+_kept_key = pytest.StashKey[Path]()
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    if os.environ.get(KUBECONFIG_ENV):
+        pytest.skip(f"needs the local control plane; {KUBECONFIG_ENV} points at another cluster")
+    try:
+        binaries = Binaries.locate()
+    except BinariesNotBuilt as e:
+        pytest.fail(str(e), pytrace=False)
+    config = request.config
+    plane = ControlPlane(binaries=binaries, scheduler=True)
+    with sigterm_raises_keyboard_interrupt():
+        try:
+            plane.start()
+        except ComponentError as e:
+            config.stash[_kept_key] = plane.workdir
+            pytest.fail(f"the local control plane did not start: {e}", pytrace=False)
+        config.stash[_plane_key] = plane
+        try:
+            yield plane
+        finally:
+            failed = request.session.testsfailed > 0
+            plane.stop(keep_workdir=failed)
+            if failed:
+                config.stash[_kept_key] = plane.workdir
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(request: pytest.FixtureRequest) -> Path:
+    external = os.environ.get(KUBECONFIG_ENV)
+    if external:
+        return Path(external)
+    plane: ControlPlane = request.getfixturevalue("control_plane")
+    return plane.kubeconfig
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def kube_api(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
+    async with api_client(kubeconfig) as api:
+        yield api
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def namespace(kube_api: client.ApiClient) -> AsyncIterator[str]:
+    name = await create_namespace(kube_api)
+    yield name
+    await delete_namespace(kube_api, name)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fake_gpu_nodes(kube_api: client.ApiClient) -> AsyncIterator[FakeGpuNodes]:
+    # A prefix per test, so a test never meets the nodes of the one before.
+    nodes = FakeGpuNodes(kube_api, name_prefix=f"gpu-{uuid.uuid4().hex[:4]}")
+    yield nodes
+    await nodes.delete_all()
+
+
+class SchedulerSwitch:
+    """Runs kube-scheduler with another configuration for one test."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.changed = False
+
+    async def use(self, config: SchedulerConfig) -> Path:
+        """Restarts kube-scheduler with CONFIG; returns the file it was written to."""
+        self.changed = True
+        await self.plane.restart_scheduler_async(config)
+        path = self.plane.scheduler_config_path
+        assert path is not None
+        return path
+
+    async def stop(self) -> None:
+        self.changed = True
+        await self.plane.stop_scheduler_async()
+
+    @property
+    def log_path(self) -> Path:
+        return self.plane.components["kube-scheduler"].log_path
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def scheduler(control_plane: ControlPlane) -> AsyncIterator[SchedulerSwitch]:
+    switch = SchedulerSwitch(control_plane)
+    yield switch
+    if switch.changed:
+        await control_plane.restart_scheduler_async(None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    plane = item.config.stash.get(_plane_key, None)
+    if report.failed and plane is not None and item.get_closest_marker("controlplane"):
+        sections = [plane.describe()]
+        scheduler = plane.components.get("kube-scheduler")
+        if scheduler is not None:
+            sections.append(f"--- last lines of {scheduler.log_path} ---\n{scheduler.tail(30)}")
+        report.sections.append(("control plane", "\n".join(sections)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    config = terminalreporter.config
+    plane = config.stash.get(_plane_key, None)
+    if plane is not None and "total" in plane.startup_seconds:
+        parts = ", ".join(
+            f"{name} {seconds:.1f}s" for name, seconds in plane.startup_seconds.items() if name != "total"
+        )
+        terminalreporter.write_line(f"local control plane: up in {plane.startup_seconds['total']:.1f}s ({parts})")
+    kept = config.stash.get(_kept_key, None)
+    if kept is not None:
+        terminalreporter.write_line(f"local control plane: files and logs kept in {kept}")

@@ -1,0 +1,59 @@
+"""The local control plane schedules and "runs" a GPU pod on fake GPU nodes with the stock
+kube-scheduler (no extender)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes_asyncio import client
+
+from e2e.controlplane import (
+    ControlPlane,
+    FakeGpuNodes,
+    FakeTopology,
+    create_pod,
+    gpu_pod,
+    wait_pod_running,
+    wait_pod_unschedulable,
+)
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.asyncio(loop_scope="session")]
+
+
+async def test_a_pod_asking_for_8_gpus_is_bound_to_a_fake_gpu_node_and_runs(
+    control_plane: ControlPlane,
+    kube_api: client.ApiClient,
+    namespace: str,
+    fake_gpu_nodes: FakeGpuNodes,
+) -> None:
+    names = await fake_gpu_nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=2, nodes_per_rack=4))
+    assert len(names) == 8
+    core = client.CoreV1Api(kube_api)
+    node = await core.read_node(names[0])
+    assert node.status.allocatable["nvidia.com/gpu"] == "8"
+    assert node.metadata.labels["topology.topogang.io/rack"] == "z0-b0-r0"
+
+    await create_pod(kube_api, namespace, gpu_pod("eight-gpus", 8))
+    pod = await wait_pod_running(kube_api, namespace, "eight-gpus")
+    assert pod.spec.node_name in names
+    assert any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions)
+
+    # GPUs are really accounted for: no node has 9, so this one stays Pending.
+    await create_pod(kube_api, namespace, gpu_pod("nine-gpus", 9))
+    message = await wait_pod_unschedulable(kube_api, namespace, "nine-gpus")
+    assert "nvidia.com/gpu" in message
+
+    control_plane.check()  # every component is still alive
+
+
+async def test_nodes_added_later_take_pods(
+    kube_api: client.ApiClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    await fake_gpu_nodes.create(FakeTopology(nodes_per_rack=1))
+    for i in range(2):
+        await create_pod(kube_api, namespace, gpu_pod(f"full-node-{i}", 8))
+    await wait_pod_running(kube_api, namespace, "full-node-0")
+    await wait_pod_unschedulable(kube_api, namespace, "full-node-1")
+
+    (added,) = await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=1)
+    pod = await wait_pod_running(kube_api, namespace, "full-node-1")
+    assert pod.spec.node_name == added
