@@ -43,7 +43,9 @@ class TopologyLevel:
 
     @property
     def display(self) -> str:
-        return self.alias or short_level_name(self.node_label)
+        if self.alias:
+            return self.alias
+        return "node" if self.node_label == HOSTNAME_LABEL else short_level_name(self.node_label)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ server, the simulator and the benchmarks all call `plan()`; nothing else places 
 """
 
 from extender.placement.build import BuiltGang, build_gang
-from extender.placement.engine import plan
+from extender.placement.engine import incomplete, plan
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, NodeTable
@@ -23,5 +23,6 @@ __all__ = [
     "Shape",
     "Unplaceable",
     "build_gang",
+    "incomplete",
     "plan",
 ]

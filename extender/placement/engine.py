@@ -51,8 +51,19 @@ MAX_ATTEMPTS = 20_000
 
 def plan(snapshot: ClusterSnapshot, gang: Gang) -> PlanResult:
     """Place `gang` on `snapshot`: a Plan, or Unplaceable with the reason as data."""
+    missing = incomplete(gang)
+    if missing is not None:  # cheap, and checked before any per-attempt array is built
+        return Unplaceable(gang.key, missing)
     tree = snapshot.table.tree(gang.topology)
     return _Placer(snapshot, tree, gang).run()
+
+
+def incomplete(gang: Gang) -> Shortfall | None:
+    """Why the pods that exist cannot satisfy the minimum tree whatever the capacity, or None."""
+    if _incomplete(gang.root) is None:
+        return None
+    present = sum(1 for _ in gang.members())
+    return Shortfall(INCOMPLETE, gang.root.label, _minimum_pods(gang.root), present=present)
 
 
 class _SearchLimit(Exception):
@@ -76,6 +87,7 @@ class _Placer:
         self.pins: list[_Pin] = []
         self.pin_of: dict[int, _Pin] = {}
         self.attempts = 0
+        self.minimum: frozenset[str] = frozenset()
         self.optional = False  # phase 3: failures there explain nothing
         self.failure: tuple[Shortfall, Domain, int] | None = None  # reason, region, shape
         self._prepare(gang.root)
@@ -132,13 +144,6 @@ class _Placer:
 
     def run(self) -> PlanResult:
         root = self.gang.root
-        if _incomplete(root) is not None:
-            present = sum(1 for _ in root.all_members())
-            needed = _minimum_pods(root)
-            return Unplaceable(
-                self.gang.key,
-                Shortfall(INCOMPLETE, root.label, needed, present=present),
-            )
         try:
             placed = self.place_unit(root, self.tree.root)
         except _SearchLimit:
@@ -150,6 +155,7 @@ class _Placer:
             )
         if not placed:
             return Unplaceable(self.gang.key, self._final_reason(), self.attempts)
+        self.minimum = frozenset(self.state.where)
         self.optional = True
         with contextlib.suppress(_SearchLimit):  # the minimum stands; the rest waits for a later plan
             self.place_optional(root)
@@ -164,7 +170,7 @@ class _Placer:
             if pin is not None and (scope.rule is not None or scope is self.gang.root):
                 domains[scope.label] = self.tree.describe(pin.hard if pin.hard.level else pin.soft)
         unplaced = tuple(m.key for m in self.gang.members() if m.node is None and m.key not in assignments)
-        return Plan(self.gang.key, assignments, domains, unplaced, self.attempts)
+        return Plan(self.gang.key, assignments, domains, unplaced, self.minimum, self.attempts)
 
     # -- the transaction --------------------------------------------------------------------------
 

@@ -1,0 +1,52 @@
+"""The `topogang` command: `simulate` runs the extender's logic over YAML; `serve` runs the extender."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from extender import __version__
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from extender.simulate.loader import InputError, load
+    from extender.simulate.render import to_json, to_text
+    from extender.simulate.runner import simulate
+
+    try:
+        result = simulate(load(args.file))
+    except InputError as exc:
+        print(f"topogang simulate: {exc}", file=sys.stderr)
+        return 2
+    print(to_json(result) if args.output == "json" else to_text(result))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="topogang", description="Whole-gang, topology-aware placement for Kubernetes."
+    )
+    parser.add_argument("--version", action="version", version=f"topogang {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sim = sub.add_parser(
+        "simulate",
+        help="place the pods of Kubernetes YAML on its nodes, offline",
+        description="Run topogang's planning and the extender's decisions over Kubernetes objects read from "
+        "files, directories (their *.yaml, *.yml, *.json, by name) or - for stdin. Pods with spec.nodeName "
+        "are running; every other pod is scheduled as kube-scheduler with topogang would.",
+    )
+    sim.add_argument("-f", "--file", action="append", required=True, metavar="PATH", help="a file, a directory or -")
+    sim.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
+    sim.set_defaults(func=_simulate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""ClusterState: the in-memory view of the objects topogang plans with.
+
+Nodes, pods, PodGroups, Topologies, PriorityClasses, workload owners and ResourceInterfaces,
+keyed as the API server keys them, plus two usage ledgers (bound pods, reservations). The
+NodeTable and the ledgers are rebuilt only when a node changes in a way that matters to
+planning (labels, capacity, taints, readiness); heartbeats do not rebuild anything.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from extender.core.usage import PlanningUsage, UsageLedger
+from extender.model.errors import FieldError
+from extender.model.node import NodeInfo
+from extender.model.pod import PodInfo
+from extender.model.podgroup import PodGroupSpec
+from extender.model.topology import TopologySpec
+from extender.placement.snapshot import ClusterSnapshot, NodeTable
+
+ObjectKey = tuple[str, str, str, str]  # (apiVersion group, kind, namespace, name)
+
+
+def object_key(api_version: str, kind: str, namespace: str | None, name: str) -> ObjectKey:
+    return (api_version.rpartition("/")[0], kind, namespace or "", name)
+
+
+class ClusterState:
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, PodInfo] = {}
+        self.podgroups: dict[str, PodGroupSpec] = {}
+        self.invalid_podgroups: dict[str, tuple[FieldError, ...]] = {}
+        self.topologies: dict[str, TopologySpec] = {}
+        self.priority_classes: dict[str, int] = {}
+        self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
+        self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
+        self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
+        self.reserved_nodes: Counter[str] = Counter()  # node -> pods reserved on it
+        self.generation = 0  # bumps when the node set changes
+        self.version = 0  # bumps on every change to groups, pods, topologies or owners
+        self._table: NodeTable | None = None
+        self._bound: UsageLedger | None = None
+        self._reserved: UsageLedger | None = None
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def upsert_node(self, node: NodeInfo) -> bool:
+        """Store `node`; True when planning must see a new node generation."""
+        if self.nodes.get(node.name) == node:
+            return False
+        self.nodes[node.name] = node
+        self._invalidate_nodes()
+        return True
+
+    def delete_node(self, name: str) -> bool:
+        if self.nodes.pop(name, None) is None:
+            return False
+        self._invalidate_nodes()
+        return True
+
+    def _invalidate_nodes(self) -> None:
+        self.generation += 1
+        self.version += 1
+        self._table = self._bound = self._reserved = None
+
+    @property
+    def table(self) -> NodeTable:
+        if self._table is None:
+            self._table = NodeTable(sorted(self.nodes.values(), key=lambda n: n.name), self.generation)
+            self._bound, self._reserved = UsageLedger(self._table), UsageLedger(self._table)
+            for pod in self.pods.values():
+                if pod.uses_capacity and pod.node_name is not None:
+                    self._bound.add(pod.node_name, pod.requests)
+            for node, requests in self.reservations.values():
+                self._reserved.add(node, requests)
+        return self._table
+
+    @property
+    def bound(self) -> UsageLedger:
+        _ = self.table
+        assert self._bound is not None
+        return self._bound
+
+    @property
+    def reserved(self) -> UsageLedger:
+        _ = self.table
+        assert self._reserved is not None
+        return self._reserved
+
+    # -- pods ------------------------------------------------------------------------------------
+
+    def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
+        """Store `pod`; returns the version it replaced."""
+        old = self.pods.get(pod.key)
+        if old == pod:
+            return old
+        if self._bound is not None:
+            if old is not None and old.uses_capacity and old.node_name:
+                self._bound.add(old.node_name, old.requests, -1)
+            if pod.uses_capacity and pod.node_name:
+                self._bound.add(pod.node_name, pod.requests)
+        self.pods[pod.key] = pod
+        self.version += 1
+        return old
+
+    def delete_pod(self, key: str) -> PodInfo | None:
+        old = self.pods.pop(key, None)
+        if old is not None:
+            if self._bound is not None and old.uses_capacity and old.node_name:
+                self._bound.add(old.node_name, old.requests, -1)
+            self.version += 1
+        return old
+
+    # -- reservations ------------------------------------------------------------------------------
+
+    def reserve(self, pod: str, node: str, requests: Mapping[str, int]) -> None:
+        self.unreserve(pod)
+        self.reservations[pod] = (node, requests)
+        self.reserved_nodes[node] += 1
+        if self._reserved is not None:
+            self._reserved.add(node, requests)
+
+    def unreserve(self, pod: str) -> None:
+        held = self.reservations.pop(pod, None)
+        if held is None:
+            return
+        self.reserved_nodes[held[0]] -= 1
+        if not self.reserved_nodes[held[0]]:
+            del self.reserved_nodes[held[0]]
+        if self._reserved is not None:
+            self._reserved.add(held[0], held[1], -1)
+
+    # -- other objects -------------------------------------------------------------------------------
+
+    def set_podgroup(self, key: str, spec: PodGroupSpec | None, errors: tuple[FieldError, ...] = ()) -> None:
+        self.podgroups.pop(key, None)
+        self.invalid_podgroups.pop(key, None)
+        if spec is not None:
+            self.podgroups[key] = spec
+        elif errors:
+            self.invalid_podgroups[key] = errors
+        self.version += 1
+
+    def set_topology(self, name: str, spec: TopologySpec | None) -> None:
+        if spec is None:
+            self.topologies.pop(name, None)
+        else:
+            self.topologies[name] = spec
+        self.version += 1
+
+    def set_object(self, key: ObjectKey, body: Mapping[str, Any] | None) -> None:
+        if body is None:
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = body
+        self.version += 1
+
+    def set_resource_interface(self, name: str, body: Mapping[str, Any] | None) -> None:
+        if body is None:
+            self.resource_interfaces.pop(name, None)
+        else:
+            self.resource_interfaces[name] = body
+        self.version += 1
+
+    # -- planning view ---------------------------------------------------------------------------------
+
+    def snapshot(self, give_back: Mapping[str, Mapping[str, int]] | None = None) -> ClusterSnapshot:
+        """Free capacity: allocatable - bound pods - reservations, plus what `give_back` returns."""
+        return ClusterSnapshot(self.table, PlanningUsage(self.bound, self.reserved, give_back or {}))
+
+    def free_on(self, node: str, resource: str) -> int:
+        info = self.nodes.get(node)
+        if info is None:
+            return 0
+        return info.allocatable.get(resource, 0) - self.bound.at(node, resource) - self.reserved.at(node, resource)
+
+    def pod_priority(self, pod: PodInfo) -> int:
+        if pod.priority or not pod.priority_class_name:
+            return pod.priority
+        return self.priority_classes.get(pod.priority_class_name, 0)

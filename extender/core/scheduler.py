@@ -1,0 +1,318 @@
+"""GangScheduler: plan -> reserve -> steer -> bind, one pod call at a time.
+
+  filter      the first call for a member of a complete gang plans the whole gang against the
+              cluster (minus other gangs' reservations) and reserves every planned pod at
+              once; from then on each member is steered to its planned node. Members of an
+              incomplete, invalid or unplaceable gang are refused with the reason.
+  prioritize  the planned node gets the top score.
+  bind        the gate: a member of the minimum waits until every pod of the minimum has
+              reached bind, then all are bound together; pods beyond the minimum bind once
+              the minimum has. A plan whose members do not all arrive is released (the caller
+              decides when: the server on its bind timeout, `expire` on a plan's age).
+
+Reservations are dropped when a pod binds, is deleted or binds elsewhere; a plan whose node no
+longer fits (another scheduler took the space) is planned again for the pods not yet bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from extender.core.cluster import ClusterState
+from extender.core.decisions import (
+    BIND,
+    INVALID,
+    PENDING,
+    REJECT,
+    SCHEDULED,
+    WAIT,
+    BindDecision,
+    FilterResult,
+    GroupStatus,
+    PlanEvent,
+    SubGroupStatus,
+)
+from extender.core.membership import GroupView, Membership
+from extender.model.pod import PodInfo
+from extender.placement import Plan, Unplaceable, incomplete, plan
+
+NOT_PLANNED_HERE = "topogang: the pod's gang is planned on another node"
+RESERVED = "topogang: capacity reserved for a gang"
+MAX_SCORE = 10
+
+
+@dataclass
+class GroupPlan:
+    """A plan being carried out: what is reserved, what has reached the bind gate."""
+
+    plan: Plan
+    generation: int
+    reserved: dict[str, str]  # pod -> node, not bound yet
+    minimum: set[str]  # the pods that must all reach bind before any binds
+    created: float
+    touched: float  # last progress: a plan, a pod reaching bind
+    arrived: dict[str, str] = field(default_factory=dict)  # pods waiting at the gate
+    released: bool = False  # the minimum went through the gate
+
+
+class GangScheduler:
+    def __init__(self, state: ClusterState, *, plan_ttl: float = 300.0) -> None:
+        self.state = state
+        self.membership = Membership(state)
+        self.plan_ttl = plan_ttl
+        self.plans: dict[str, GroupPlan] = {}
+        self.reasons: dict[str, str] = {}  # group -> why it is pending
+        self._generation = 0
+
+    # -- filter --------------------------------------------------------------------------------
+
+    def filter(self, pod: PodInfo, nodes: Sequence[str], now: float) -> FilterResult:
+        if pod.key not in self.state.pods:
+            self.state.upsert_pod(pod)  # the request can be ahead of our watch
+        group = self.membership.group_of(pod.key)
+        if group is None:
+            return self._filter_plain(pod, nodes)
+        view = self.membership.view(group)
+        if not view.valid:
+            return _refuse(nodes, f"topogang: PodGroup {group} is invalid: {view.message}")
+        if pod.key in view.waiting:
+            return _refuse(nodes, f"topogang: {view.waiting[pod.key]}")
+        event = None
+        gp = self.plans.get(group)
+        if gp is None or pod.key not in gp.reserved:
+            event = self._plan(group, view, now, extend=gp is not None)
+            gp = self.plans.get(group)
+            if gp is None or pod.key not in gp.reserved:
+                reason = self.reasons.get(group, "no room for this pod beyond its gang's minimum")
+                return _refuse(nodes, f"topogang: {reason}", event)
+        node = gp.reserved[pod.key]
+        if node not in nodes or not self._still_fits(node):
+            # kube-scheduler's own filters, or another scheduler, took the planned node: plan the
+            # pods that are not bound yet again.
+            event = self._replan(group, now)
+            gp = self.plans.get(group)
+            if gp is None or gp.reserved.get(pod.key) not in nodes:
+                reason = self.reasons.get(group, f"planned node {node} is no longer feasible")
+                return _refuse(nodes, f"topogang: {reason}", event)
+            node = gp.reserved[pod.key]
+        failed = dict.fromkeys((n for n in nodes if n != node), NOT_PLANNED_HERE)
+        wake: tuple[str, ...] = ()
+        if event is not None and event.outcome in ("planned", "replanned", "extended"):
+            wake = tuple(sorted(p for p in gp.reserved if p != pod.key))
+        return FilterResult([node], failed=failed, event=event, wake=wake)
+
+    def _filter_plain(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
+        """Plain pods pass, except onto nodes where they would take a gang's reserved room."""
+        reserved = self.state.reserved_nodes
+        if not reserved:
+            return FilterResult(list(nodes))
+        failed = {}
+        for node in nodes:
+            if node in reserved and any(self.state.free_on(node, r) < v for r, v in pod.requests.items()):
+                failed[node] = RESERVED
+        if not failed:
+            return FilterResult(list(nodes))
+        return FilterResult([n for n in nodes if n not in failed], failed=failed)
+
+    def _still_fits(self, node: str) -> bool:
+        info = self.state.nodes.get(node)
+        if info is None or not info.schedulable:
+            return False
+        return all(self.state.free_on(node, r) >= 0 for r in info.allocatable)
+
+    # -- planning ------------------------------------------------------------------------------
+
+    def _plan(self, group: str, view: GroupView, now: float, extend: bool) -> PlanEvent:
+        """Plan the group (or, with `extend`, add the pods its plan lacks) and reserve it."""
+        gp = self.plans.get(group)
+        if extend and gp is not None:
+            view = self.membership.view(group, assumed=gp.reserved)
+        gang = view.built.gang if view.built is not None else None
+        assert gang is not None, "only valid groups are planned"
+        result = plan(self.state.snapshot(), gang)
+        if isinstance(result, Unplaceable):
+            self.reasons[group] = result.message
+            return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
+        new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
+        for pod_key, node in new.items():
+            self.state.reserve(pod_key, node, self.state.pods[pod_key].requests)
+        if gp is None:
+            self._generation += 1
+            gp = GroupPlan(result, self._generation, dict(new), set(result.minimum), now, now)
+            self.plans[group] = gp
+            outcome = "planned"
+        else:
+            gp.reserved.update(new)
+            gp.touched = now
+            outcome = "extended"
+        if result.unplaced:
+            self.reasons[group] = f"{len(result.unplaced)} pod(s) beyond the minimum do not fit in the gang's domains"
+        else:
+            self.reasons.pop(group, None)
+        return PlanEvent(group, outcome, len(new), tuple(new.values()), result.domains, attempts=result.attempts)
+
+    def _replan(self, group: str, now: float) -> PlanEvent:
+        self.release(group, "re-planning: a planned node no longer fits")
+        view = self.membership.view(group)
+        event = self._plan(group, view, now, extend=False)
+        if event.outcome == "planned":
+            return PlanEvent(event.group, "replanned", event.pods, event.nodes, event.domains, attempts=event.attempts)
+        return event
+
+    def release(self, group: str, reason: str) -> list[str]:
+        """Drop the group's plan and every reservation of its unbound pods; returns the pods that
+        were waiting at the bind gate (the caller fails their bind calls)."""
+        gp = self.plans.pop(group, None)
+        if gp is None:
+            return []
+        for pod_key in gp.reserved:
+            self.state.unreserve(pod_key)
+        self.reasons[group] = reason
+        return sorted(gp.arrived)
+
+    # -- prioritize ----------------------------------------------------------------------------
+
+    def prioritize(self, pod: PodInfo, nodes: Sequence[str]) -> list[tuple[str, int]]:
+        group = self.membership.group_of(pod.key)
+        gp = self.plans.get(group) if group else None
+        node = gp.reserved.get(pod.key) if gp else None
+        return [(node, MAX_SCORE)] if node is not None and node in nodes else []
+
+    # -- bind gate -----------------------------------------------------------------------------
+
+    def bind(self, pod_key: str, node: str, now: float) -> BindDecision:
+        group = self.membership.group_of(pod_key)
+        if group is None:
+            return BindDecision(BIND, ((pod_key, node),))
+        gp = self.plans.get(group)
+        planned = gp.reserved.get(pod_key) if gp else None
+        if gp is None or planned is None:
+            return BindDecision(REJECT, error=f"topogang: gang {group} has no plan for this pod; it will be retried")
+        if planned != node:
+            return BindDecision(REJECT, error=f"topogang: the pod is planned on {planned}, not {node}")
+        gp.touched = now
+        if gp.released:
+            return BindDecision(BIND, ((pod_key, node),))
+        gp.arrived[pod_key] = node
+        if any(p in gp.reserved and p not in gp.arrived for p in gp.minimum):
+            return BindDecision(WAIT)
+        gp.released = True
+        batch = tuple(sorted(gp.arrived.items()))
+        gp.arrived.clear()
+        return BindDecision(BIND, batch)
+
+    def gate_missing(self, group: str) -> list[str]:
+        """Pods of the minimum that have not reached bind yet."""
+        gp = self.plans.get(group)
+        if gp is None or gp.released:
+            return []
+        return sorted(p for p in gp.minimum if p in gp.reserved and p not in gp.arrived)
+
+    def gate_timeout(self, group: str, seconds: float) -> list[str]:
+        gp = self.plans.get(group)
+        if gp is None or gp.released:
+            return []
+        arrived, total = len(gp.arrived), len([p for p in gp.minimum if p in gp.reserved])
+        reason = f"bind gate timed out: {arrived}/{total} pods of the minimum reached bind within {seconds:g}s"
+        return self.release(group, reason)
+
+    def expire(self, now: float) -> dict[str, list[str]]:
+        """Release plans whose minimum made no progress for `plan_ttl` seconds."""
+        out = {}
+        for group, gp in list(self.plans.items()):
+            if not gp.released and now - gp.touched > self.plan_ttl:
+                out[group] = self.release(group, f"plan expired after {self.plan_ttl:g}s without all pods binding")
+        return out
+
+    # -- what the cluster tells us -------------------------------------------------------------
+
+    def observe_pod(self, pod: PodInfo) -> None:
+        """A pod was added or changed (from the watch, or after our own bind)."""
+        if pod.terminal or pod.deleting:
+            self.forget_pod(pod.key)
+            self.state.upsert_pod(pod)
+            return
+        self.state.upsert_pod(pod)
+        if pod.node_name is None:
+            return
+        group = self.membership.group_of(pod.key)
+        gp = self.plans.get(group) if group else None
+        if gp is not None and pod.key in gp.reserved:
+            del gp.reserved[pod.key]  # bound where planned, or elsewhere: no longer ours to hold
+            gp.arrived.pop(pod.key, None)
+            self.state.unreserve(pod.key)
+
+    def forget_pod(self, key: str) -> None:
+        """A pod was deleted (or finished): its reservation goes; an unbound minimum cannot stand."""
+        group = self.membership.group_of(key)
+        gp = self.plans.get(group) if group else None
+        if gp is not None and key in gp.reserved:
+            if not gp.released and key in gp.minimum:
+                self.release(group, f"pod {key} of the minimum went away before binding")  # type: ignore[arg-type]
+            else:
+                del gp.reserved[key]
+                self.state.unreserve(key)
+
+    def delete_pod(self, key: str) -> None:
+        self.forget_pod(key)
+        self.state.delete_pod(key)
+
+    # -- status --------------------------------------------------------------------------------
+
+    def status(self, group: str) -> GroupStatus:
+        view = self.membership.view(group)
+        pods = [self.state.pods[k] for k in view.pods if k in self.state.pods]
+        bound = sum(1 for p in pods if p.node_name is not None)
+        if not view.valid:
+            return GroupStatus(group, INVALID, view.message, len(pods), 0, bound)
+        gp = self.plans.get(group)
+        planned = bound + (len(gp.reserved) if gp else 0)
+        domains = dict(gp.plan.domains) if gp else {}
+        subgroups = tuple(self._subgroup_status(view, gp))
+        warnings = "; ".join(view.warnings)
+        if gp is not None and gp.released and not any(p in gp.reserved for p in gp.minimum):
+            message = f"{bound} pod(s) bound" + (f"; {self.reasons[group]}" if group in self.reasons else "")
+            phase = SCHEDULED
+        elif gp is not None:
+            missing = len([p for p in gp.minimum if p in gp.reserved])
+            message = f"planned; waiting for {missing} pod(s) of the minimum to bind"
+            phase = PENDING
+        else:
+            message = self.reasons.get(group) or self._incomplete_message(view) or "waiting to be planned"
+            phase = PENDING
+        if view.waiting:
+            message += "; " + "; ".join(f"{k}: {why}" for k, why in sorted(view.waiting.items()))
+        if warnings:
+            message += f"; {warnings}"
+        return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains)
+
+    def _incomplete_message(self, view: GroupView) -> str:
+        gang = view.built.gang if view.built else None
+        missing = incomplete(gang) if gang is not None else None
+        return missing.render() if missing is not None else ""
+
+    def _subgroup_status(self, view: GroupView, gp: GroupPlan | None) -> Iterable[SubGroupStatus]:
+        gang = view.built.gang if view.built else None
+        if gang is None:
+            return
+        reserved = gp.reserved if gp else {}
+        domains = gp.plan.domains if gp else {}
+        for scope in gang.scopes:
+            if not scope.name:
+                continue
+            keys = [m.key for m in scope.all_members()]
+            bound = sum(1 for k in keys if (p := self.state.pods.get(k)) is not None and p.node_name)
+            yield SubGroupStatus(
+                scope.name,
+                scope.min_member,
+                len(keys),
+                bound + sum(1 for k in keys if k in reserved),
+                bound,
+                domains.get(scope.label, ""),
+            )
+
+
+def _refuse(nodes: Sequence[str], reason: str, event: PlanEvent | None = None) -> FilterResult:
+    """No node will do and preemption would not help: the gang as a whole is the problem."""
+    return FilterResult([], unresolvable=dict.fromkeys(nodes, reason), event=event)

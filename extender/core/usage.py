@@ -1,0 +1,56 @@
+"""What each node has given away: requests of bound pods, and of reservations, per resource.
+
+Kept as arrays aligned with the NodeTable and updated in place as pods come and go, so a plan
+starts from them in O(nodes) numpy work instead of summing every pod again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from extender.placement.snapshot import NodeTable
+from extender.placement.tree import IntArray
+
+
+class UsageLedger:
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
+        self._arrays: dict[str, IntArray] = {}
+
+    def add(self, node: str, requests: Mapping[str, int], sign: int = 1) -> None:
+        i = self.table.index.get(node)
+        if i is None:
+            return  # a pod on a node we do not know (yet): it takes nothing we plan with
+        for resource, value in requests.items():
+            arr = self._arrays.get(resource)
+            if arr is None:
+                arr = self._arrays[resource] = np.zeros(len(self.table), dtype=np.int64)
+            arr[i] += sign * value
+
+    def used(self, resource: str) -> IntArray:
+        arr = self._arrays.get(resource)
+        return arr if arr is not None else np.zeros(len(self.table), dtype=np.int64)
+
+    def at(self, node: str, resource: str) -> int:
+        i = self.table.index.get(node)
+        arr = self._arrays.get(resource)
+        return 0 if i is None or arr is None else int(arr[i])
+
+
+class PlanningUsage:
+    """Bound + reserved, minus the reservations a re-plan gives back (the `Usage` protocol)."""
+
+    def __init__(self, bound: UsageLedger, reserved: UsageLedger, give_back: Mapping[str, Mapping[str, int]]) -> None:
+        self._bound, self._reserved = bound, reserved
+        self._give_back = give_back
+
+    def used(self, resource: str) -> IntArray:
+        arr = self._bound.used(resource) + self._reserved.used(resource)
+        index = self._bound.table.index
+        for node, requests in self._give_back.items():
+            value = requests.get(resource)
+            if value and node in index:
+                arr[index[node]] -= value
+        return arr

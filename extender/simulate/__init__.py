@@ -1,0 +1,1 @@
+"""`topogang simulate`: the extender's own logic run over Kubernetes YAML, no cluster needed."""

@@ -1,0 +1,233 @@
+"""The simulation: kube-scheduler's scheduling loop, emulated, around the real GangScheduler.
+
+For each pending pod, in the order kube-scheduler's queue meets them (higher priority first,
+then older, then the order read), the loop does what kube-scheduler does with an extender:
+its own filters (readiness, taints, selectors, resources against bound and assumed pods),
+then topogang's filter, prioritize and bind. A pod waiting at the bind gate is *assumed* on its
+node, as kube-scheduler assumes it. Passes repeat while anything moves, as kube-scheduler
+retries unschedulable pods when the cluster changes. No clock: time advances one tick a call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from extender.core.cluster import ClusterState, object_key
+from extender.core.decisions import BIND, REJECT, WAIT, GroupStatus, PlanEvent
+from extender.core.scheduler import GangScheduler
+from extender.core.usage import UsageLedger
+from extender.model.errors import InvalidObject
+from extender.model.node import parse_node
+from extender.model.pod import PodInfo, parse_pod
+from extender.model.podgroup import PODGROUP_API_VERSIONS, parse_podgroup
+from extender.model.raw import object_name
+from extender.model.topology import TOPOLOGY_API_VERSIONS, parse_topology
+from extender.simulate.loader import InputError, Loaded
+
+TICK = 0.001  # seconds of simulated time per scheduling call
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    namespace: str
+    name: str
+    labels: dict[str, str]
+    group: str | None
+    subgroup: str | None
+    node: str | None
+    reason: str = ""
+
+
+@dataclass
+class SimResult:
+    pods: list[PodOutcome]
+    groups: list[GroupStatus]
+    events: list[PlanEvent]
+    state: ClusterState
+    warnings: list[str] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(self, objects: Sequence[Loaded]) -> None:
+        self.state = ClusterState()
+        self.scheduler = GangScheduler(self.state, plan_ttl=float("inf"))
+        self.order: dict[str, int] = {}  # pod -> the order read
+        self.running: set[str] = set()  # pods that were already bound in the input
+        self.warnings: list[str] = []
+        self._load(objects)
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def _load(self, objects: Sequence[Loaded]) -> None:
+        for obj in objects:
+            try:
+                self._add(obj)
+            except InvalidObject as exc:
+                raise InputError(f"{obj.source}: {exc}") from None
+
+    def _add(self, obj: Loaded) -> None:
+        kind, api = obj.kind, obj.api_version
+        body = obj.body
+        if kind == "Node":
+            self.state.upsert_node(parse_node(body))
+        elif kind == "Pod":
+            pod = parse_pod(body)
+            if pod.key in self.state.pods:
+                raise InputError(f"{obj.source}: Pod {pod.key} is defined twice")
+            self.order[pod.key] = len(self.order)
+            if pod.node_name:
+                self.running.add(pod.key)
+            self.state.upsert_pod(pod)
+        elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
+            meta = body.get("metadata") or {}
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+            try:
+                self.state.set_podgroup(key, parse_podgroup(body))
+            except InvalidObject as exc:
+                self.state.set_podgroup(key, None, exc.errors)
+        elif kind == "Topology" and api in TOPOLOGY_API_VERSIONS:
+            topo = parse_topology(body)
+            self.state.set_topology(topo.name, topo)
+        elif kind == "PriorityClass":
+            name = str((body.get("metadata") or {}).get("name", ""))
+            value = body.get("value")
+            if not isinstance(value, int):
+                raise InputError(f"{obj.source}: PriorityClass {name}: value: expected an integer, got {value!r}")
+            self.state.priority_classes[name] = value
+        elif kind == "ResourceInterface":
+            self.state.set_resource_interface(object_name(body), body)
+        else:  # workloads and owners, for the grouper
+            meta = body.get("metadata") or {}
+            ns = meta.get("namespace") or "default"
+            self.state.set_object(object_key(api, kind, ns, str(meta.get("name", ""))), body)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        now = 0.0
+        events: list[PlanEvent] = []
+        assumed: dict[str, str] = {}
+        reasons: dict[str, str] = {}
+        moved = True
+        while moved:
+            moved = False
+            for key in self._queue():
+                pod = self.state.pods[key]
+                if pod.node_name is not None or key in assumed:
+                    continue
+                now += TICK
+                candidates, why = self._scheduler_filter(pod, assumed)
+                if not candidates:
+                    reasons[key] = why
+                    continue
+                result = self.scheduler.filter(pod, candidates, now)
+                if result.event is not None:
+                    events.append(result.event)
+                if not result.nodes:
+                    reasons[key] = next(iter({**result.failed, **result.unresolvable}.values()), "no node")
+                    continue
+                node = self._pick(pod, result.nodes, self.scheduler.prioritize(pod, result.nodes))
+                decision = self.scheduler.bind(key, node, now)
+                if decision.action == WAIT:
+                    assumed[key] = node
+                    moved = True
+                elif decision.action == BIND:
+                    for pod_key, target in decision.bind:
+                        assumed.pop(pod_key, None)
+                        reasons.pop(pod_key, None)
+                        self.scheduler.observe_pod(replace(self.state.pods[pod_key], node_name=target, phase="Running"))
+                    moved = True
+                elif decision.action == REJECT:
+                    reasons[key] = decision.error
+        # Pods still at the gate: the rest of their minimum never came, so the gate times out.
+        for group in sorted({g for k in assumed if (g := self.scheduler.membership.group_of(k))}):
+            for key in self.scheduler.gate_timeout(group, 0):
+                reasons[key] = self.scheduler.reasons.get(group, "bind gate timed out")
+        return self._result(events, reasons)
+
+    def _queue(self) -> list[str]:
+        """kube-scheduler's PrioritySort: priority, then age, then the order read."""
+
+        def key(k: str) -> tuple[int, float, int]:
+            pod = self.state.pods[k]
+            created = pod.created if pod.created is not None else 0.0
+            return (-self.state.pod_priority(pod), created, self.order.get(k, 0))
+
+        return sorted((k for k in self.state.pods if k not in self.running), key=key)
+
+    def _scheduler_filter(self, pod: PodInfo, assumed: dict[str, str]) -> tuple[list[str], str]:
+        """kube-scheduler's own filters: eligibility, and resources against bound + assumed pods."""
+        table = self.state.table
+        if not len(table):
+            return [], "0/0 nodes are available"
+        mask = table.eligibility(pod.placement).mask.copy()
+        ledger = UsageLedger(table)
+        for key, node in assumed.items():
+            ledger.add(node, self.state.pods[key].requests)
+        short = []
+        for resource, need in pod.requests.items():
+            free = table.alloc(resource) - self.state.bound.used(resource) - ledger.used(resource)
+            ok = free >= need
+            if not ok[mask].any():
+                short.append(resource)
+            mask &= ok
+        names = [table.nodes[i].name for i in np.flatnonzero(mask)]
+        why = f"0/{len(table)} nodes are available" + (f": insufficient {', '.join(short)}" if short else "")
+        return names, why
+
+    def _pick(self, pod: PodInfo, nodes: list[str], scores: list[tuple[str, int]]) -> str:
+        """The extender's top score wins; otherwise the least allocated node, then the name."""
+        if scores:
+            return min(scores, key=lambda s: (-s[1], s[0]))[0]
+
+        def free_share(node: str) -> tuple[float, str]:
+            info = self.state.nodes[node]
+            shares = [
+                (self.state.free_on(node, r) - v) / a
+                for r, v in pod.requests.items()
+                if (a := info.allocatable.get(r, 0)) > 0 and r != "pods"
+            ]
+            return (-(sum(shares) / len(shares)) if shares else 0.0, node)
+
+        return min(nodes, key=free_share)
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def _result(self, events: list[PlanEvent], reasons: dict[str, str]) -> SimResult:
+        membership = self.scheduler.membership
+        leaf_of: dict[str, str] = {}
+        for group in membership.groups():
+            view = membership.view(group)
+            gang = view.built.gang if view.built else None
+            if gang is not None:
+                for scope in gang.scopes:
+                    for m in scope.members:
+                        leaf_of[m.key] = scope.name
+        pods = []
+        for key in sorted(self.order, key=self.order.__getitem__):
+            if key in self.running:
+                continue
+            pod = self.state.pods[key]
+            pod_group = membership.group_of(key)
+            if pod.node_name is None and key not in reasons and pod_group is not None:
+                reasons[key] = self.scheduler.status(pod_group).message
+            pods.append(
+                PodOutcome(
+                    pod.namespace,
+                    pod.name,
+                    dict(pod.labels),
+                    pod_group,
+                    leaf_of.get(key) or None,
+                    pod.node_name,
+                    "" if pod.node_name else reasons.get(key, ""),
+                )
+            )
+        groups = [self.scheduler.status(g) for g in membership.groups()]
+        return SimResult(pods, groups, events, self.state, self.warnings)
+
+
+def simulate(objects: Sequence[Loaded]) -> SimResult:
+    return Simulation(objects).run()

@@ -1,0 +1,171 @@
+"""`topogang simulate`: input handling, exit codes and the JSON contract."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from extender.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+STORY2 = ROOT / "examples" / "podgroup-story2"
+
+
+def simulate_json(capsys: pytest.CaptureFixture[str], *paths: str | Path) -> dict[str, object]:
+    args = ["simulate", "--output", "json"]
+    for p in paths:
+        args += ["-f", str(p)]
+    assert main(args) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def test_story_2_json_lists_every_new_pod_with_group_subgroup_and_node(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = simulate_json(capsys, STORY2)
+    pods = doc["pods"]
+    assert isinstance(pods, list)
+    assert len(pods) == 19  # the five running inference pods are not listed
+    worker = next(p for p in pods if p["name"] == "distributed-training-worker-5")
+    assert set(worker) == {"namespace", "name", "labels", "podGroup", "subGroup", "node"}
+    assert (worker["namespace"], worker["podGroup"], worker["subGroup"]) == ("ml", "distributed-training", "worker-1")
+    racks = {}
+    for p in pods:
+        if p["subGroup"].startswith("worker-"):
+            racks.setdefault(p["subGroup"], set()).add(p["node"].rsplit("-", 1)[0])
+    assert all(len(r) == 1 for r in racks.values()), racks
+    assert {r.split("-")[1] for rs in racks.values() for r in rs} == {"z1"}
+    assert doc["podGroups"] == [
+        {"namespace": "ml", "name": "distributed-training", "phase": "Scheduled", "message": "19 pod(s) bound"}
+    ]
+
+
+def write(tmp: Path, name: str, text: str) -> Path:
+    path = tmp / name
+    path.write_text(text)
+    return path
+
+
+NODES = """
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {example.com/topology-rack: r1}}
+status: {allocatable: {nvidia.com/gpu: "8", cpu: "8", pods: "10"}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2, labels: {example.com/topology-rack: r2}}
+status: {allocatable: {nvidia.com/gpu: "8", cpu: "8", pods: "10"}}
+---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: Topology
+metadata: {name: t}
+spec: {levels: [{nodeLabel: example.com/topology-rack}]}
+"""
+
+
+def pods(group: str, n: int, gpus: int = 8) -> str:
+    return "".join(
+        f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {group}-{i}, annotations: {{pod-group-name: {group}}}}}
+spec: {{containers: [{{name: c, resources: {{requests: {{nvidia.com/gpu: "{gpus}"}}}}}}]}}
+"""
+        for i in range(n)
+    )
+
+
+def test_an_invalid_podgroup_is_reported_and_the_others_still_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path, "a-nodes.yaml", NODES)
+    write(
+        tmp_path,
+        "b-groups.yaml",
+        """
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata: {name: bad}
+spec: {minMember: 1, topologyConstraints: {global: {requiredTopologyLevel: row}}}
+---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata: {name: good}
+spec: {minMember: 1}
+"""
+        + pods("bad", 1)
+        + pods("good", 1),
+    )
+    doc = simulate_json(capsys, tmp_path)
+    groups = {g["name"]: g for g in doc["podGroups"]}  # type: ignore[union-attr]
+    assert groups["bad"]["phase"] == "Invalid"
+    assert groups["bad"]["message"] == (
+        "PodGroup default/bad: spec.topologyConstraints.global.requiredTopologyLevel: "
+        "'row' is not a level of Topology t (valid: example.com/topology-rack, hostname, kubernetes.io/hostname, "
+        "node, rack)"
+    )
+    nodes = {p["name"]: p["node"] for p in doc["pods"]}  # type: ignore[union-attr]
+    assert nodes == {"bad-0": None, "good-0": "n1"}
+
+
+def test_a_gang_that_does_not_fit_stays_wholly_pending_with_its_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = NODES + "---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {name: big}\n"
+    text += "spec: {minMember: 3}\n" + pods("big", 3)
+    doc = simulate_json(capsys, write(tmp_path, "in.yaml", text))
+    assert [p["node"] for p in doc["pods"]] == [None, None, None]  # type: ignore[index]
+    assert doc["podGroups"][0]["message"] == (  # type: ignore[index]
+        "PodGroup default/big: 3 pods x {nvidia.com/gpu: 8} in the cluster; only 2 fit"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("kind: Node\nmetadata: {name: [}\n", "in.yaml:2:"),
+        ("- 1\n- 2\n", "in.yaml:1: expected a Kubernetes object (a mapping), got list"),
+        ("metadata: {name: x}\n", "in.yaml:1: the object has no kind"),
+        (
+            "kind: Node\nmetadata: {name: n}\n---\nkind: Pod\nmetadata: {name: p}\n"
+            "spec: {containers: [{name: c, resources: {requests: {cpu: lots}}}]}\n",
+            "in.yaml:4: Pod default/p: spec.containers[0].resources.requests.cpu: expected a quantity",
+        ),
+    ],
+)
+def test_unreadable_input_exits_2_naming_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, want: str
+) -> None:
+    path = write(tmp_path, "in.yaml", text)
+    assert main(["simulate", "-f", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("topogang simulate: ")
+    assert want in err.replace(str(tmp_path) + "/", "")
+
+
+def test_missing_path_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "-f", "/nonexistent/x.yaml"]) == 2
+    assert "/nonexistent/x.yaml: no such file or directory" in capsys.readouterr().err
+
+
+def test_stdin_and_the_console_script(tmp_path: Path) -> None:
+    text = NODES + pods("solo", 1).replace("annotations: {pod-group-name: solo}", "labels: {}")
+    run = subprocess.run(
+        [sys.executable, "-m", "extender.cli", "simulate", "-f", "-", "-o", "json"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    doc = json.loads(run.stdout)
+    assert doc["pods"][0]["podGroup"] is None
+    assert doc["pods"][0]["node"] in {"n1", "n2"}
+
+
+def test_text_output_draws_the_racks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "-f", str(STORY2)]) == 0
+    out = capsys.readouterr().out
+    assert "Where the pods landed (Topology default: zone > block > rack > node):" in out
+    assert "19 pod(s) placed, 0 pending, 1 PodGroup(s)." in out
