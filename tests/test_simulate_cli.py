@@ -78,7 +78,9 @@ spec: {{containers: [{{name: c, resources: {{requests: {{nvidia.com/gpu: "{gpus}
     )
 
 
-def test_an_invalid_podgroup_is_reported_and_the_others_still_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_invalid_podgroup_is_reported_and_the_others_still_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write(tmp_path, "a-nodes.yaml", NODES)
     write(
         tmp_path,
