@@ -1,0 +1,191 @@
+"""group_pods: which gang each pod belongs to, and each gang's PodGroup tree.
+
+For each pod, in this order:
+  1. `pod-group-name` annotation or `scheduling.x-k8s.io/pod-group` label: it joins that
+     PodGroup object as written; while the object is missing, the pod waits.
+  2. Its controller chain (the pod's controller, that object's controller, ... as far as the
+     objects are visible) is tried from the topmost owner down. At each owner a ResourceInterface
+     for its kind goes first, then the built-in grouper; either may hand off ("not mine"), and
+     the next grouper, then the next owner down, is tried. A known owner topogang cannot see yet
+     makes the pod wait: its spec decides the tree (seed 003's pre-defined hierarchy).
+  3. No grouper claims it: one gang per topmost owner, of the pods that share it, all required
+     (DaemonSet and Node owners excepted: their pods stay plain).
+  4. No owner and no group name: a plain pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from extender.grouping import names as n
+from extender.grouping.kinds import BUILTIN
+from extender.grouping.resource_interface import ResourceInterface, group_with, index_resource_interfaces
+from extender.grouping.tree import GangDraft, Member, Part, assemble
+from extender.grouping.types import Grouping, GroupingResult, ObjectLookup
+from extender.grouping.values import annotations_of, controller_ref
+from extender.grouping.workload import Grouper, Link, WorkloadDraft
+from extender.model.errors import FieldError
+from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
+from extender.model.pod import PodInfo
+from extender.model.podgroup import PodGroupSpec
+
+MAX_CHAIN = 16  # owner chains are short; this only stops a cycle of ownerReferences
+
+
+def explicit_group(pod: PodInfo) -> str | None:
+    """The PodGroup a pod names, as "namespace/name"; None when it names none."""
+    name = pod.annotations.get(POD_GROUP_ANNOTATION) or pod.labels.get(POD_GROUP_LABEL)
+    return f"{pod.namespace}/{name}" if name else None
+
+
+class _Chains:
+    def __init__(self, objects: ObjectLookup, pods: Sequence[PodInfo]) -> None:
+        self.objects = objects
+        self.pods = {p.key: p for p in pods}
+
+    def chain(self, pod: PodInfo) -> list[Link]:
+        """The pod's controller chain, direct controller first, up to the first owner not visible."""
+        out: list[Link] = []
+        ref = pod.controller
+        seen: set[tuple[str, str, str]] = set()
+        while ref is not None and len(out) < MAX_CHAIN:
+            ident = (ref.api_version, ref.kind, ref.name)
+            if ident in seen:
+                break
+            seen.add(ident)
+            if (ref.api_version, ref.kind) in n.PLAIN_OWNERS:
+                out.append(Link(ref, pod.namespace, None))
+                break
+            owner_pod = (
+                self.pods.get(f"{pod.namespace}/{ref.name}") if (ref.api_version, ref.kind) == ("v1", "Pod") else None
+            )
+            if owner_pod is not None:  # LeaderWorkerSet: the leader pod owns its workers' StatefulSet
+                out.append(Link(ref, pod.namespace, _pod_body(owner_pod)))
+                ref = owner_pod.controller
+                continue
+            obj = self.objects.get(ref.api_version, ref.kind, pod.namespace, ref.name)
+            out.append(Link(ref, pod.namespace, obj))
+            if obj is None:
+                break
+            ref = controller_ref(obj)
+        return out
+
+
+def _pod_body(pod: PodInfo) -> dict[str, Any]:
+    meta = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid, "labels": dict(pod.labels)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta, "annotations": dict(pod.annotations)}}
+
+
+def _fallback(top: Link, pods: list[PodInfo]) -> GangDraft:
+    """One gang of all the pods of an owner no grouper knows: every pod required."""
+    first = pods[0]
+    template: Mapping[str, Any] | None = None
+    if top.obj is not None:
+        spec = top.obj.get("spec")
+        raw = spec.get("template") if isinstance(spec, Mapping) else None
+        template = raw if isinstance(raw, Mapping) else None
+    if template is not None:
+        part = Part(top.ref.kind.lower(), len(pods), len(pods), annotations_of(template), "spec.template")
+    else:  # no template: the pods carry the template's annotations
+        part = Part(top.ref.kind.lower(), len(pods), len(pods), dict(first.annotations), "", f"Pod {first.key}")
+    workload = annotations_of(top.obj) if top.obj is not None else {}
+    return GangDraft(top.key(), top.label, top.label, top.ref, workload, [part], uid=top.ref.uid)
+
+
+def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mapping[str, PodGroupSpec]) -> GroupingResult:
+    """Group every pod; see the module docstring for the order of the rules."""
+    ris, warnings = index_resource_interfaces(objects.resource_interfaces())
+    chains = _Chains(objects, pods)
+    waiting: dict[str, str] = {}
+    explicit: dict[str, list[PodInfo]] = {}
+    drafts: dict[tuple[str, str, str, str, str], WorkloadDraft | None] = {}
+    members: dict[tuple[tuple[str, str, str, str, str], str], list[Member]] = {}
+    orphans: dict[tuple[str, str, str, str], tuple[Link, list[PodInfo]]] = {}
+
+    def handlers(link: Link) -> list[tuple[str, Grouper]]:
+        out: list[tuple[str, Grouper]] = []
+        ri = ris.get(link.gvk)
+        if ri is not None:
+            out.append((f"ResourceInterface {ri.name}", _ri_grouper(ri)))
+        builtin = BUILTIN.get(link.gvk)
+        if builtin is not None:
+            out.append(("built-in", builtin))
+        return out
+
+    for pod in sorted(pods, key=lambda p: p.key):
+        named = explicit_group(pod)
+        if named is not None:
+            if named in podgroups:
+                explicit.setdefault(named, []).append(pod)
+            else:
+                waiting[pod.key] = f"PodGroup {named} (named by the pod) does not exist yet"
+            continue
+        chain = chains.chain(pod)
+        if not chain or any(link.gvk in n.PLAIN_OWNERS for link in chain):
+            continue
+        claimed = False
+        for i in range(len(chain) - 1, -1, -1):
+            link = chain[i]
+            found = handlers(link)
+            if not found:
+                continue
+            if link.obj is None:
+                waiting[pod.key] = f"{link.label} is not visible yet; its spec decides the PodGroup"
+                claimed = True
+                break
+            for name, grouper in found:
+                dkey = (name, *link.gvk, link.namespace, link.ref.name)
+                if dkey not in drafts:
+                    drafts[dkey] = grouper(link)
+                draft = drafts[dkey]
+                claim = draft.classify(pod, chain[:i]) if draft is not None else None
+                if claim is not None:
+                    members.setdefault((dkey, claim.gang), []).append(Member(pod, claim.part, claim.error))
+                    claimed = True
+                    break
+            if claimed:
+                break
+        if not claimed:
+            top = chain[-1]
+            okey = (top.namespace, *top.gvk, top.ref.name)
+            orphans.setdefault(okey, (top, []))[1].append(pod)
+
+    groups: dict[str, Grouping] = {}
+    pod_group: dict[str, str] = {}
+
+    def add(grouping: Grouping, pod_keys: list[str]) -> None:
+        if grouping.key in groups:
+            taken = FieldError(
+                grouping.source, "", f"its PodGroup key {grouping.key} is taken by {groups[grouping.key].source}"
+            )
+            grouping = replace(
+                grouping, podgroup=None, errors=(*grouping.errors, taken), key=f"{grouping.key}~{len(groups)}"
+            )
+        groups[grouping.key] = grouping
+        for k in pod_keys:
+            pod_group[k] = grouping.key
+
+    for key, ps in sorted(explicit.items()):
+        add(Grouping(key=key, podgroup=podgroups[key], source=f"PodGroup {key}"), [p.key for p in ps])
+    for (dkey, gang_key), ms in members.items():
+        workload = drafts[dkey]
+        assert workload is not None
+        gang = workload.gangs.get(gang_key) or GangDraft(
+            gang_key, workload.source, workload.obj, workload.owner, errors=list(workload.errors)
+        )
+        add(assemble(gang, ms), [m.pod.key for m in ms])
+    for top, ps in orphans.values():
+        add(assemble(_fallback(top, ps), [Member(p, top.ref.kind.lower()) for p in ps]), [p.key for p in ps])
+    return GroupingResult(groups, pod_group, waiting, tuple(warnings))
+
+
+def _ri_grouper(ri: ResourceInterface) -> Grouper:
+    def group(link: Link) -> WorkloadDraft | None:
+        return group_with(ri, link)
+
+    return group
+
+
+__all__ = ["explicit_group", "group_pods"]

@@ -1,0 +1,150 @@
+"""LeaderWorkerSet (seed 002): one PodGroup per group (replica) of leader + workers.
+
+    PodGroup <ns>/leaderworkerset-<name>-<group index>     exclusive-topology: required + exclusive
+    ├── leader    minMember 1
+    └── workers   minMember size-1; worker index = worker-index - 1 (the leader is index 0)
+
+With `leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology` and `subGroupPolicy.subGroupSize`
+the group is cut into SubGroups `subgroup-<i>` instead, each required and exclusive at that
+level; the leader sits in subgroup 0 (or its own SubGroup `leader` with LeaderExcluded). A
+worker's subgroup is worker-index / subGroupSize, or (worker-index - 1) / subGroupSize when the
+leader requests no accelerator or is the extra pod (size - 1 divisible by subGroupSize while
+size is not), as LWS labels them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from extender.grouping import names as n
+from extender.grouping.kinds.common import body, gang, spec, template
+from extender.grouping.tree import GangDraft, Part
+from extender.grouping.values import ann_field, annotations_of, count, label_field, level, mapping_at, positive_int
+from extender.grouping.workload import Claim, Link, WorkloadDraft
+from extender.model.errors import ErrorList, FieldError
+from extender.model.pod import PodInfo, effective_requests
+from extender.model.podgroup import TopologyConstraint
+
+LEADER, WORKERS = "leader", "workers"
+_TEMPLATE_ANNOTATIONS = (
+    n.KAI_REQUIRED,
+    n.KAI_PREFERRED,
+    *n.KAI_SEGMENT_ANNOTATIONS,
+    n.KUEUE_REQUIRED,
+    n.KUEUE_PREFERRED,
+    n.KUEUE_SLICE_REQUIRED,
+    n.KUEUE_SLICE_SIZE,
+    n.KUEUE_SLICE_CONSTRAINTS,
+)
+
+
+def requests_accelerator(template_body: Mapping[str, Any]) -> bool:
+    pod_spec = template_body.get("spec")
+    if not isinstance(pod_spec, Mapping):
+        return False
+    requests = effective_requests(pod_spec, ErrorList("template"))
+    return any(n.is_accelerator(r) and v > 0 for r, v in requests.items())
+
+
+def subgroup_index(worker: int, size: int, sgs: int, shift: bool, excluded: bool) -> int | None:
+    """The subgroup of worker-index `worker` (None: the leader, outside every subgroup)."""
+    if worker == 0:
+        return None if excluded else 0
+    return (worker - 1) // sgs if shift or excluded else worker // sgs
+
+
+def group_lws(link: Link) -> WorkloadDraft:
+    obj = link.label
+    errors: list[FieldError] = []
+    warnings: list[str] = []
+    s = spec(link, errors)
+    replicas = count(s, "replicas", 1, obj, "spec", errors)
+    lwt = mapping_at(s, "leaderWorkerTemplate", obj, "spec", errors)
+    where = "spec.leaderWorkerTemplate"
+    size = count(lwt, "size", 1, obj, where, errors)
+    if size < 1:
+        errors.append(FieldError(obj, f"{where}.size", f"expected an integer >= 1, got {size}"))
+        size = 1
+    worker_raw, worker_ann, worker_where = template(lwt, "workerTemplate", obj, where, errors)
+    if "leaderTemplate" in lwt:
+        leader_raw, leader_ann, leader_where = template(lwt, "leaderTemplate", obj, where, errors)
+    else:
+        leader_raw, leader_ann, leader_where = worker_raw, worker_ann, worker_where
+
+    meta = annotations_of(body(link))
+    exclusive = level(meta.get(n.LWS_EXCLUSIVE), obj, ann_field("", n.LWS_EXCLUSIVE), errors)
+    sub_level = level(meta.get(n.LWS_SUBGROUP_EXCLUSIVE), obj, ann_field("", n.LWS_SUBGROUP_EXCLUSIVE), errors)
+    policy = mapping_at(lwt, "subGroupPolicy", obj, where, errors)
+    sgs_field = f"{where}.subGroupPolicy.subGroupSize"
+    sgs = positive_int(policy.get("subGroupSize"), obj, sgs_field, errors)
+    excluded = policy.get("subGroupPolicyType") == "LeaderExcluded"
+    if sub_level is not None and sgs is None and policy.get("subGroupSize") is None:
+        warnings.append(f"{obj}: {n.LWS_SUBGROUP_EXCLUSIVE}={sub_level} ignored: no {sgs_field}")
+        sub_level = None
+    if sgs is not None and sgs > size:
+        errors.append(FieldError(obj, sgs_field, f"is {sgs}, more than the group size {size}"))
+        sgs = None
+    elif sgs is not None and size % sgs and (size - 1) % sgs:
+        errors.append(FieldError(obj, sgs_field, f"{sgs} divides neither the size {size} nor size - 1"))
+        sgs = None
+    elif sgs is not None and excluded and (size - 1) % sgs:
+        errors.append(FieldError(obj, sgs_field, f"LeaderExcluded needs size - 1 = {size - 1} divisible by {sgs}"))
+        sgs = None
+
+    parts: list[Part]
+    subgroups = sub_level is not None and sgs is not None
+    if subgroups:
+        assert sgs is not None
+        assert sub_level is not None
+        shift = not requests_accelerator(leader_raw) or ((size - 1) % sgs == 0 and size % sgs != 0)
+        members: dict[str, int] = {}
+        for w in range(size):
+            i = subgroup_index(w, size, sgs, shift, excluded)
+            name = LEADER if i is None else f"subgroup-{i}"
+            members[name] = members.get(name, 0) + 1
+        parts = [Part(name, c, c) for name, c in members.items()]
+        for t_ann, t_where in ((leader_ann, leader_where), (worker_ann, worker_where)):
+            ignored = [a for a in _TEMPLATE_ANNOTATIONS if a in t_ann]
+            if ignored:
+                why = f"{n.LWS_SUBGROUP_EXCLUSIVE} cuts the group into subgroups"
+                warnings.append(f"{obj} {t_where}: {', '.join(ignored)} ignored: {why}")
+    else:
+        shift = False
+        parts = [Part(LEADER, 1, 1, leader_ann, leader_where, index_label=n.LWS_WORKER_INDEX)]
+        if size > 1:
+            offset = n.LWS_LEADER_COUNT
+            parts.append(Part(WORKERS, size - 1, size - 1, worker_ann, worker_where, None, n.LWS_WORKER_INDEX, offset))
+
+    gangs: dict[str, GangDraft] = {}
+    for g in range(replicas):
+        draft = gang(link, list(parts), list(errors), link.key(f"-{g}"), f"{obj} group {g}")
+        draft.warnings = list(warnings)
+        if exclusive is not None:
+            field = ann_field("", n.LWS_EXCLUSIVE)
+            draft.global_constraint = TopologyConstraint(required=exclusive, field=field, exclusive=True)
+        if subgroups:
+            field = ann_field("", n.LWS_SUBGROUP_EXCLUSIVE)
+            for p in parts:
+                if p.name != LEADER:
+                    draft.constraints[p.name] = TopologyConstraint(required=sub_level, field=field, exclusive=True)
+        gangs[draft.key] = draft
+
+    def classify(pod: PodInfo, below: Sequence[Link]) -> Claim:
+        raw_group = pod.labels.get(n.LWS_GROUP_INDEX)
+        if raw_group is None or not raw_group.isdigit() or int(raw_group) >= replicas:
+            why = "missing" if raw_group is None else f"{raw_group!r} is not a group index 0..{replicas - 1}"
+            return Claim(link.key(), None, FieldError(f"Pod {pod.key}", label_field(n.LWS_GROUP_INDEX), why))
+        key = link.key(f"-{raw_group}")
+        raw_worker = pod.labels.get(n.LWS_WORKER_INDEX)
+        if raw_worker is None or not raw_worker.isdigit() or int(raw_worker) >= size:
+            why = "missing" if raw_worker is None else f"{raw_worker!r} is not a worker index 0..{size - 1}"
+            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(n.LWS_WORKER_INDEX), why))
+        worker = int(raw_worker)
+        if subgroups:
+            assert sgs is not None
+            i = subgroup_index(worker, size, sgs, shift, excluded)
+            return Claim(key, LEADER if i is None else f"subgroup-{i}")
+        return Claim(key, LEADER if worker == 0 else WORKERS)
+
+    return WorkloadDraft(gangs, classify, obj, obj, link.ref)

@@ -1,0 +1,37 @@
+"""ObjectIndex: an ObjectLookup over a list of raw objects (the simulator's input, tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from extender.grouping import names as n
+
+
+class ObjectIndex:
+    """Raw objects by (apiVersion, kind, namespace, name); ResourceInterfaces kept apart."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = (), default_namespace: str = "default") -> None:
+        self.default_namespace = default_namespace
+        self._by_id: dict[tuple[str, str, str | None, str], Mapping[str, Any]] = {}
+        self._ris: list[Mapping[str, Any]] = []
+        for obj in objects:
+            self.add(obj)
+
+    def add(self, obj: Mapping[str, Any]) -> None:
+        api_version, kind = str(obj.get("apiVersion") or ""), str(obj.get("kind") or "")
+        if (api_version, kind) == (n.RESOURCE_INTERFACE_API, n.RESOURCE_INTERFACE_KIND):
+            self._ris.append(obj)
+            return
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        name = str(meta.get("name") or "")
+        namespace = meta.get("namespace") or self.default_namespace
+        self._by_id[(api_version, kind, str(namespace), name)] = obj
+        self._by_id.setdefault((api_version, kind, None, name), obj)
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        return self._by_id.get((api_version, kind, namespace, name))
+
+    def resource_interfaces(self) -> Sequence[Mapping[str, Any]]:
+        return list(self._ris)

@@ -1,0 +1,387 @@
+"""ResourceInterface (seed 003): a declarative grouper per target kind, with jq expressions.
+
+    apiVersion: scheduling.topogang.io/v1alpha1
+    kind: ResourceInterface                      # cluster-scoped
+    metadata: {name: raycluster}
+    spec:
+      targetGVK: {group: ray.io, version: v1, kind: RayCluster}
+      gangScheduling:                            # absent or no podGroups: hand off to the built-in grouper
+        podGroups:
+          - name: cluster                        # one PodGroup per entry, per owner object
+            minReplicas: "2"                     # optional: top-level SubGroups required (default all)
+            requiredTopologyConstraintsPath: [".metadata.annotations[\"example.com/rack\"]"]
+            subgroups:
+              - componentName: head              # the SubGroup name
+                podClassifier: {matchLabels: {ray.io/node-type: head}}
+                minReplicas: "1"
+              - foreach: ".spec.workerGroupSpecs[] as $wg"
+                componentName: "$wg.groupName"
+                podClassifier:
+                  matchExpressions: [{key: ray.io/group, operator: Equals, valuePath: "$wg.groupName"}]
+                minReplicasPath: ["$wg.minReplicas", "$wg.replicas"]
+                subgroups: [...]                 # nested entries make this a SubGroup of SubGroups
+
+Every expression is real jq, run on the owner object: paths starting with `.` are from its root;
+`foreach` binds the variables its `as $name` names, one SubGroup entry per result, and they stay
+in scope in nested entries. A plain value (componentName, minReplicas, a matchLabels value) is an
+expression when it starts with `.`, `$` or `(`, else taken as written; fields named `...Path`
+are always expressions, in lists ordered by priority: the first non-null result wins. The
+literal `minReplicas` is the fallback after `minReplicasPath`. A leaf without `podClassifier`
+takes every pod; a pod no leaf matches is not this ResourceInterface's (the built-in grouper or
+the next owner is tried). A broken expression or a result of the wrong type makes the group
+Invalid with a message naming the ResourceInterface, the field and the expression.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jq
+
+from extender.grouping.tree import GangDraft, Part
+from extender.grouping.values import annotations_of
+from extender.grouping.workload import Claim, Link, WorkloadDraft
+from extender.model.errors import FieldError
+from extender.model.pod import PodInfo
+from extender.model.podgroup import SubGroupSpec, TopologyConstraint
+
+_VARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+_BUILTIN_VARIABLES = frozenset({"ENV", "__loc__", "__prog_args"})
+_UINT = re.compile(r"^[0-9]+$")
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Equals", "NotEquals")
+
+
+@dataclass(frozen=True)
+class ResourceInterface:
+    name: str
+    api_version: str  # of the target kind
+    kind: str
+    body: Mapping[str, Any]
+
+
+def index_resource_interfaces(
+    raws: Sequence[Mapping[str, Any]],
+) -> tuple[dict[tuple[str, str], ResourceInterface], list[str]]:
+    """ResourceInterfaces by target (apiVersion, kind); warnings for those that target nothing."""
+    out: dict[tuple[str, str], ResourceInterface] = {}
+    warnings: list[str] = []
+    for raw in sorted(raws, key=lambda r: str((r.get("metadata") or {}).get("name", ""))):
+        meta = raw.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        spec = raw.get("spec")
+        target = spec.get("targetGVK") if isinstance(spec, Mapping) else None
+        label = f"ResourceInterface {name or '<unnamed>'}"
+        if not isinstance(target, Mapping):
+            warnings.append(f"{label}: ignored: spec.targetGVK is not an object {{group, version, kind}}")
+            continue
+        group, version, kind = (target.get(k) for k in ("group", "version", "kind"))
+        if not all(isinstance(v, str) for v in (group, version, kind)) or not version or not kind:
+            warnings.append(
+                f"{label}: ignored: spec.targetGVK needs string group, version and kind, got {dict(target)}"
+            )
+            continue
+        api_version = f"{group}/{version}" if group else str(version)
+        gvk = (api_version, str(kind))
+        if gvk in out:
+            warnings.append(f"{label}: ignored: ResourceInterface {out[gvk].name} already targets {kind} {api_version}")
+            continue
+        out[gvk] = ResourceInterface(str(name), api_version, str(kind), raw)
+    return out, warnings
+
+
+def is_expression(value: str) -> bool:
+    return value.startswith((".", "$", "("))
+
+
+@dataclass
+class _Leaf:
+    gang: str
+    name: str
+    requirements: list[tuple[str, str, frozenset[str]]] = field(default_factory=list)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, op, values in self.requirements:
+            value = labels.get(key)
+            ok = {
+                "In": value in values,
+                "Equals": value in values,
+                "NotIn": value not in values,
+                "NotEquals": value not in values,
+                "Exists": value is not None,
+                "DoesNotExist": value is None,
+            }[op]
+            if not ok:
+                return False
+        return True
+
+
+class _Evaluator:
+    """Runs one ResourceInterface's expressions on one owner object, recording every failure."""
+
+    def __init__(self, ri: ResourceInterface, root: Mapping[str, Any]) -> None:
+        self.obj = f"ResourceInterface {ri.name}"
+        self.root = root
+        self.errors: list[FieldError] = []
+
+    def fail(self, where: str, message: str) -> None:
+        self.errors.append(FieldError(self.obj, where, message))
+
+    def run(self, expr: str, scope: Mapping[str, Any], where: str) -> list[Any] | None:
+        try:
+            return list(jq.compile(expr, args=dict(scope)).input_value(self.root).all())
+        except ValueError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.fail(where, f"expression {expr!r} failed: {first}")
+            return None
+
+    def one(self, expr: str, scope: Mapping[str, Any], where: str) -> tuple[bool, Any]:
+        """(ok, value): the expression's single result, None when it yields nothing."""
+        results = self.run(expr, scope, where)
+        if results is None:
+            return False, None
+        if len(results) > 1:
+            self.fail(where, f"expression {expr!r} yields {len(results)} values, expected one")
+            return False, None
+        return True, results[0] if results else None
+
+    def value(self, raw: Any, scope: Mapping[str, Any], where: str) -> tuple[bool, Any]:
+        """A field that is either written as is or, starting with `.`, `$` or `(`, an expression."""
+        if isinstance(raw, str) and is_expression(raw):
+            return self.one(raw, scope, where)
+        return True, raw
+
+    def paths(self, raw: Any, scope: Mapping[str, Any], where: str) -> tuple[bool, Any, str]:
+        """The first non-null result of a list of expressions: (ok, value, the expression)."""
+        exprs = [raw] if isinstance(raw, str) else raw
+        if not isinstance(exprs, list) or not all(isinstance(e, str) for e in exprs):
+            self.fail(where, f"expected a list of jq expressions, got {raw!r}")
+            return False, None, ""
+        for i, expr in enumerate(exprs):
+            ok, value = self.one(expr, scope, f"{where}[{i}]" if isinstance(raw, list) else where)
+            if not ok:
+                return False, None, expr
+            if value is not None:
+                return True, value, expr
+        return True, None, ""
+
+    def foreach(self, expr: Any, scope: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+        if not isinstance(expr, str) or not expr.strip():
+            self.fail(where, f"expected a jq expression such as '.spec.items[] as $item', got {expr!r}")
+            return []
+        names = [v for v in dict.fromkeys(_VARIABLE.findall(expr)) if v not in scope and v not in _BUILTIN_VARIABLES]
+        if not names:
+            self.fail(where, f"expression {expr!r} binds no variable: write '<expression> as $name'")
+            return []
+        collect = ", ".join(f"{v}: ${v}" for v in names)
+        results = self.run(f"{expr} | {{{collect}}}", scope, where)
+        if results is None:
+            return []
+        return [{**scope, **r} for r in results if isinstance(r, dict)]
+
+
+def _count(ev: _Evaluator, entry: Mapping[str, Any], scope: Mapping[str, Any], where: str) -> int | None:
+    """minReplicasPath (first non-null), then the literal minReplicas; None when neither is set."""
+    if entry.get("minReplicasPath") is not None:
+        ok, value, expr = ev.paths(entry["minReplicasPath"], scope, f"{where}.minReplicasPath")
+        if not ok:
+            return None
+        if value is not None:
+            return _as_count(ev, value, f"{where}.minReplicasPath", f"expression {expr!r} resolves to")
+    if entry.get("minReplicas") is not None:
+        ok, value = ev.value(entry["minReplicas"], scope, f"{where}.minReplicas")
+        if ok and value is not None:
+            return _as_count(ev, value, f"{where}.minReplicas", "is")
+    return None
+
+
+def _as_count(ev: _Evaluator, value: Any, where: str, what: str) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and _UINT.match(value):
+        return int(value)
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    ev.fail(where, f"{what} {value!r}, expected an integer >= 0")
+    return None
+
+
+def _constraint(
+    ev: _Evaluator, entry: Mapping[str, Any], scope: Mapping[str, Any], where: str
+) -> TopologyConstraint | None:
+    levels: dict[str, str] = {}
+    for attr, key in (
+        ("required", "requiredTopologyConstraintsPath"),
+        ("preferred", "preferredTopologyConstraintsPath"),
+    ):
+        if entry.get(key) is None:
+            continue
+        ok, value, expr = ev.paths(entry[key], scope, f"{where}.{key}")
+        if not ok or value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            ev.fail(f"{where}.{key}", f"expression {expr!r} resolves to {value!r}, expected a topology level name")
+            continue
+        levels[attr] = value
+    if not levels:
+        return None
+    return TopologyConstraint(required=levels.get("required"), preferred=levels.get("preferred"), field=where)
+
+
+def _classifier(
+    ev: _Evaluator, raw: Any, scope: Mapping[str, Any], where: str
+) -> list[tuple[str, str, frozenset[str]]]:
+    out: list[tuple[str, str, frozenset[str]]] = []
+    if raw is None:
+        return out
+    if not isinstance(raw, Mapping):
+        ev.fail(where, f"expected an object with matchLabels and/or matchExpressions, got {raw!r}")
+        return out
+    labels = raw.get("matchLabels") or {}
+    if not isinstance(labels, Mapping):
+        ev.fail(f"{where}.matchLabels", f"expected a map of label to value, got {labels!r}")
+        labels = {}
+    for key, raw_value in labels.items():
+        ok, value = ev.value(raw_value, scope, f"{where}.matchLabels[{key}]")
+        text = _label_value(ev, value, f"{where}.matchLabels[{key}]", raw_value) if ok else None
+        if text is not None:
+            out.append((str(key), "Equals", frozenset({text})))
+    exprs = raw.get("matchExpressions") or []
+    if not isinstance(exprs, list):
+        ev.fail(f"{where}.matchExpressions", f"expected a list, got {exprs!r}")
+        exprs = []
+    for i, item in enumerate(exprs):
+        at = f"{where}.matchExpressions[{i}]"
+        if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
+            ev.fail(at, f"expected {{key, operator, values or valuePath}}, got {item!r}")
+            continue
+        op = item.get("operator")
+        if op not in OPERATORS:
+            ev.fail(f"{at}.operator", f"expected one of {', '.join(OPERATORS)}, got {op!r}")
+            continue
+        values: set[str] = set()
+        if op not in ("Exists", "DoesNotExist"):
+            if item.get("valuePath") is not None:
+                ok, value, expr = ev.paths(item["valuePath"], scope, f"{at}.valuePath")
+                items = value if isinstance(value, list) else [value]
+                for v in items if ok else []:
+                    text = _label_value(ev, v, f"{at}.valuePath", expr)
+                    if text is not None:
+                        values.add(text)
+            else:
+                raw_values = item.get("values")
+                if not isinstance(raw_values, list) or not raw_values:
+                    ev.fail(f"{at}.values", f"operator {op} needs values or valuePath, got {raw_values!r}")
+                    continue
+                values.update(str(v) for v in raw_values)
+            if not values:
+                continue
+        out.append((str(item["key"]), str(op), frozenset(values)))
+    return out
+
+
+def _label_value(ev: _Evaluator, value: Any, where: str, written: Any) -> str | None:
+    if isinstance(value, str) and value:
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    ev.fail(where, f"{written!r} resolves to {value!r}, expected a label value")
+    return None
+
+
+def _entries(
+    ev: _Evaluator,
+    raw: Any,
+    where: str,
+    parent: str | None,
+    scope: Mapping[str, Any],
+    draft: GangDraft,
+    leaves: list[_Leaf],
+) -> int:
+    """Expand subgroup entries below `parent` into the draft; return how many SubGroups."""
+    if not isinstance(raw, list):
+        ev.fail(where, f"expected a list of subgroups, got {raw!r}")
+        return 0
+    made = 0
+    for i, entry in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(entry, Mapping):
+            ev.fail(at, f"expected an object, got {entry!r}")
+            continue
+        scopes = [dict(scope)] if entry.get("foreach") is None else ev.foreach(entry["foreach"], scope, f"{at}.foreach")
+        for s in scopes:
+            ok, name = ev.value(entry.get("componentName"), s, f"{at}.componentName")
+            if not ok:
+                continue
+            if not isinstance(name, str) or not name:
+                ev.fail(f"{at}.componentName", f"{entry.get('componentName')!r} resolves to {name!r}, expected a name")
+                continue
+            made += 1
+            minimum = _count(ev, entry, s, at)
+            c = _constraint(ev, entry, s, at)
+            if c is not None:
+                draft.constraints[name] = c
+            children = entry.get("subgroups")
+            if children is not None:
+                if entry.get("podClassifier") is not None:
+                    ev.fail(f"{at}.podClassifier", "pods join leaf subgroups; this one has subgroups")
+                slot = len(draft.parents)
+                draft.parents.append(SubGroupSpec(name, parent))
+                inner = _entries(ev, children, f"{at}.subgroups", name, s, draft, leaves)
+                draft.parents[slot] = SubGroupSpec(name, parent, min_subgroup=inner if minimum is None else minimum)
+                continue
+            if minimum is None:
+                ev.fail(at, "a leaf subgroup needs minReplicas or a minReplicasPath that resolves")
+                minimum = 0
+            draft.parts.append(Part(name, minimum, minimum, parent=parent))
+            leaf = _Leaf(draft.key, name, _classifier(ev, entry.get("podClassifier"), s, f"{at}.podClassifier"))
+            leaves.append(leaf)
+    return made
+
+
+def group_with(ri: ResourceInterface, link: Link) -> WorkloadDraft | None:
+    """The gangs `ri` defines for the owner object; None hands it off (no podGroups)."""
+    root = link.obj or {}
+    spec = ri.body.get("spec")
+    gang_scheduling = spec.get("gangScheduling") if isinstance(spec, Mapping) else None
+    pod_groups = gang_scheduling.get("podGroups") if isinstance(gang_scheduling, Mapping) else None
+    if not pod_groups:
+        return None
+    ev = _Evaluator(ri, root)
+    source = f"{link.label} via ResourceInterface {ri.name}"
+    gangs: dict[str, GangDraft] = {}
+    leaves: list[_Leaf] = []
+    if not isinstance(pod_groups, list):
+        ev.fail("spec.gangScheduling.podGroups", f"expected a list, got {type(pod_groups).__name__}")
+        pod_groups = [{}]
+    for i, pg in enumerate(pod_groups):
+        where = f"spec.gangScheduling.podGroups[{i}]"
+        entry: Mapping[str, Any] = pg if isinstance(pg, Mapping) else {}
+        pg_name = entry.get("name")
+        if len(pod_groups) > 1 and (not isinstance(pg_name, str) or not pg_name):
+            ev.fail(f"{where}.name", f"several podGroups need a name each, got {pg_name!r}")
+            pg_name = str(i)
+        key = link.key() if len(pod_groups) == 1 else link.key(f"-{pg_name}")
+        draft = GangDraft(key, source, link.label, link.ref, annotations_of(root), uid=link.ref.uid)
+        draft.global_constraint = _constraint(ev, entry, {}, where)
+        draft.root_min = _count(ev, entry, {}, where)
+        _entries(ev, entry.get("subgroups", []), f"{where}.subgroups", None, {}, draft, leaves)
+        gangs[key] = draft
+    first = next(iter(gangs))
+    for draft in gangs.values():
+        draft.errors.extend(ev.errors)
+
+    def classify(pod: PodInfo, below: Sequence[Link]) -> Claim | None:
+        if ev.errors:
+            return Claim(first, None)  # the group is Invalid: keep its pods out of other groups
+        for leaf in leaves:
+            if leaf.matches(pod.labels):
+                return Claim(leaf.gang, leaf.name)
+        return None
+
+    return WorkloadDraft(gangs, classify, source, link.label, link.ref, list(ev.errors))
+
+
+__all__ = ["ResourceInterface", "group_with", "index_resource_interfaces", "is_expression"]

@@ -1,0 +1,53 @@
+"""The grouper's interface: what it reads besides pods, and what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from extender.model.errors import FieldError
+from extender.model.pod import OwnerRef
+from extender.model.podgroup import PodGroupSpec
+
+
+class ObjectLookup(Protocol):
+    """What the grouper may read besides pods: owner objects and ResourceInterfaces."""
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """The raw object, or None when it is not (yet) visible."""
+        ...
+
+    def resource_interfaces(self) -> Sequence[Mapping[str, Any]]:
+        """Every raw ResourceInterface object (cluster-scoped)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """One gang: a derived or explicit PodGroup and how its pods join it."""
+
+    key: str  # "namespace/name" of the PodGroup
+    podgroup: PodGroupSpec | None  # None when the group is Invalid (see errors)
+    subgroup_of: Mapping[str, str] = field(default_factory=dict)  # pod key -> leaf SubGroup (derived groups)
+    order: Mapping[str, int] = field(default_factory=dict)  # pod key -> pod index, where the kind has one
+    owner: OwnerRef | None = None  # the workload; None for explicit PodGroups
+    errors: tuple[FieldError, ...] = ()  # non-empty: Invalid, no pod of it is placed
+    warnings: tuple[str, ...] = ()  # annotations ignored and why: for the group's message and the log
+    source: str = ""  # "TFJob ml/train", "RayCluster ml/rc via ResourceInterface raycluster", "PodGroup ml/pg"
+
+    @property
+    def valid(self) -> bool:
+        return self.podgroup is not None and not self.errors
+
+
+@dataclass(frozen=True)
+class GroupingResult:
+    groups: Mapping[str, Grouping]  # by key
+    pod_group: Mapping[str, str]  # pod key -> group key, for every pod that belongs to a group
+    waiting: Mapping[str, str]  # pod key -> why its group cannot be resolved yet
+    # Pods in none of these are plain pods, scheduled like any pod.
+    warnings: tuple[str, ...] = ()  # not about one group: ResourceInterfaces that target nothing
+
+    def pods_of(self, key: str) -> list[str]:
+        return sorted(p for p, g in self.pod_group.items() if g == key)
