@@ -214,7 +214,8 @@ def _lws(out: _Out) -> None:
     worker_t = mapping_at(lwt, "workerTemplate", out.obj, where, out.errors)
     leader_t = mapping_at(lwt, "leaderTemplate", out.obj, where, out.errors) if "leaderTemplate" in lwt else worker_t
     policy = mapping_at(lwt, "subGroupPolicy", out.obj, where, out.errors)
-    sgs = positive_int(policy.get("subGroupSize"), out.obj, f"{where}.subGroupPolicy.subGroupSize", out.errors)
+    # a bad subGroupSize makes the group Invalid in the grouper; the pods can still be made
+    sgs = positive_int(policy.get("subGroupSize"), out.obj, f"{where}.subGroupPolicy.subGroupSize", [])
     excluded = policy.get("subGroupPolicyType") == "LeaderExcluded"
     shift = sgs is not None and (not requests_accelerator(leader_t) or ((size - 1) % sgs == 0 and size % sgs != 0))
     base = {n.LWS_NAME: out.name}

@@ -4,6 +4,9 @@
     ├── leader    minMember 1
     └── workers   minMember size-1; worker index = worker-index - 1 (the leader is index 0)
 
+Without a leaderTemplate the leader is made from the workerTemplate, whose annotations
+(placement, segments) are then read for the workers only.
+
 With `leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology` and `subGroupPolicy.subGroupSize`
 the group is cut into SubGroups `subgroup-<i>` instead, each required and exclusive at that
 level; the leader sits in subgroup 0 (or its own SubGroup `leader` with LeaderExcluded). A
@@ -69,8 +72,8 @@ def group_lws(link: Link) -> WorkloadDraft:
     worker_raw, worker_ann, worker_where = template(lwt, "workerTemplate", obj, where, errors)
     if "leaderTemplate" in lwt:
         leader_raw, leader_ann, leader_where = template(lwt, "leaderTemplate", obj, where, errors)
-    else:
-        leader_raw, leader_ann, leader_where = worker_raw, worker_ann, worker_where
+    else:  # the leader is made from the worker template; its annotations are the workers'
+        leader_raw, leader_ann, leader_where = worker_raw, {}, worker_where
 
     meta = annotations_of(body(link))
     exclusive = level(meta.get(n.LWS_EXCLUSIVE), obj, ann_field("", n.LWS_EXCLUSIVE), errors)
