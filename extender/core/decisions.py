@@ -45,6 +45,7 @@ class PlanEvent:
     domains: Mapping[str, str] = field(default_factory=dict)  # scope -> domain
     reason: str = ""
     attempts: int = 0
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"group": self.group, "outcome": self.outcome, "pods": self.pods}
@@ -52,6 +53,8 @@ class PlanEvent:
             out["nodes"] = sorted(set(self.nodes))
         if self.domains:
             out["domains"] = dict(self.domains)
+        if self.levels:
+            out["levels"] = {level: list(doms) for level, doms in self.levels.items()}
         if self.reason:
             out["reason"] = self.reason
         if self.attempts:

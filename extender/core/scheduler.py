@@ -17,7 +17,7 @@ longer fits (another scheduler took the space) is planned again for the pods not
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import (
@@ -63,6 +63,7 @@ class GangScheduler:
         self.plan_ttl = plan_ttl
         self.plans: dict[str, GroupPlan] = {}
         self.reasons: dict[str, str] = {}  # group -> why it is pending
+        self.dropped: list[tuple[str, str]] = []  # (pod, why): binds waiting at a gate that closed
         self._generation = 0
 
     # -- filter --------------------------------------------------------------------------------
@@ -150,14 +151,22 @@ class GangScheduler:
             self.reasons[group] = f"{len(result.unplaced)} pod(s) beyond the minimum do not fit in the gang's domains"
         else:
             self.reasons.pop(group, None)
-        return PlanEvent(group, outcome, len(new), tuple(new.values()), result.domains, attempts=result.attempts)
+        return PlanEvent(
+            group,
+            outcome,
+            len(new),
+            tuple(new.values()),
+            result.domains,
+            attempts=result.attempts,
+            levels=result.levels,
+        )
 
     def _replan(self, group: str, now: float) -> PlanEvent:
         self.release(group, "re-planning: a planned node no longer fits")
         view = self.membership.view(group)
         event = self._plan(group, view, now, extend=False)
         if event.outcome == "planned":
-            return PlanEvent(event.group, "replanned", event.pods, event.nodes, event.domains, attempts=event.attempts)
+            return replace(event, outcome="replanned")
         return event
 
     def release(self, group: str, reason: str) -> list[str]:
@@ -169,7 +178,18 @@ class GangScheduler:
         for pod_key in gp.reserved:
             self.state.unreserve(pod_key)
         self.reasons[group] = reason
-        return sorted(gp.arrived)
+        waiting = sorted(gp.arrived)
+        self.dropped.extend((p, reason) for p in waiting)
+        return waiting
+
+    def take_dropped(self) -> list[tuple[str, str]]:
+        """Bind calls waiting at gates that were released since the last call, and why."""
+        out, self.dropped = self.dropped, []
+        return out
+
+    def generation(self, group: str) -> int:
+        gp = self.plans.get(group)
+        return gp.generation if gp else 0
 
     # -- prioritize ----------------------------------------------------------------------------
 

@@ -170,7 +170,11 @@ class _Placer:
             if pin is not None and (scope.rule is not None or scope is self.gang.root):
                 domains[scope.label] = self.tree.describe(pin.hard if pin.hard.level else pin.soft)
         unplaced = tuple(m.key for m in self.gang.members() if m.node is None and m.key not in assignments)
-        return Plan(self.gang.key, assignments, domains, unplaced, self.minimum, self.attempts)
+        levels: dict[str, tuple[str, ...]] = {}
+        for level in range(1, self.tree.node_level):
+            used = {self.tree.node_domain(node, level) for node in self.state.where.values()}
+            levels[self.tree.level_name(level)] = tuple(sorted(self.tree.describe(d).partition(" ")[2] for d in used))
+        return Plan(self.gang.key, assignments, domains, unplaced, self.minimum, levels, self.attempts)
 
     # -- the transaction --------------------------------------------------------------------------
 

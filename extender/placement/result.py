@@ -15,6 +15,7 @@ class Plan:
     domains: Mapping[str, str]  # scope label -> the domain it was placed in ("rack z1/b1/r3")
     unplaced: tuple[str, ...] = ()  # optional pods (beyond the minimum) that did not fit
     minimum: frozenset[str] = frozenset()  # the pods of `assignments` that form the minimum tree
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
     attempts: int = 0  # candidate domains tried: how hard the search had to work
     notes: tuple[str, ...] = field(default=())
 

@@ -1,0 +1,225 @@
+"""Extender: the server's side of plan -> reserve -> steer -> bind, around the sync core.
+
+Handlers call in here; everything that waits (the bind gate), talks to the API server (binds,
+wake-ups, events) or logs lives here, while decisions stay in `GangScheduler`. All of it runs
+on one event loop, so each call into the core is atomic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import replace
+from typing import Protocol
+
+import structlog
+
+from extender.core.cluster import ClusterState
+from extender.core.decisions import BIND, REJECT, WAIT, PlanEvent
+from extender.core.scheduler import GangScheduler
+from extender.model.errors import InvalidObject
+from extender.model.pod import PodInfo, parse_pod
+from extender.server import wire
+
+log = structlog.get_logger("topogang")
+
+
+class Actions(Protocol):
+    """What the extender asks of the API server (extender.kube.actions.KubeActions)."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None: ...
+
+    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
+
+
+class Extender:
+    def __init__(self, scheduler: GangScheduler, actions: Actions, *, bind_timeout: float) -> None:
+        self.scheduler = scheduler
+        self.actions = actions
+        self.bind_timeout = bind_timeout
+        self._waiting: dict[str, asyncio.Future[str]] = {}  # pod -> its bind's answer
+        self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> gate timeout
+        self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def state(self) -> ClusterState:
+        return self.scheduler.state
+
+    # -- filter and prioritize -------------------------------------------------------------------
+
+    def _pod(self, args: wire.NodeArgs) -> PodInfo:
+        pod = self.state.pods.get(args.pod_key)
+        if pod is not None:
+            return pod  # kube-scheduler's copy is the one our watch delivered
+        try:
+            return parse_pod(args.pod)
+        except InvalidObject as exc:
+            raise wire.WireError(f"ExtenderArgs.Pod: {exc}") from None
+
+    def filter(self, args: wire.NodeArgs) -> bytes:
+        pod = self._pod(args)
+        start = time.perf_counter()
+        result = self.scheduler.filter(pod, args.names, time.monotonic())
+        if result.event is not None:
+            self._log_decision(result.event, time.perf_counter() - start)
+        self._fail_dropped()
+        if result.wake:
+            self._wake(result.wake, pod)
+        if result.nodes:
+            self._refused.pop(pod.key, None)
+        else:
+            reason = next(iter({**result.unresolvable, **result.failed}.values()), "")
+            if self._refused.get(pod.key) != reason:
+                self._refused[pod.key] = reason
+                self._emit(pod, "GangNotScheduled", reason, "Warning")
+        return wire.encode_filter(args, result.nodes, result.failed, result.unresolvable)
+
+    def prioritize(self, args: wire.NodeArgs) -> bytes:
+        return wire.encode_priorities(self.scheduler.prioritize(self._pod(args), args.names))
+
+    def preempt(self, body: bytes) -> bytes:
+        """Gang members: no victims (preempting for one pod cannot seat a gang). Plain pods:
+        kube-scheduler's own choice, unchanged."""
+        key, victims = wire.decode_victims(body)
+        if self.scheduler.membership.group_of(key) is not None:
+            return wire.encode_victims({})
+        return wire.encode_victims(victims)
+
+    # -- bind ------------------------------------------------------------------------------------
+
+    async def bind(self, args: wire.BindArgs) -> bytes:
+        key = args.pod_key
+        decision = self.scheduler.bind(key, args.node, time.monotonic())
+        if decision.action == REJECT:
+            log.info("bind refused", pod=key, node=args.node, reason=decision.error)
+            return wire.encode_binding(decision.error)
+        if decision.action == BIND:
+            errors = await self._bind_all(decision.bind)
+            return wire.encode_binding(errors.get(key, ""))
+        assert decision.action == WAIT
+        group = self.scheduler.membership.group_of(key) or ""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        old = self._waiting.pop(key, None)
+        if old is not None and not old.done():
+            old.set_result("topogang: superseded by a newer bind call for this pod")
+        self._waiting[key] = future
+        if group not in self._gates:
+            self._gates[group] = asyncio.get_running_loop().call_later(self.bind_timeout, self._gate_expired, group)
+        missing = self.scheduler.gate_missing(group)
+        log.debug("bind waiting at the gate", pod=key, node=args.node, group=group, missing=len(missing))
+        return wire.encode_binding(await future)
+
+    async def _bind_all(self, batch: Sequence[tuple[str, str]]) -> dict[str, str]:
+        """Bind every pod of a released gate at once; answer the calls that were waiting."""
+        groups = {g for p, _ in batch if (g := self.scheduler.membership.group_of(p))}
+        for group in groups:
+            timer = self._gates.pop(group, None)
+            if timer is not None:
+                timer.cancel()
+        start = time.perf_counter()
+        results = await asyncio.gather(*(self._bind_one(p, n) for p, n in batch))
+        errors = {p: e for (p, _), e in zip(batch, results, strict=True) if e}
+        for (pod, _), error in zip(batch, results, strict=True):
+            waiter = self._waiting.pop(pod, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(error)
+        if len(batch) > 1 or groups:
+            log.info(
+                "bound",
+                group=sorted(groups)[0] if len(groups) == 1 else sorted(groups),
+                pods=len(batch),
+                failed=len(errors),
+                nodes=sorted({n for _, n in batch}),
+                bind_ms=round((time.perf_counter() - start) * 1000, 1),
+                **({"errors": dict(list(errors.items())[:5])} if errors else {}),
+            )
+        return errors
+
+    async def _bind_one(self, pod_key: str, node: str) -> str:
+        pod = self.state.pods.get(pod_key)
+        if pod is None:
+            return "topogang: the pod no longer exists"
+        try:
+            await self.actions.bind(pod.namespace, pod.name, pod.uid, node)
+        except Exception as exc:  # an API error: this pod's call fails, kube-scheduler retries it
+            return f"topogang: binding {pod_key} to {node} failed: {exc}"
+        self.scheduler.observe_pod(replace(pod, node_name=node))
+        return ""
+
+    def _gate_expired(self, group: str) -> None:
+        self._gates.pop(group, None)
+        missing = self.scheduler.gate_missing(group)
+        waiting = self.scheduler.gate_timeout(group, self.bind_timeout)
+        if waiting:
+            log.warning(
+                "bind gate timed out",
+                group=group,
+                arrived=len(waiting),
+                missing=missing[:10],
+                reason=self.scheduler.reasons.get(group, ""),
+            )
+        self._fail_dropped()
+
+    def _fail_dropped(self) -> None:
+        for pod, reason in self.scheduler.take_dropped():
+            waiter = self._waiting.pop(pod, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(f"topogang: {reason}")
+
+    # -- housekeeping ---------------------------------------------------------------------------
+
+    def expire(self) -> None:
+        for group, pods in self.scheduler.expire(time.monotonic()).items():
+            log.warning("plan expired", group=group, waiting=len(pods), reason=self.scheduler.reasons.get(group, ""))
+        self._fail_dropped()
+
+    async def close(self) -> None:
+        for timer in self._gates.values():
+            timer.cancel()
+        for waiter in self._waiting.values():
+            if not waiter.done():
+                waiter.set_result("topogang: shutting down")
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, work: Awaitable[None], what: str) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning(f"{what} failed", error=str(exc))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _wake(self, pods: Sequence[str], current: PodInfo) -> None:
+        """Requeue members kube-scheduler parked as unschedulable: an update to the pod itself
+        moves it back to the active queue at once (a new pod elsewhere would not)."""
+        group = self.scheduler.membership.group_of(current.key) or ""
+        parked = [p for p in pods if p in self._refused]
+        if not parked:
+            return
+        for p in parked:
+            self._refused.pop(p, None)
+        names = [tuple(p.split("/", 1)) for p in parked]
+        self._spawn(self.actions.wake([(ns, name) for ns, name in names], self.scheduler.generation(group)), "wake")
+
+    def _emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:
+        involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+        self._spawn(self.actions.event(involved, reason, message, kind), "event")
+
+    def _log_decision(self, event: PlanEvent, seconds: float) -> None:
+        fields = event.fields()
+        fields["plan_ms"] = round(seconds * 1000, 2)
+        if event.outcome == "pending":
+            log.info("gang pending", **fields)
+        else:
+            log.info("gang placed", **fields)

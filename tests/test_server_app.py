@@ -1,0 +1,215 @@
+"""The extender over HTTP with the real core: steering, the bind gate, timeouts, bad bodies.
+
+The API-server side (`Actions`) is recorded here; e2e/ runs the same server against a real
+kube-apiserver and kube-scheduler.
+
+Cluster: one zone, one block, rack r1 with 4 nodes of 8 GPUs (z1-b1-r1-n1..n4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestClient
+
+from extender.core.cluster import ClusterState
+from extender.core.scheduler import GangScheduler
+from extender.server.app import create_app
+from extender.server.extender import Extender
+from tests.builders import TOPO, grid, pod, podgroup
+
+NODES = [n.name for n in grid(nodes=4)]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.bound: list[tuple[str, str]] = []
+        self.woken: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str]] = []
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.bound.append((f"{namespace}/{name}", node))
+
+    async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None:
+        self.woken.extend(pods)
+
+    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
+        self.events.append((involved["name"], message))
+
+
+def make(bind_timeout: float = 5.0) -> tuple[GangScheduler, Recorder, Extender]:
+    state = ClusterState()
+    for n in grid(nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    state.set_podgroup(
+        "default/g",
+        podgroup({"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="g"),
+    )
+    scheduler = GangScheduler(state)
+    recorder = Recorder()
+    return scheduler, recorder, Extender(scheduler, recorder, bind_timeout=bind_timeout)
+
+
+def member(i: int) -> Any:
+    return pod(f"g-{i}", group="g")
+
+
+def args(p: Any, names: list[str] = NODES) -> bytes:
+    body = {"metadata": {"name": p.name, "namespace": p.namespace, "uid": p.uid}, "spec": {}}
+    return orjson.dumps({"Pod": body, "Nodes": None, "NodeNames": names})
+
+
+async def call(client: TestClient, verb: str, body: bytes) -> Any:
+    resp = await client.post(f"/topogang/{verb}", data=body)
+    assert resp.status == 200, await resp.text()
+    return orjson.loads(await resp.read())
+
+
+@pytest.fixture
+def setup(aiohttp_client: Any) -> Any:
+    async def make_client(bind_timeout: float = 5.0) -> tuple[TestClient, GangScheduler, Recorder]:
+        scheduler, recorder, extender = make(bind_timeout)
+        client = await aiohttp_client(create_app(extender, lambda: True, "/topogang"))
+        return client, scheduler, recorder
+
+    return make_client
+
+
+async def test_plain_pods_pass_through(setup: Any) -> None:
+    client, scheduler, _ = await setup()
+    solo = pod("solo")
+    scheduler.observe_pod(solo)
+    reply = await call(client, "filter", args(solo))
+    assert reply["NodeNames"] == NODES
+    assert await call(client, "prioritize", args(solo)) == []
+
+
+async def test_an_incomplete_gang_is_refused_everywhere_with_its_count(setup: Any) -> None:
+    client, scheduler, recorder = await setup()
+    scheduler.observe_pod(member(0))
+    reply = await call(client, "filter", args(member(0)))
+    assert reply["NodeNames"] == []
+    assert set(reply["FailedAndUnresolvableNodes"].values()) == {"topogang: PodGroup default/g: gang 1/4 pods present"}
+    await asyncio.sleep(0)
+    assert recorder.events == [("g-0", "topogang: PodGroup default/g: gang 1/4 pods present")]
+
+
+async def test_a_complete_gang_is_planned_steered_woken_and_bound_together(setup: Any) -> None:
+    client, scheduler, recorder = await setup()
+    pods = [member(i) for i in range(4)]
+    scheduler.observe_pod(pods[0])
+    await call(client, "filter", args(pods[0]))  # refused: 1/4 present, parked by kube-scheduler
+    for p in pods[1:]:
+        scheduler.observe_pod(p)
+    reply = await call(client, "filter", args(pods[3]))
+    planned = reply["NodeNames"]
+    assert len(planned) == 1
+    assert set(reply["FailedNodes"].values()) == {"topogang: the pod's gang is planned on another node"}
+    assert await call(client, "prioritize", args(pods[3])) == [{"Host": planned[0], "Score": 10}]
+    await asyncio.sleep(0)
+    assert recorder.woken == [("default", "g-0")]  # the parked member is requeued now
+    nodes = {}
+    for p in pods:
+        nodes[p.key] = (await call(client, "filter", args(p)))["NodeNames"][0]
+    assert sorted(nodes.values()) == NODES
+    # Three binds wait at the gate; the fourth releases all four together.
+    waiting = [
+        asyncio.ensure_future(
+            call(
+                client,
+                "bind",
+                orjson.dumps({"PodName": p.name, "PodNamespace": "default", "PodUID": "", "Node": nodes[p.key]}),
+            )
+        )
+        for p in pods[:3]
+    ]
+    await asyncio.sleep(0.05)
+    assert recorder.bound == []
+    assert not any(w.done() for w in waiting)
+    last = pods[3]
+    reply = await call(
+        client,
+        "bind",
+        orjson.dumps({"PodName": last.name, "PodNamespace": "default", "PodUID": "", "Node": nodes[last.key]}),
+    )
+    assert reply == {"Error": ""}
+    assert [await w for w in waiting] == [{"Error": ""}] * 3
+    assert sorted(recorder.bound) == sorted(nodes.items())
+    assert scheduler.status("default/g").phase == "Scheduled"
+    assert not scheduler.state.reservations
+
+
+async def test_a_gate_that_never_fills_times_out_and_releases_the_plan(setup: Any) -> None:
+    client, scheduler, recorder = await setup(bind_timeout=0.2)
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    nodes = {p.key: (await call(client, "filter", args(p)))["NodeNames"][0] for p in pods}
+    replies = await asyncio.gather(
+        *(
+            call(
+                client,
+                "bind",
+                orjson.dumps({"PodName": p.name, "PodNamespace": "default", "PodUID": "", "Node": nodes[p.key]}),
+            )
+            for p in pods[:3]
+        )
+    )
+    assert {r["Error"] for r in replies} == {
+        "topogang: bind gate timed out: 3/4 pods of the minimum reached bind within 0.2s"
+    }
+    assert recorder.bound == []
+    assert not scheduler.state.reservations
+    assert scheduler.status("default/g").message.startswith("bind gate timed out")
+
+
+async def test_bind_to_another_node_than_planned_is_refused(setup: Any) -> None:
+    client, scheduler, _ = await setup()
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    node = (await call(client, "filter", args(pods[0])))["NodeNames"][0]
+    other = next(n for n in NODES if n != node)
+    reply = await call(
+        client, "bind", orjson.dumps({"PodName": "g-0", "PodNamespace": "default", "PodUID": "", "Node": other})
+    )
+    assert reply == {"Error": f"topogang: the pod is planned on {node}, not {other}"}
+
+
+async def test_malformed_bodies_are_400_naming_the_field(setup: Any) -> None:
+    client, _, _ = await setup()
+    resp = await client.post("/topogang/filter", data=b'{"Pod": {"metadata": {}}}')
+    assert resp.status == 400
+    assert orjson.loads(await resp.read()) == {"Error": "ExtenderArgs.Pod.metadata.name: expected the pod's name"}
+    resp = await client.post("/topogang/bind", data=b"{}")
+    assert resp.status == 400
+    assert "ExtenderBindingArgs.PodName" in (await resp.text())
+
+
+async def test_preempt_no_victims_for_gang_members_unchanged_for_plain_pods(setup: Any) -> None:
+    client, scheduler, _ = await setup()
+    scheduler.observe_pod(member(0))
+    victims = {"n1": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}
+    gang = orjson.dumps(
+        {"Pod": {"metadata": {"name": "g-0", "namespace": "default"}}, "NodeNameToMetaVictims": victims}
+    )
+    plain = orjson.dumps(
+        {"Pod": {"metadata": {"name": "solo", "namespace": "default"}}, "NodeNameToMetaVictims": victims}
+    )
+    assert await call(client, "preempt", gang) == {"NodeNameToMetaVictims": {}}
+    assert await call(client, "preempt", plain) == {"NodeNameToMetaVictims": victims}
+
+
+async def test_health_and_readiness(aiohttp_client: Any) -> None:
+    _scheduler, _recorder, extender = make()
+    ready = False
+    client = await aiohttp_client(create_app(extender, lambda: ready))
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/readyz")).status == 503
+    ready = True
+    assert (await client.get("/readyz")).status == 200
