@@ -11,13 +11,15 @@ Unless a test draws its own, the cluster is grid(zones=1, blocks=2, racks=2, nod
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 from extender.model.selectors import Taint
-from extender.placement import Plan, Unplaceable
-from tests.builders import GPU, grid, node, placed, pod, podgroup, racks_of, run
+from extender.placement import ClusterSnapshot, Plan, Unplaceable, build_gang, plan
+from tests.builders import GPU, TOPO, grid, node, placed, pod, podgroup, racks_of, run
 
 CLUSTER = grid(zones=1, blocks=2, racks=2, nodes=4)
 
@@ -299,3 +301,42 @@ def test_same_input_same_plan_whatever_the_node_order() -> None:
         shuffled = list(CLUSTER)
         random.Random(seed).shuffle(shuffled)
         assert placed(run(shuffled, pg, pods)) == want
+
+
+# -- exclusive topology (LeaderWorkerSet) ---------------------------------------------------------
+
+
+def exclusive_gang(name: str, n: int) -> tuple[Any, list[Any]]:
+    pg = podgroup({"minMember": n, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name=name)
+    assert pg.global_constraint is not None
+    pg = replace(pg, global_constraint=replace(pg.global_constraint, exclusive=True))
+    return pg, [pod(f"{name}-{i}", gpus=1, group=name) for i in range(n)]
+
+
+def test_exclusive_scope_takes_a_rack_without_other_gangs_pods() -> None:
+    pg, pods = exclusive_gang("lws-0", 2)
+    built = build_gang(pg, pods, {"default": TOPO})
+    assert built.gang is not None
+    base = ClusterSnapshot.of(CLUSTER)
+    # Another gang's pod runs on z1-b1-r1-n1: the tightest rack by count is no longer allowed.
+    busy = np.array([n.name == "z1-b1-r1-n1" for n in base.table.nodes])
+    result = plan(ClusterSnapshot(base.table, base.usage, busy=busy), built.gang)
+    assert set(racks_of(placed(result)).values()) == {"z1-b1-r2"}
+    # Every rack busy: pending, and the message says why.
+    busy_all = np.array([n.name.endswith("-n1") for n in base.table.nodes])
+    result = plan(ClusterSnapshot(base.table, base.usage, busy=busy_all), built.gang)
+    assert isinstance(result, Unplaceable)
+    assert result.message == (
+        "PodGroup default/lws-0: 2 pods x {cpu: 1, nvidia.com/gpu: 1} in one rack free of other gangs' pods; "
+        "the best such rack fits 0"
+    )
+
+
+def test_blocked_nodes_are_not_used() -> None:
+    pg, pods = gang(4, {"requiredTopologyLevel": "rack"})
+    built = build_gang(pg, pods, {"default": TOPO})
+    assert built.gang is not None
+    base = ClusterSnapshot.of(CLUSTER)
+    blocked = np.array([n.name.startswith("z1-b1-r1") for n in base.table.nodes])
+    result = plan(ClusterSnapshot(base.table, base.usage, blocked=blocked), built.gang)
+    assert set(racks_of(placed(result)).values()) == {"z1-b1-r2"}

@@ -151,6 +151,13 @@ class ClusterState:
             self.topologies[name] = spec
         self.version += 1
 
+    def set_priority_class(self, name: str, value: int | None) -> None:
+        if value is None:
+            self.priority_classes.pop(name, None)
+        else:
+            self.priority_classes[name] = value
+        self.version += 1
+
     def set_object(self, key: ObjectKey, body: Mapping[str, Any] | None) -> None:
         if body is None:
             self.objects.pop(key, None)

@@ -33,6 +33,7 @@ from extender.core.decisions import (
     PlanEvent,
     SubGroupStatus,
 )
+from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
 from extender.model.pod import PodInfo
 from extender.placement import Plan, Unplaceable, incomplete, plan
@@ -131,7 +132,7 @@ class GangScheduler:
             view = self.membership.view(group, assumed=gp.reserved)
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
-        result = plan(self.state.snapshot(), gang)
+        result = plan(snapshot_for(self.state, self.membership, group, gang), gang)
         if isinstance(result, Unplaceable):
             self.reasons[group] = result.message
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)

@@ -247,6 +247,8 @@ class _Placer:
         if lo == hi:
             return []
         ok = self._fits(scope, level, lo, hi, self.min_demand[scope.id])
+        if scope.rule is not None and scope.rule.exclusive:
+            ok &= self._free_of_others(level, lo, hi)
         fixed = self.fixed[scope.id]
         if fixed:  # pods already running pin the constraint to their domain (the most of them)
             dom = self.tree.levels[level].domain_of_node
@@ -261,6 +263,16 @@ class _Placer:
         if preferred is not None and preferred > level:
             rank = self._preference_rank(scope, level, cand, preferred)
         return _Domains(level, cand[self._order(scope, level, cand, rank)])
+
+    def _free_of_others(self, level: int, lo: int, hi: int) -> BoolArray:
+        """Domains of `level` in [lo, hi) that host no other gang's pods (exclusive topology)."""
+        busy = self.snapshot.busy
+        if busy is None or not len(busy):
+            return np.ones(hi - lo, dtype=np.bool_)
+        li = self.tree.levels[level]
+        per_domain = np.add.reduceat(busy[self.tree.pos_to_node].astype(np.int64), li.starts)
+        free: BoolArray = per_domain[lo:hi] == 0
+        return free
 
     def _order(self, scope: Scope, level: int, cand: IntArray, *primary: IntArray) -> IntArray:
         """Tightest fit first: domains that hold every pod by leftover room, then the rest by
@@ -479,13 +491,18 @@ class _Placer:
         s = self._dominant(scope)
         lo, hi = self.tree.descendants(region, level)
         labeled = self.tree.levels[level].labeled[lo:hi]
+        exclusive = scope.rule is not None and scope.rule.exclusive
+        if exclusive:
+            labeled = labeled & self._free_of_others(level, lo, hi)
         room = self.state.counts[s][level][lo:hi][labeled] if self.nshapes else np.zeros(0, dtype=np.int64)
+        name = self.tree.level_name(level)
         return Shortfall(
             NO_DOMAIN,
             scope.label,
             pods,
             shape=shape,
-            level=self.tree.level_name(level),
+            level=name,
+            exclusive=exclusive,
             region=self.tree.describe(region) if region.level else None,
             best=int(room.max()) if len(room) else 0,
             source=scope.rule.source if scope.rule else "",

@@ -34,6 +34,7 @@ class Shortfall:
     tried: int = 0  # domains tried and abandoned
     progress: int = 0  # pods placed when this failed: the deepest failure explains best
     present: int = 0  # for INCOMPLETE: pods that exist
+    exclusive: bool = False  # the level had to be free of other gangs' pods
 
     def render(self) -> str:
         if self.kind == INCOMPLETE:
@@ -43,7 +44,9 @@ class Shortfall:
             return f"{self.scope}: gave up after trying {self.tried} candidate domains{where}"
         need = f"{self.pods} pod{'s' if self.pods != 1 else ''} x {self.shape}"
         if self.kind == NO_DOMAIN:
-            text = f"{self.scope}: {need} in one {self.level}{where}; the best {self.level}{' there' if where else ''}"
+            free = " free of other gangs' pods" if self.exclusive else ""
+            best = f"the best such {self.level}" if self.exclusive else f"the best {self.level}"
+            text = f"{self.scope}: {need} in one {self.level}{free}{where}; {best}{' there' if where else ''}"
             text += f" fits {self.best}"
         else:
             text = f"{self.scope}: {need}{where or ' in the cluster'}; only {self.best} fit"

@@ -140,11 +140,20 @@ class DictUsage:
 
 
 class ClusterSnapshot:
-    """Free capacity = allocatable - used, per resource, for one planning attempt."""
+    """Free capacity = allocatable - used, per resource, for one planning attempt.
 
-    def __init__(self, table: NodeTable, usage: Usage) -> None:
+    Exclusive topology (LeaderWorkerSet) adds two node masks: `blocked`, nodes inside a domain
+    another gang holds exclusively (this gang may not use them), and `busy`, nodes that host
+    another gang's pods (an exclusive scope of this gang may not take their domains).
+    """
+
+    def __init__(
+        self, table: NodeTable, usage: Usage, blocked: BoolArray | None = None, busy: BoolArray | None = None
+    ) -> None:
         self.table = table
         self.usage = usage
+        self.blocked = blocked
+        self.busy = busy
         self._free: dict[str, IntArray] = {}
 
     def free(self, resource: str) -> IntArray:

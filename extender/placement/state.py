@@ -28,6 +28,7 @@ class AttemptState:
         resources = sorted({r for reqs in self.requests for r, _ in reqs})
         self.free: dict[str, IntArray] = {r: snapshot.free(r).copy() for r in resources}
         self.eligibility: list[Eligibility] = [snapshot.table.eligibility(s.placement) for s in shapes]
+        self.usable = [e.mask if snapshot.blocked is None else e.mask & ~snapshot.blocked for e in self.eligibility]
         self.node_count: list[IntArray] = [self._vector_count(i) for i in range(len(shapes))]
         self.counts: list[list[IntArray]] = [self._domain_counts(c) for c in self.node_count]
         # Per node, its domain index at every level: the path a count update walks up.
@@ -42,7 +43,7 @@ class AttemptState:
             count = fit if count is None else np.minimum(count, fit)
         assert count is not None, "every shape asks for a pod slot"
         count = np.maximum(count, 0)
-        count[~self.eligibility[shape].mask] = 0
+        count[~self.usable[shape]] = 0
         return count
 
     def _domain_counts(self, node_count: IntArray) -> list[IntArray]:
@@ -56,7 +57,7 @@ class AttemptState:
         return out
 
     def _count_at(self, shape: int, node: int) -> int:
-        if not self.eligibility[shape].mask[node]:
+        if not self.usable[shape][node]:
             return 0
         return max(0, min(int(self.free[r][node]) // need for r, need in self.requests[shape]))
 

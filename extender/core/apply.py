@@ -1,0 +1,114 @@
+"""How each kind of API object lands in the cluster view.
+
+Shared by the simulator (objects read from YAML) and the live cache (objects from list+watch),
+so both see a cluster the same way:
+
+    Node                      ClusterState.upsert_node / delete_node
+    Pod                       GangScheduler.observe_pod / delete_pod (reservations follow the pod)
+    PodGroup (topogang, KAI)  ClusterState.set_podgroup; one that does not parse is stored as
+                              invalid, so its gang shows `Invalid` with the field errors
+    Topology (topogang, KAI, Kueue)  ClusterState.set_topology, by name
+    PriorityClass             ClusterState.set_priority_class
+    ResourceInterface         ClusterState.set_resource_interface, by name
+    anything else             ClusterState.set_object: the workload owners the grouper reads
+
+Any other object that does not parse raises `InvalidObject` and the view keeps what it had of
+it (nothing, for a new object): the caller reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from extender.core.cluster import object_key
+from extender.core.scheduler import GangScheduler
+from extender.model.errors import FieldError, InvalidObject
+from extender.model.node import parse_node
+from extender.model.pod import parse_pod
+from extender.model.podgroup import PODGROUP_API_VERSIONS, parse_podgroup
+from extender.model.raw import object_name
+from extender.model.topology import TOPOLOGY_API_VERSIONS, parse_topology
+
+JSON = Mapping[str, Any]
+DEFAULT_NAMESPACE = "default"
+
+
+def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]:
+    """`body` was added or changed. Returns the errors of an object stored as invalid (a
+    PodGroup), else (); raises InvalidObject for any other object that cannot be used."""
+    state = scheduler.state
+    api, kind = _type_of(body)
+    if kind == "Node":
+        state.upsert_node(parse_node(body))
+    elif kind == "Pod":
+        scheduler.observe_pod(parse_pod(body))
+    elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
+        key = _namespaced_key(body)
+        try:
+            state.set_podgroup(key, parse_podgroup(body))
+        except InvalidObject as exc:
+            state.set_podgroup(key, None, exc.errors)
+            return exc.errors
+    elif kind == "Topology" and api in TOPOLOGY_API_VERSIONS:
+        topology = parse_topology(body)
+        state.set_topology(topology.name, topology)
+    elif kind == "PriorityClass":
+        state.set_priority_class(_name(body), parse_priority_class(body))
+    elif kind == "ResourceInterface":
+        state.set_resource_interface(object_name(body), body)
+    else:
+        state.set_object(_owner_key(api, kind, body), body)
+    return ()
+
+
+def delete_object(scheduler: GangScheduler, body: JSON) -> None:
+    """`body` went away; only its apiVersion, kind and metadata are read."""
+    state = scheduler.state
+    api, kind = _type_of(body)
+    if kind == "Node":
+        state.delete_node(_name(body))
+    elif kind == "Pod":
+        scheduler.delete_pod(_namespaced_key(body))
+    elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
+        state.set_podgroup(_namespaced_key(body), None)
+    elif kind == "Topology" and api in TOPOLOGY_API_VERSIONS:
+        state.set_topology(_name(body), None)
+    elif kind == "PriorityClass":
+        state.set_priority_class(_name(body), None)
+    elif kind == "ResourceInterface":
+        state.set_resource_interface(object_name(body), None)
+    else:
+        state.set_object(_owner_key(api, kind, body), None)
+
+
+def parse_priority_class(body: JSON) -> int:
+    value = body.get("value")
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidObject([FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {value!r}")])
+    return value
+
+
+def _type_of(body: JSON) -> tuple[str, str]:
+    return str(body.get("apiVersion") or ""), str(body.get("kind") or "")
+
+
+def _meta(body: JSON) -> JSON:
+    meta = body.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _name(body: JSON) -> str:
+    return str(_meta(body).get("name") or "")
+
+
+def _namespace(body: JSON) -> str:
+    return str(_meta(body).get("namespace") or DEFAULT_NAMESPACE)
+
+
+def _namespaced_key(body: JSON) -> str:
+    return f"{_namespace(body)}/{_name(body)}"
+
+
+def _owner_key(api: str, kind: str, body: JSON) -> tuple[str, str, str, str]:
+    return object_key(api, kind, _namespace(body), _name(body))

@@ -1,0 +1,65 @@
+"""Exclusive topology (LeaderWorkerSet's exclusive-topology annotations) as node masks.
+
+A scope with an exclusive rule takes a domain of its level that hosts no other gang's pods
+(`busy`), and while it holds it no other gang may place pods there (`blocked`). Both masks are
+only built when some gang asks for exclusivity, so ordinary plans pay nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from extender.core.cluster import ClusterState
+from extender.core.membership import Membership
+from extender.placement import ClusterSnapshot, Gang
+from extender.placement.tree import BoolArray
+
+
+def _exclusive(gang: Gang | None) -> bool:
+    return gang is not None and any(s.rule is not None and s.rule.exclusive for s in gang.scopes)
+
+
+def snapshot_for(state: ClusterState, membership: Membership, group: str, gang: Gang) -> ClusterSnapshot:
+    base = state.snapshot()
+    others = []
+    for other in membership.groups():
+        if other == group:
+            continue
+        view = membership.view(other)
+        g = view.built.gang if view.built else None
+        if g is not None and _exclusive(g):
+            others.append(g)
+    mine = _exclusive(gang)
+    if not others and not mine:
+        return base
+    table = state.table
+    index = table.index
+    placed: dict[str, str] = {}  # pod -> node, bound or reserved
+    for pod in state.pods.values():
+        if pod.uses_capacity and pod.node_name is not None:
+            placed[pod.key] = pod.node_name
+    for pod_key, (node, _) in state.reservations.items():
+        placed.setdefault(pod_key, node)
+
+    blocked: BoolArray = np.zeros(len(table), dtype=np.bool_)
+    for g in others:
+        tree = table.tree(g.topology)
+        for scope in g.scopes:
+            if scope.rule is None or not scope.rule.exclusive or scope.rule.required is None:
+                continue
+            li = tree.levels[scope.rule.required]
+            for member in scope.all_members():
+                where = placed.get(member.key)
+                if where is None or where not in index:
+                    continue
+                d = int(li.domain_of_node[index[where]])
+                blocked[tree.pos_to_node[li.starts[d] : li.ends[d]]] = True
+
+    busy: BoolArray | None = None
+    if mine:
+        busy = np.zeros(len(table), dtype=np.bool_)
+        for pod_key, node in placed.items():
+            owner = membership.group_of(pod_key)
+            if owner is not None and owner != group and node in index:
+                busy[index[node]] = True
+    return ClusterSnapshot(table, base.usage, blocked, busy)
