@@ -81,6 +81,7 @@ RAY_V1 = "ray.io/v1"
 APPS_V1 = "apps/v1"
 RESOURCE_INTERFACE_API = "scheduling.topogang.io/v1alpha1"
 RESOURCE_INTERFACE_KIND = "ResourceInterface"
+RESOURCE_INTERFACE_APIS = frozenset({RESOURCE_INTERFACE_API, "kai.scheduler/v1"})
 
 # Kubeflow kinds -> the spec field holding their replica specs.
 KUBEFLOW_REPLICA_SPECS = {

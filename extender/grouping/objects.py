@@ -9,7 +9,11 @@ from extender.grouping import names as n
 
 
 class ObjectIndex:
-    """Raw objects by (apiVersion, kind, namespace, name); ResourceInterfaces kept apart."""
+    """Raw objects by (apiVersion, kind, namespace, name); ResourceInterfaces kept apart.
+
+    ResourceInterfaces are read as `scheduling.topogang.io/v1alpha1` and, as seed 003 spells
+    them, `kai.scheduler/v1`.
+    """
 
     def __init__(self, objects: Iterable[Mapping[str, Any]] = (), default_namespace: str = "default") -> None:
         self.default_namespace = default_namespace
@@ -20,7 +24,7 @@ class ObjectIndex:
 
     def add(self, obj: Mapping[str, Any]) -> None:
         api_version, kind = str(obj.get("apiVersion") or ""), str(obj.get("kind") or "")
-        if (api_version, kind) == (n.RESOURCE_INTERFACE_API, n.RESOURCE_INTERFACE_KIND):
+        if kind == n.RESOURCE_INTERFACE_KIND and api_version in n.RESOURCE_INTERFACE_APIS:
             self._ris.append(obj)
             return
         meta = obj.get("metadata")

@@ -129,12 +129,12 @@ class _Evaluator:
     def fail(self, where: str, message: str) -> None:
         self.errors.append(FieldError(self.obj, where, message))
 
-    def run(self, expr: str, scope: Mapping[str, Any], where: str) -> list[Any] | None:
+    def run(self, expr: str, scope: Mapping[str, Any], where: str, written: str | None = None) -> list[Any] | None:
         try:
             return list(jq.compile(expr, args=dict(scope)).input_value(self.root).all())
         except ValueError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.fail(where, f"expression {expr!r} failed: {first}")
+            self.fail(where, f"expression {written or repr(expr)} failed: {first}")
             return None
 
     def one(self, expr: str, scope: Mapping[str, Any], where: str) -> tuple[bool, Any]:
@@ -154,18 +154,22 @@ class _Evaluator:
         return True, raw
 
     def paths(self, raw: Any, scope: Mapping[str, Any], where: str) -> tuple[bool, Any, str]:
-        """The first non-null result of a list of expressions: (ok, value, the expression)."""
+        """The first non-null result of a list of expressions: (ok, value, where it came from).
+
+        The last element names the expression and its field, for messages about the value.
+        """
         exprs = [raw] if isinstance(raw, str) else raw
         if not isinstance(exprs, list) or not all(isinstance(e, str) for e in exprs):
-            self.fail(where, f"expected a list of jq expressions, got {raw!r}")
-            return False, None, ""
+            self.fail(where, f"expected a list of jq expressions, got {short(raw)}")
+            return False, None, where
         for i, expr in enumerate(exprs):
-            ok, value = self.one(expr, scope, f"{where}[{i}]" if isinstance(raw, list) else where)
+            at = f"{where}[{i}]" if isinstance(raw, list) else where
+            ok, value = self.one(expr, scope, at)
             if not ok:
-                return False, None, expr
+                return False, None, at
             if value is not None:
-                return True, value, expr
-        return True, None, ""
+                return True, value, f"{at}: expression {expr!r}"
+        return True, None, where
 
     def foreach(self, expr: Any, scope: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
         if not isinstance(expr, str) or not expr.strip():
@@ -176,25 +180,30 @@ class _Evaluator:
             self.fail(where, f"expression {expr!r} binds no variable: write '<expression> as $name'")
             return []
         collect = ", ".join(f"{v}: ${v}" for v in names)
-        results = self.run(f"{expr} | {{{collect}}}", scope, where)
+        results = self.run(f"{expr} | {{{collect}}}", scope, where, repr(expr))
         if results is None:
             return []
         return [{**scope, **r} for r in results if isinstance(r, dict)]
 
 
-def _count(ev: _Evaluator, entry: Mapping[str, Any], scope: Mapping[str, Any], where: str) -> int | None:
-    """minReplicasPath (first non-null), then the literal minReplicas; None when neither is set."""
+def _count(ev: _Evaluator, entry: Mapping[str, Any], scope: Mapping[str, Any], where: str) -> tuple[bool, int | None]:
+    """minReplicasPath (first non-null), then the literal minReplicas: (ok, the count or None)."""
     if entry.get("minReplicasPath") is not None:
-        ok, value, expr = ev.paths(entry["minReplicasPath"], scope, f"{where}.minReplicasPath")
+        ok, value, source = ev.paths(entry["minReplicasPath"], scope, f"{where}.minReplicasPath")
         if not ok:
-            return None
+            return False, None
         if value is not None:
-            return _as_count(ev, value, f"{where}.minReplicasPath", f"expression {expr!r} resolves to")
+            field, _, expr = source.partition(": ")
+            number = _as_count(ev, value, field, f"{expr} resolves to")
+            return number is not None, number
     if entry.get("minReplicas") is not None:
         ok, value = ev.value(entry["minReplicas"], scope, f"{where}.minReplicas")
-        if ok and value is not None:
-            return _as_count(ev, value, f"{where}.minReplicas", "is")
-    return None
+        if not ok:
+            return False, None
+        if value is not None:
+            number = _as_count(ev, value, f"{where}.minReplicas", "is")
+            return number is not None, number
+    return True, None
 
 
 def _as_count(ev: _Evaluator, value: Any, where: str, what: str) -> int | None:
@@ -204,7 +213,7 @@ def _as_count(ev: _Evaluator, value: Any, where: str, what: str) -> int | None:
         return int(value)
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
-    ev.fail(where, f"{what} {value!r}, expected an integer >= 0")
+    ev.fail(where, f"{what} {short(value)}, expected an integer >= 0")
     return None
 
 
@@ -218,11 +227,12 @@ def _constraint(
     ):
         if entry.get(key) is None:
             continue
-        ok, value, expr = ev.paths(entry[key], scope, f"{where}.{key}")
+        ok, value, source = ev.paths(entry[key], scope, f"{where}.{key}")
         if not ok or value is None:
             continue
         if not isinstance(value, str) or not value.strip():
-            ev.fail(f"{where}.{key}", f"expression {expr!r} resolves to {value!r}, expected a topology level name")
+            field, _, expr = source.partition(": ")
+            ev.fail(field, f"{expr} resolves to {short(value)}, expected a topology level name")
             continue
         levels[attr] = value
     if not levels:
@@ -245,7 +255,7 @@ def _classifier(
         labels = {}
     for key, raw_value in labels.items():
         ok, value = ev.value(raw_value, scope, f"{where}.matchLabels[{key}]")
-        text = _label_value(ev, value, f"{where}.matchLabels[{key}]", raw_value) if ok else None
+        text = _label_value(ev, value, f"{where}.matchLabels[{key}]", repr(raw_value)) if ok else None
         if text is not None:
             out.append((str(key), "Equals", frozenset({text})))
     exprs = raw.get("matchExpressions") or []
@@ -264,10 +274,11 @@ def _classifier(
         values: set[str] = set()
         if op not in ("Exists", "DoesNotExist"):
             if item.get("valuePath") is not None:
-                ok, value, expr = ev.paths(item["valuePath"], scope, f"{at}.valuePath")
+                ok, value, source = ev.paths(item["valuePath"], scope, f"{at}.valuePath")
+                field, _, expr = source.partition(": ")
                 items = value if isinstance(value, list) else [value]
                 for v in items if ok else []:
-                    text = _label_value(ev, v, f"{at}.valuePath", expr)
+                    text = _label_value(ev, v, field, expr or "valuePath")
                     if text is not None:
                         values.add(text)
             else:
@@ -282,13 +293,18 @@ def _classifier(
     return out
 
 
-def _label_value(ev: _Evaluator, value: Any, where: str, written: Any) -> str | None:
+def _label_value(ev: _Evaluator, value: Any, where: str, written: str) -> str | None:
     if isinstance(value, str) and value:
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
-    ev.fail(where, f"{written!r} resolves to {value!r}, expected a label value")
+    ev.fail(where, f"{written} resolves to {short(value)}, expected a label value")
     return None
+
+
+def short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _entries(
@@ -316,10 +332,11 @@ def _entries(
             if not ok:
                 continue
             if not isinstance(name, str) or not name:
-                ev.fail(f"{at}.componentName", f"{entry.get('componentName')!r} resolves to {name!r}, expected a name")
+                written = entry.get("componentName")
+                ev.fail(f"{at}.componentName", f"{written!r} resolves to {short(name)}, expected a SubGroup name")
                 continue
             made += 1
-            minimum = _count(ev, entry, s, at)
+            counted, minimum = _count(ev, entry, s, at)
             c = _constraint(ev, entry, s, at)
             if c is not None:
                 draft.constraints[name] = c
@@ -333,7 +350,8 @@ def _entries(
                 draft.parents[slot] = SubGroupSpec(name, parent, min_subgroup=inner if minimum is None else minimum)
                 continue
             if minimum is None:
-                ev.fail(at, "a leaf subgroup needs minReplicas or a minReplicasPath that resolves")
+                if counted:
+                    ev.fail(at, "a leaf subgroup needs minReplicas or a minReplicasPath that resolves")
                 minimum = 0
             draft.parts.append(Part(name, minimum, minimum, parent=parent))
             leaf = _Leaf(draft.key, name, _classifier(ev, entry.get("podClassifier"), s, f"{at}.podClassifier"))
@@ -366,7 +384,7 @@ def group_with(ri: ResourceInterface, link: Link) -> WorkloadDraft | None:
         key = link.key() if len(pod_groups) == 1 else link.key(f"-{pg_name}")
         draft = GangDraft(key, source, link.label, link.ref, annotations_of(root), uid=link.ref.uid)
         draft.global_constraint = _constraint(ev, entry, {}, where)
-        draft.root_min = _count(ev, entry, {}, where)
+        draft.root_min = _count(ev, entry, {}, where)[1]
         _entries(ev, entry.get("subgroups", []), f"{where}.subgroups", None, {}, draft, leaves)
         gangs[key] = draft
     first = next(iter(gangs))
