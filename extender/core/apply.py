@@ -85,7 +85,8 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
 def parse_priority_class(body: JSON) -> int:
     value = body.get("value")
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidObject([FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {value!r}")])
+        error = FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {value!r}")
+        raise InvalidObject([error])
     return value
 
 

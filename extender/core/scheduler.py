@@ -255,8 +255,8 @@ class GangScheduler:
             self.state.upsert_pod(pod)
             return
         self.state.upsert_pod(pod)
-        if pod.node_name is None:
-            return
+        if pod.node_name is None or pod.key not in self.state.reservations:
+            return  # nothing held for it (and no O(pods) group lookup per watch event)
         group = self.membership.group_of(pod.key)
         gp = self.plans.get(group) if group else None
         if gp is not None and pod.key in gp.reserved:
@@ -266,6 +266,8 @@ class GangScheduler:
 
     def forget_pod(self, key: str) -> None:
         """A pod was deleted (or finished): its reservation goes; an unbound minimum cannot stand."""
+        if key not in self.state.reservations:  # every pod a plan holds is reserved
+            return
         group = self.membership.group_of(key)
         gp = self.plans.get(group) if group else None
         if gp is not None and key in gp.reserved:

@@ -15,16 +15,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from extender.core.cluster import ClusterState, object_key
+from extender.core.apply import apply_object
+from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
 from extender.model.errors import InvalidObject
-from extender.model.node import parse_node
 from extender.model.pod import PodInfo, parse_pod
-from extender.model.podgroup import PODGROUP_API_VERSIONS, parse_podgroup
-from extender.model.raw import object_name
-from extender.model.topology import TOPOLOGY_API_VERSIONS, parse_topology
 from extender.simulate.loader import InputError, Loaded
 
 TICK = 0.001  # seconds of simulated time per scheduling call
@@ -69,40 +66,16 @@ class Simulation:
                 raise InputError(f"{obj.source}: {exc}") from None
 
     def _add(self, obj: Loaded) -> None:
-        kind, api = obj.kind, obj.api_version
-        body = obj.body
-        if kind == "Node":
-            self.state.upsert_node(parse_node(body))
-        elif kind == "Pod":
-            pod = parse_pod(body)
-            if pod.key in self.state.pods:
-                raise InputError(f"{obj.source}: Pod {pod.key} is defined twice")
-            self.order[pod.key] = len(self.order)
-            if pod.node_name:
-                self.running.add(pod.key)
-            self.state.upsert_pod(pod)
-        elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
-            meta = body.get("metadata") or {}
-            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-            try:
-                self.state.set_podgroup(key, parse_podgroup(body))
-            except InvalidObject as exc:
-                self.state.set_podgroup(key, None, exc.errors)
-        elif kind == "Topology" and api in TOPOLOGY_API_VERSIONS:
-            topo = parse_topology(body)
-            self.state.set_topology(topo.name, topo)
-        elif kind == "PriorityClass":
-            name = str((body.get("metadata") or {}).get("name", ""))
-            value = body.get("value")
-            if not isinstance(value, int):
-                raise InputError(f"{obj.source}: PriorityClass {name}: value: expected an integer, got {value!r}")
-            self.state.priority_classes[name] = value
-        elif kind == "ResourceInterface":
-            self.state.set_resource_interface(object_name(body), body)
-        else:  # workloads and owners, for the grouper
-            meta = body.get("metadata") or {}
-            ns = meta.get("namespace") or "default"
-            self.state.set_object(object_key(api, kind, ns, str(meta.get("name", ""))), body)
+        if obj.kind != "Pod":
+            apply_object(self.scheduler, obj.body)  # the live cache maps objects the same way
+            return
+        pod = parse_pod(obj.body)
+        if pod.key in self.state.pods:
+            raise InputError(f"{obj.source}: Pod {pod.key} is defined twice")
+        self.order[pod.key] = len(self.order)
+        if pod.node_name:
+            self.running.add(pod.key)
+        self.scheduler.observe_pod(pod)
 
     # -- the loop -------------------------------------------------------------------------------
 
