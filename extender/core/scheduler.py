@@ -98,7 +98,8 @@ class GangScheduler:
                 reason = self.reasons.get(group, f"planned node {node} is no longer feasible")
                 return _refuse(nodes, f"topogang: {reason}", event)
             node = gp.reserved[pod.key]
-        failed = dict.fromkeys((n for n in nodes if n != node), NOT_PLANNED_HERE)
+        failed = dict.fromkeys(nodes, NOT_PLANNED_HERE)
+        del failed[node]
         wake: tuple[str, ...] = ()
         if event is not None and event.outcome in ("planned", "replanned", "extended"):
             wake = tuple(sorted(p for p in gp.reserved if p != pod.key))
@@ -108,7 +109,7 @@ class GangScheduler:
         """Plain pods pass, except onto nodes where they would take a gang's reserved room."""
         reserved = self.state.reserved_nodes
         if not reserved:
-            return FilterResult(list(nodes))
+            return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
         failed = {}
         for node in nodes:
             if node in reserved and any(self.state.free_on(node, r) < v for r, v in pod.requests.items()):

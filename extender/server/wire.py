@@ -99,7 +99,7 @@ def decode_args(body: bytes) -> NodeArgs:
     nodes_raw = _field(doc, "Nodes")
     full: list[Mapping[str, Any]] | None = None
     if names_raw is not None:
-        if not isinstance(names_raw, list) or not all(isinstance(n, str) for n in names_raw):
+        if not isinstance(names_raw, list) or not set(map(type, names_raw)) <= {str}:
             raise WireError("ExtenderArgs.NodeNames: expected a list of node names")
         names = names_raw
     elif nodes_raw is not None:
@@ -126,9 +126,15 @@ def encode_filter(
     unresolvable: Mapping[str, str],
     error: str = "",
 ) -> bytes:
-    # Only names kube-scheduler offered may come back, or it fails the whole attempt.
-    offered = set(args.names)
-    keep = [n for n in passing if n in offered]
+    # Only names kube-scheduler offered may come back, or it fails the whole attempt. (A few
+    # names are checked by scanning; many, against a set.)
+    if passing is args.names:
+        keep = list(passing)
+    elif len(passing) <= 8:
+        keep = [n for n in passing if n in args.names]
+    else:
+        offered = set(args.names)
+        keep = [n for n in passing if n in offered]
     result: ExtenderFilterResult = {
         "Nodes": None,
         "NodeNames": None,
