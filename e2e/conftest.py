@@ -34,7 +34,7 @@ from e2e.controlplane import (
     ComponentError,
     ControlPlane,
     FakeGpuNodes,
-    SchedulerConfig,
+    SchedulerSwitch,
     api_client,
     create_namespace,
     delete_namespace,
@@ -58,11 +58,14 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     config = request.config
     plane = ControlPlane(binaries=binaries, scheduler=True)
     with sigterm_raises_keyboard_interrupt():
+        failure = None
         try:
             plane.start()
         except ComponentError as e:
             config.stash[_kept_key] = plane.workdir
-            pytest.fail(f"the local control plane did not start: {e}", pytrace=False)
+            failure = f"the local control plane did not start: {e}"
+        if failure is not None:
+            pytest.fail(failure, pytrace=False)
         config.stash[_plane_key] = plane
         try:
             yield plane
@@ -103,36 +106,11 @@ async def fake_gpu_nodes(kube_api: client.ApiClient) -> AsyncIterator[FakeGpuNod
     await nodes.delete_all()
 
 
-class SchedulerSwitch:
-    """Runs kube-scheduler with another configuration for one test."""
-
-    def __init__(self, plane: ControlPlane) -> None:
-        self.plane = plane
-        self.changed = False
-
-    async def use(self, config: SchedulerConfig) -> Path:
-        """Restarts kube-scheduler with CONFIG; returns the file it was written to."""
-        self.changed = True
-        await self.plane.restart_scheduler_async(config)
-        path = self.plane.scheduler_config_path
-        assert path is not None
-        return path
-
-    async def stop(self) -> None:
-        self.changed = True
-        await self.plane.stop_scheduler_async()
-
-    @property
-    def log_path(self) -> Path:
-        return self.plane.components["kube-scheduler"].log_path
-
-
 @pytest_asyncio.fixture(loop_scope="session")
 async def scheduler(control_plane: ControlPlane) -> AsyncIterator[SchedulerSwitch]:
     switch = SchedulerSwitch(control_plane)
     yield switch
-    if switch.changed:
-        await control_plane.restart_scheduler_async(None)
+    await switch.restore()
 
 
 @pytest.hookimpl(wrapper=True)

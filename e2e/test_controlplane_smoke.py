@@ -3,13 +3,19 @@ kube-scheduler (no extender)."""
 
 from __future__ import annotations
 
+import socket
+from typing import Any
+
 import pytest
+import yaml
+from aiohttp import web
 from kubernetes_asyncio import client
 
 from e2e.controlplane import (
     ControlPlane,
     FakeGpuNodes,
     FakeTopology,
+    SchedulerSwitch,
     create_pod,
     gpu_pod,
     wait_pod_running,
@@ -57,3 +63,61 @@ async def test_nodes_added_later_take_pods(
     (added,) = await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=1)
     pod = await wait_pod_running(kube_api, namespace, "full-node-1")
     assert pod.spec.node_name == added
+
+
+async def test_kube_scheduler_restarts_with_an_extender_config(
+    kube_api: client.ApiClient,
+    namespace: str,
+    fake_gpu_nodes: FakeGpuNodes,
+    scheduler: SchedulerSwitch,
+) -> None:
+    """The way extender tests use the plane: a server in the test's event loop, and
+    kube-scheduler restarted with an `extenders:` section pointing at it."""
+    names = await fake_gpu_nodes.create(FakeTopology(nodes_per_rack=4))
+    chosen = names[2]
+    calls: list[dict[str, Any]] = []
+
+    async def filter_verb(request: web.Request) -> web.Response:
+        args = await request.json()
+        calls.append(args)
+        offered = args.get("NodeNames") or []
+        return web.json_response(
+            {
+                "NodeNames": [n for n in offered if n == chosen],
+                "FailedNodes": {n: "not the chosen node" for n in offered if n != chosen},
+                "Error": "",
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/filter", filter_verb)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    await web.SockSite(runner, sock).start()
+    try:
+        config_path = await scheduler.use(
+            {
+                "extenders": [
+                    {
+                        "urlPrefix": f"http://127.0.0.1:{port}",
+                        "filterVerb": "filter",
+                        "nodeCacheCapable": True,
+                        "managedResources": [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}],
+                    }
+                ]
+            }
+        )
+        written = yaml.safe_load(config_path.read_text())
+        assert written["leaderElection"] == {"leaderElect": False}
+        assert written["extenders"][0]["urlPrefix"] == f"http://127.0.0.1:{port}"
+
+        await create_pod(kube_api, namespace, gpu_pod("via-extender", 8))
+        pod = await wait_pod_running(kube_api, namespace, "via-extender")
+        assert pod.spec.node_name == chosen
+        assert calls
+        assert calls[0]["Pod"]["metadata"]["name"] == "via-extender"
+    finally:
+        await runner.cleanup()

@@ -28,7 +28,7 @@ from .kube import (
     wait_pod_running,
     wait_pod_unschedulable,
 )
-from .plane import ControlPlane, SchedulerConfig
+from .plane import ControlPlane, SchedulerConfig, SchedulerSwitch
 from .process import Component, ComponentError, sigterm_raises_keyboard_interrupt
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "GpuNodeShape",
     "Place",
     "SchedulerConfig",
+    "SchedulerSwitch",
     "TopologyLabels",
     "api_client",
     "create_namespace",

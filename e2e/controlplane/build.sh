@@ -68,8 +68,14 @@ if is_built; then
   echo "control plane binaries are built: $dest/bin"
   exit 0
 fi
-# A directory without a stamp can only be left over by hand; never trust it.
+# A directory without a stamp can only be left over by hand; never trust it. Temporary
+# directories of builds that were killed (we hold the lock, so none is running) go too.
 rm -rf "$dest"
+for stale in "$cache_root/.tmp-$key".*; do
+  [[ -e "$stale" ]] || continue
+  chmod -R u+w "$stale" 2>/dev/null || true
+  rm -rf "$stale"
+done
 
 tmp=$(mktemp -d "$cache_root/.tmp-$key.XXXXXX")
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -79,6 +85,17 @@ export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 start=$(date +%s)
 echo "building the control plane ($key) into $dest"
 echo "  $(go version); GOMODCACHE=$(go env GOMODCACHE) GOCACHE=$(go env GOCACHE)"
+
+# Runs a go command with its (long) output in a log file, shown only when it fails.
+quietly() {
+  local log="$tmp/go-$(date +%s%N).log"
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "build.sh: failed: $*" >&2
+    exit 1
+  fi
+  rm -f "$log"
+}
 
 # Prints one field ("GoMod" or "Dir") of `go mod download -json MODULE@VERSION`.
 module_field() {
@@ -138,7 +155,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 (
   cd "$tmp/src/kubernetes"
-  go get "${k8s_pkgs[@]/%/@$KUBERNETES_VERSION}"
+  quietly go get "${k8s_pkgs[@]/%/@$KUBERNETES_VERSION}"
   echo "  kubernetes: go build ${k8s_cmds[*]} (the long part) ..."
   go build -trimpath -ldflags "$k8s_ldflags" -o "$tmp/bin/" "${k8s_pkgs[@]}"
 )
@@ -148,7 +165,7 @@ echo "  kubernetes: done after $(($(date +%s) - start))s"
 write_wrapper "$tmp/src/etcd" etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION"
 (
   cd "$tmp/src/etcd"
-  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  quietly go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
   go build -trimpath -ldflags "-s -w" -o "$tmp/bin/etcd" go.etcd.io/etcd/server/v3
 )
 echo "  etcd: done after $(($(date +%s) - start))s"
@@ -157,7 +174,7 @@ echo "  etcd: done after $(($(date +%s) - start))s"
 write_wrapper "$tmp/src/kwok" kwok sigs.k8s.io/kwok "$KWOK_VERSION" "$KWOK_VERSION"
 (
   cd "$tmp/src/kwok"
-  go get "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  quietly go get "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   go build -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
     -o "$tmp/bin/kwok" sigs.k8s.io/kwok/cmd/kwok
 )
@@ -187,6 +204,7 @@ seconds=$(($(date +%s) - start))
   echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) in ${seconds}s"
 } >"$tmp/.stamp"
 chmod -R u+w,go-w "$tmp"
+chmod 755 "$tmp"
 mv -T "$tmp" "$dest"
 trap - EXIT
 echo "control plane binaries are built: $dest/bin"

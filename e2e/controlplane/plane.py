@@ -576,3 +576,34 @@ class ControlPlane:
             if time.monotonic() >= deadline:
                 raise kcm.error(f"the default ServiceAccount did not appear within {self.timeout:.0f}s")
             time.sleep(0.1)
+
+
+class SchedulerSwitch:
+    """Runs kube-scheduler with another configuration for one test (the `scheduler` fixture);
+    `restore()` brings the stock scheduler back if it was changed."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.changed = False
+
+    async def use(self, config: SchedulerConfig) -> Path:
+        """Restarts kube-scheduler with CONFIG; returns the file it was written to."""
+        self.changed = True
+        await self.plane.restart_scheduler_async(config)
+        path = self.plane.scheduler_config_path
+        assert path is not None
+        return path
+
+    async def stop(self) -> None:
+        self.changed = True
+        await self.plane.stop_scheduler_async()
+
+    async def restore(self) -> None:
+        if self.changed:
+            await self.plane.restart_scheduler_async(None)
+            self.changed = False
+
+    @property
+    def log_path(self) -> Path:
+        """The log of the kube-scheduler started last."""
+        return self.plane.components["kube-scheduler"].log_path

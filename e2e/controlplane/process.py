@@ -68,6 +68,7 @@ class Component:
         self.cwd = cwd
         self.env = dict(env) if env is not None else None
         self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0  # time.monotonic() of the last start
 
     def __repr__(self) -> str:
         pid = self.process.pid if self.process else None
@@ -84,6 +85,7 @@ class Component:
         with self.log_path.open("ab") as log:
             log.write(f"=== {time.strftime('%H:%M:%S')} {' '.join(self.argv)}\n".encode())
             log.flush()
+            self.started_at = time.monotonic()
             self.process = subprocess.Popen(
                 _with_parent_death_signal(self.argv),
                 stdin=subprocess.DEVNULL,
@@ -130,26 +132,24 @@ class Component:
             return f"{type(e).__name__}: {e}"
 
     def wait_healthy(self, timeout_s: float, interval: float = 0.1) -> float:
-        """Waits until the probe passes; returns the seconds waited. Raises ComponentError if
-        the process exits or the timeout passes first."""
-        start = time.monotonic()
-        deadline = start + timeout_s
+        """Waits until the probe passes; returns the seconds from the start of the process until
+        then. Raises ComponentError if the process exits or the timeout passes first."""
+        deadline = time.monotonic() + timeout_s
         while True:
             reason = self._poll_once()
             if reason is None:
-                return time.monotonic() - start
+                return time.monotonic() - self.started_at
             if time.monotonic() >= deadline:
                 raise self.error(f"not healthy after {timeout_s:.0f}s (last probe: {reason})")
             time.sleep(interval)
 
     async def wait_healthy_async(self, timeout_s: float, interval: float = 0.1) -> float:
         """wait_healthy for event loops: the probe runs in a thread, the loop keeps running."""
-        start = time.monotonic()
-        deadline = start + timeout_s
+        deadline = time.monotonic() + timeout_s
         while True:
             reason = await asyncio.to_thread(self._poll_once)
             if reason is None:
-                return time.monotonic() - start
+                return time.monotonic() - self.started_at
             if time.monotonic() >= deadline:
                 raise self.error(f"not healthy after {timeout_s:.0f}s (last probe: {reason})")
             await asyncio.sleep(interval)
