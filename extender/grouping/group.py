@@ -158,7 +158,9 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
     def add(grouping: Grouping, pod_keys: list[str]) -> None:
         if grouping.key in groups:
             taken = FieldError(
-                grouping.source, "", f"its PodGroup key {grouping.key} is taken by {groups[grouping.key].source}"
+                grouping.source,
+                "metadata.name",
+                f"its PodGroup key {grouping.key} is taken by {groups[grouping.key].source}",
             )
             grouping = replace(
                 grouping, podgroup=None, errors=(*grouping.errors, taken), key=f"{grouping.key}~{len(groups)}"

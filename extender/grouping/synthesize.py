@@ -151,7 +151,13 @@ def _strs(raw: Any) -> dict[str, str]:
 
 
 def _job_pods(
-    out: _Out, job_name: str, job_ref: JSON, job_spec: Mapping[str, Any], where: str, extra: Mapping[str, str]
+    out: _Out,
+    job_name: str,
+    job_ref: JSON,
+    job_spec: Mapping[str, Any],
+    where: str,
+    extra: Mapping[str, str],
+    extra_annotations: Mapping[str, str] | None = None,
 ) -> None:
     """The pods of one batch/v1 Job: parallelism of them (capped by completions), indexed or not."""
     replicas = job_replicas(job_spec, out.obj, where, out.errors)
@@ -166,7 +172,7 @@ def _job_pods(
             n.JOB_NAME_LEGACY: job_name,
             **extra,
         }
-        annotations = dict(extra)
+        annotations = dict(extra_annotations or {})
         if indexed:
             labels[n.JOB_COMPLETION_INDEX] = str(i)
             annotations[n.JOB_COMPLETION_INDEX] = str(i)
@@ -271,7 +277,7 @@ def _jobset(out: _Out) -> None:
             }
             global_index += 1
             job_ref = out.owner(n.BATCH_V1, "Job", job_name, out.ref(), labels, job_spec)
-            _job_pods(out, job_name, job_ref, job_spec, f"{where}.template.spec", labels)
+            _job_pods(out, job_name, job_ref, job_spec, f"{where}.template.spec", labels, labels)
 
 
 def _ray_pods(out: _Out, cluster: str, cluster_ref: JSON, spec: Mapping[str, Any], where: str) -> None:

@@ -378,7 +378,11 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
         found = layouts.get(m.part)
         if found is None:
             have = ", ".join(layouts)
-            errors.append(FieldError(f"Pod {m.pod.key}", "", f"belongs to no part of {draft.source} (have: {have})"))
+            errors.append(
+                FieldError(
+                    f"Pod {m.pod.key}", "metadata.labels", f"belongs to no part of {draft.source} (have: {have})"
+                )
+            )
             continue
         layout = found
         index: int | None = None
