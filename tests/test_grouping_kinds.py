@@ -161,3 +161,17 @@ def test_owner_is_the_workload() -> None:
     assert g.owner is not None
     assert (g.owner.api_version, g.owner.kind, g.owner.name) == ("kubeflow.org/v1", "PyTorchJob", "train")
     assert g.source == "PyTorchJob ml/train"
+
+
+def test_default_index_labels_are_seed_000s_table() -> None:
+    from extender.grouping.kinds import DEFAULT_INDEX_LABELS
+
+    assert {kind: label for (_, kind), label in DEFAULT_INDEX_LABELS.items()} == {
+        "Job": "batch.kubernetes.io/job-completion-index",
+        "PyTorchJob": "training.kubeflow.org/replica-index",
+        "TFJob": "training.kubeflow.org/replica-index",
+        "MPIJob": "training.kubeflow.org/replica-index",
+        "JAXJob": "training.kubeflow.org/replica-index",
+        "XGBoostJob": "training.kubeflow.org/replica-index",
+        "LeaderWorkerSet": "leaderworkerset.sigs.k8s.io/worker-index",
+    }

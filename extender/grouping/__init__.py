@@ -26,7 +26,7 @@ file; the extender's cache will call it with what its informers hold.
     synthesize(workload) -> Synthesized(pods, owners): the pods (and intermediate owners such
         as a JobSet's Jobs) the workload's controller would create, as raw objects.
 
-Naming (stable, documented in the README of each rule's module):
+Naming (stable; each module's docstring says more):
     derived PodGroup   "<namespace>/<kind in lower case>-<name>", e.g. "ml/tfjob-train";
                        LeaderWorkerSet: one per group, "ml/leaderworkerset-llm-0";
                        ResourceInterface with several podGroups: "...-<podGroup name>"
@@ -38,8 +38,10 @@ Naming (stable, documented in the README of each rule's module):
                        (Kueue slices, one name part per layer)
 
 The rules, module by module: `group` (the order in which a pod's group is decided), `tree`
-(replica types, segments, slices, topology annotations), `kinds.*` (one built-in grouper per
-workload kind), `resource_interface` (seed 003's declarative grouper with jq).
+(replica types and segments become the SubGroup tree), `annotations` (KAI's and Kueue's
+placement, segment and slice annotations), `kinds.*` (one built-in grouper per workload kind),
+`resource_interface` (seed 003's declarative grouper with jq), `synthesize` (pods for workloads
+given without them), `objects` (an ObjectLookup over a list of raw objects).
 """
 
 from extender.grouping.group import explicit_group, group_pods

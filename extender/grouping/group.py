@@ -20,9 +20,10 @@ from dataclasses import replace
 from typing import Any
 
 from extender.grouping import names as n
+from extender.grouping.draft import GangDraft, Member, Part
 from extender.grouping.kinds import BUILTIN
 from extender.grouping.resource_interface import ResourceInterface, group_with, index_resource_interfaces
-from extender.grouping.tree import GangDraft, Member, Part, assemble
+from extender.grouping.tree import assemble
 from extender.grouping.types import Grouping, GroupingResult, ObjectLookup
 from extender.grouping.values import annotations_of, controller_ref
 from extender.grouping.workload import Grouper, Link, WorkloadDraft

@@ -41,7 +41,7 @@ from typing import Any
 
 import jq
 
-from extender.grouping.tree import GangDraft, Part
+from extender.grouping.draft import GangDraft, Part
 from extender.grouping.values import annotations_of
 from extender.grouping.workload import Claim, Link, WorkloadDraft
 from extender.model.errors import FieldError

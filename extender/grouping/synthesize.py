@@ -225,27 +225,26 @@ def _lws(out: _Out) -> None:
     excluded = policy.get("subGroupPolicyType") == "LeaderExcluded"
     shift = sgs is not None and (not requests_accelerator(leader_t) or ((size - 1) % sgs == 0 and size % sgs != 0))
     base = {n.LWS_NAME: out.name}
+
+    def subgroup(w: int) -> dict[str, str]:
+        i = None if sgs is None else subgroup_index(w, size, sgs, shift, excluded)
+        return {} if i is None else {n.LWS_SUBGROUP_INDEX: str(i)}
+
+    size_ann = {n.LWS_SIZE: str(size)}
+    if sgs is not None:
+        size_ann[n.LWS_SUBGROUP_SIZE] = str(sgs)
     leader_sts = out.owner(n.APPS_V1, "StatefulSet", out.name, out.ref(), base, {"replicas": replicas})
     for g in range(replicas):
-        group = {**base, n.LWS_GROUP_INDEX: str(g), n.LWS_GROUP_KEY: uid_for("group", out.namespace, f"{out.name}-{g}")}
-        size_ann = {n.LWS_SIZE: str(size)}
-        if sgs is not None:
-            size_ann[n.LWS_SUBGROUP_SIZE] = str(sgs)
-
-        def sub(w: int, sgs_: int | None = sgs) -> dict[str, str]:
-            if sgs_ is None:
-                return {}
-            i = subgroup_index(w, size, sgs_, shift, excluded)
-            return {} if i is None else {n.LWS_SUBGROUP_INDEX: str(i)}
-
         leader_name = f"{out.name}-{g}"
-        leader = out.pod(leader_name, leader_t, leader_sts, {**group, n.LWS_WORKER_INDEX: "0", **sub(0)}, size_ann)
+        group = {**base, n.LWS_GROUP_INDEX: str(g), n.LWS_GROUP_KEY: uid_for("group", out.namespace, leader_name)}
+        leader_labels = {**group, n.LWS_WORKER_INDEX: "0", **subgroup(0)}
+        leader = out.pod(leader_name, leader_t, leader_sts, leader_labels, size_ann)
         if size == 1:
             continue
         leader_ref = owner_ref("v1", "Pod", leader_name, str(leader["metadata"]["uid"]))
         workers_sts = out.owner(n.APPS_V1, "StatefulSet", leader_name, leader_ref, group, {"replicas": size - 1})
         for w in range(1, size):
-            labels = {**group, n.LWS_WORKER_INDEX: str(w), **sub(w)}
+            labels = {**group, n.LWS_WORKER_INDEX: str(w), **subgroup(w)}
             out.pod(f"{leader_name}-{w}", worker_t, workers_sts, labels, {**size_ann, n.LWS_LEADER_NAME: leader_name})
 
 

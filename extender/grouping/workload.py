@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.grouping.tree import GangDraft
+from extender.grouping.draft import GangDraft
 from extender.model.errors import FieldError
 from extender.model.pod import OwnerRef, PodInfo
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from extender.grouping import names as n
+from extender.grouping.draft import Part
 from extender.grouping.kinds.common import gang, spec, template
-from extender.grouping.tree import Part
 from extender.grouping.values import count
 from extender.grouping.workload import Claim, Link, WorkloadDraft, single
 from extender.model.errors import FieldError

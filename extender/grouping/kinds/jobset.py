@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from extender.grouping import names as n
+from extender.grouping.draft import Part
 from extender.grouping.kinds.common import gang, spec, template
 from extender.grouping.kinds.job import job_replicas
-from extender.grouping.tree import Part
 from extender.grouping.values import ann_field, annotations_of, count, label_field, level, list_at, mapping_at
 from extender.grouping.workload import Claim, Link, WorkloadDraft, single
 from extender.model.errors import FieldError

@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from extender.grouping import names as n
+from extender.grouping.draft import Part
 from extender.grouping.kinds.common import gang, spec, template
-from extender.grouping.tree import Part
 from extender.grouping.values import count, label_field, mapping_at
 from extender.grouping.workload import Claim, Grouper, Link, WorkloadDraft, single
 from extender.model.errors import FieldError

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from extender.grouping import names as n
+from extender.grouping.draft import GangDraft, Part
 from extender.grouping.kinds.common import body, gang, spec, template
-from extender.grouping.tree import GangDraft, Part
 from extender.grouping.values import ann_field, annotations_of, count, label_field, level, mapping_at, positive_int
 from extender.grouping.workload import Claim, Link, WorkloadDraft
 from extender.model.errors import ErrorList, FieldError

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from extender.grouping import names as n
+from extender.grouping.draft import Part
 from extender.grouping.kinds.common import gang, spec, template
-from extender.grouping.tree import Part
 from extender.grouping.values import count, label_field, list_at, mapping_at
 from extender.grouping.workload import Claim, Classifier, Link, WorkloadDraft, single
 from extender.model.errors import FieldError

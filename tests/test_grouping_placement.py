@@ -1,0 +1,130 @@
+"""The grouper's output through build_gang and the engine: seed 000's story 2 from synthesized
+pods, every example workload placed on a 64-node cluster, and unknown levels reported by
+build_gang naming the annotation.
+
+Story 2's cluster, grid(zones=2, blocks=1, racks=4, nodes=4), 8 GPUs a node:
+
+    zone z1: block b1: racks r1..r4 (z1-b1-r1-n1 .. z1-b1-r4-n4)   r1's first node is full
+    zone z2: block b1: racks r1..r4 (z2-b1-r1-n1 .. z2-b1-r4-n4)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from extender.grouping import GroupingResult, ObjectIndex, can_synthesize, group_pods, synthesize
+from extender.model.pod import PodInfo, parse_pod
+from extender.placement import ClusterSnapshot, Plan, build_gang, plan
+from tests.builders import GPU, TOPO, grid, racks_of
+from tests.grouping_builders import group, kubeflow, template
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "examples" / "workloads").glob("*.yaml"))
+STORY_2 = kubeflow(
+    "TFJob",
+    {
+        "Chief": 1,
+        "PS": 2,
+        "Worker": (
+            16,
+            {"kai.scheduler/segment-size": "4", "kai.scheduler/segment-topology-required-placement": "rack"},
+        ),
+    },
+    annotations={"kai.scheduler/topology": "default", "kai.scheduler/topology-required-placement": "zone"},
+)
+for rtype in ("Chief", "PS"):
+    STORY_2["spec"]["tfReplicaSpecs"][rtype]["template"] = template(gpus=0)
+for_workers = STORY_2["spec"]["tfReplicaSpecs"]["Worker"]["template"]
+for_workers["spec"]["containers"][0]["resources"]["requests"][GPU] = "8"
+
+
+def place(result: GroupingResult, pods: list[PodInfo], nodes: int = 0, **used: dict[str, int]) -> dict[str, Plan]:
+    cluster = grid(zones=2, blocks=1, racks=4, nodes=4) if not nodes else grid(zones=2, blocks=2, racks=2, nodes=8)
+    snapshot = ClusterSnapshot.of(cluster, used)
+    plans: dict[str, Plan] = {}
+    for key, g in result.groups.items():
+        assert g.podgroup is not None, g.errors
+        members = [p for p in pods if result.pod_group.get(p.key) == key]
+        built = build_gang(g.podgroup, members, {"default": TOPO}, order=g.order, subgroup_of=g.subgroup_of)
+        assert built.gang is not None, built.errors
+        assert not built.stray
+        got = plan(snapshot, built.gang)
+        assert isinstance(got, Plan), got
+        plans[key] = got
+    return plans
+
+
+def test_story_2_each_segment_in_one_rack_all_in_one_zone() -> None:
+    s = synthesize(STORY_2)
+    pods = [parse_pod(p) for p in s.pods]
+    result = group_pods(pods, ObjectIndex([STORY_2]), {})
+    # z1's rack r1 has a full node, so z1 cannot hold four whole rack segments: the job goes to z2
+    got = place(result, pods, **{"z1-b1-r1-n1": {GPU: 8000}})["ml/tfjob-train"].assignments
+    assert len(got) == 19
+    assert {node.split("-")[0] for node in got.values()} == {"z2"}
+    racks = racks_of(got)
+    g = result.groups["ml/tfjob-train"]
+    by_segment: dict[str, set[str]] = {}
+    for pod, leaf in g.subgroup_of.items():
+        if leaf.startswith("worker-seg-"):
+            by_segment.setdefault(leaf, set()).add(racks[pod])
+    assert sorted(by_segment) == [f"worker-seg-{k}" for k in range(4)]
+    assert all(len(r) == 1 for r in by_segment.values()), by_segment
+    assert len(set().union(*by_segment.values())) == 4  # four different racks
+
+
+def test_story_2_segment_members_follow_the_replica_index() -> None:
+    g = group(STORY_2).groups["ml/tfjob-train"]
+    assert Counter(g.subgroup_of.values()) == {
+        "chief": 1,
+        "ps": 2,
+        "worker-seg-0": 4,
+        "worker-seg-1": 4,
+        "worker-seg-2": 4,
+        "worker-seg-3": 4,
+    }
+    assert g.subgroup_of["ml/train-worker-13"] == "worker-seg-3"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_groups_cleanly_and_places(path: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    pods: list[PodInfo] = []
+    objects = list(docs)
+    for d in docs:
+        if can_synthesize(d["apiVersion"], d["kind"]):
+            s = synthesize(d)
+            pods.extend(parse_pod(p) for p in s.pods)
+            objects.extend(s.owners)
+    result = group_pods(pods, ObjectIndex(objects), {})
+    assert result.groups
+    assert not result.waiting
+    assert all(not g.warnings and not g.errors for g in result.groups.values())
+    assert set(result.pod_group) == {p.key for p in pods}
+    place(result, pods, nodes=64)
+
+
+def test_unknown_level_is_reported_by_build_gang_naming_the_annotation() -> None:
+    w = kubeflow(
+        "TFJob",
+        {
+            "Worker": (
+                4,
+                {"kai.scheduler/segment-size": "2", "kai.scheduler/segment-topology-required-placement": "rak"},
+            )
+        },
+        annotations={"kai.scheduler/topology": "default"},
+    )
+    g = group(w).groups["ml/tfjob-train"]
+    assert g.podgroup is not None
+    built = build_gang(g.podgroup, [], {"default": TOPO}, subgroup_of=g.subgroup_of)
+    assert built.gang is None
+    assert sorted({str(e) for e in built.errors}) == [
+        "PodGroup ml/tfjob-train: spec.tfReplicaSpecs.Worker.template.metadata.annotations"
+        "[kai.scheduler/segment-topology-required-placement].requiredTopologyLevel:"
+        " 'rak' is not a level of Topology default (valid: block, example.com/topology-block,"
+        " example.com/topology-rack, example.com/topology-zone, hostname, kubernetes.io/hostname, node, rack, zone)"
+    ]
