@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.grouping_builders import (
     group,
@@ -334,3 +336,21 @@ def test_unknown_owner_without_index_label_ignores_segments() -> None:
         "Pod ml/t1-0: kai.scheduler/segment-size, kai.scheduler/segment-topology-required-placement ignored:"
         " this kind has no default pod index label; set kai.scheduler/pod-index-label",
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(replicas=st.integers(1, 40), size=st.integers(1, 10), data=st.data())
+def test_segment_minima_cover_the_minimum_and_pods_follow_their_index(replicas: int, size: int, data: Any) -> None:
+    minimum = data.draw(st.integers(0, replicas))
+    ann = {"kai.scheduler/segment-size": str(size)}
+    w = kubeflow("PyTorchJob", {"Worker": (replicas, ann)}, annotations=TOPO, elasticPolicy={"minReplicas": minimum})
+    g = only(group(w))
+    assert g.podgroup is not None
+    segments = [sg for sg in g.podgroup.subgroups if sg.parent == "worker"]
+    assert len(segments) == -(-replicas // size)
+    mins = [sg.min_member for sg in segments]
+    # mandatory segments (starting below the minimum) require all their pods, elastic ones none
+    assert mins == [min(size, replicas - k * size) if k * size < minimum else 0 for k in range(len(segments))]
+    assert minimum <= sum(mins) < minimum + size or sum(mins) == minimum == 0
+    for i in range(replicas):
+        assert g.subgroup_of[f"ml/train-worker-{i}"] == f"worker-seg-{i // size}"

@@ -37,12 +37,12 @@ class Layout:
     offset: int = 0
 
     def leaf(self, index: int) -> str:
-        name, lo, hi = f"{self.part.name}-{self.word}", 0, self.part.replicas
+        """The leaf segment of pod `index`: one name part per layer, counted inside the one above."""
+        name, lo = f"{self.part.name}-{self.word}", 0
         for layer in self.layers:
             k = (index - lo) // layer.size
             name = f"{name}-{k}"
-            lo = lo + k * layer.size
-            hi = min(lo + layer.size, hi)
+            lo += k * layer.size
         return name
 
 
