@@ -1,0 +1,164 @@
+"""ClusterCache: one informer per watched resource, applying every event to a GangScheduler.
+
+Objects land where `extender.core.apply` puts them (the simulator uses the same mapping): pods
+through `observe_pod` / `delete_pod` so reservations follow them, nodes, PodGroups, Topologies,
+PriorityClasses and ResourceInterfaces into the ClusterState, workload owners for the grouper.
+
+An object that fails to parse is logged once per distinct problem (one line naming the object
+and its fields) and skipped: the cache keeps what it had of it, nothing for a new object. A
+PodGroup that fails to parse is stored as invalid instead, so its gang shows `Invalid` with the
+reason. Neither ever stops other objects.
+
+The cache is `ready` when every resource has synced or was found not installed; a CRD that
+appears later is picked up by its informer's periodic re-check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from extender.core.apply import apply_object, delete_object
+from extender.core.scheduler import GangScheduler
+from extender.kube.backoff import Backoff
+from extender.kube.client import JSONDict
+from extender.kube.informer import Handler, Informer, ListWatch
+from extender.kube.reconcile import DELETED, seen
+from extender.kube.resources import WATCHED, Resource
+from extender.model.errors import FieldError, InvalidObject
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Narrows what one resource's informer sees (pods of every namespace are needed)."""
+
+    namespace: str | None = None
+    label_selector: str = ""
+    field_selector: str = ""
+
+
+class ClusterCache:
+    def __init__(
+        self,
+        client: ListWatch,
+        scheduler: GangScheduler,
+        *,
+        resources: Iterable[Resource] = WATCHED,
+        selectors: Mapping[str, Selector] | None = None,  # by Resource.name
+        log: structlog.typing.FilteringBoundLogger | None = None,
+        watch_seconds: int = 300,
+        page_size: int = 500,
+        recheck_seconds: float = 30.0,
+        backoff_cap: float = 30.0,
+    ) -> None:
+        self.scheduler = scheduler
+        self.log = log or structlog.get_logger("topogang.kube")
+        self._problems: dict[tuple[str, str], str] = {}  # (resource, object) -> the last problem logged
+        self.informers: dict[str, Informer] = {}
+        for resource in resources:
+            selector = (selectors or {}).get(resource.name, Selector())
+            self.informers[resource.name] = Informer(
+                client,
+                resource,
+                self._handler(resource),
+                log=self.log,
+                namespace=selector.namespace,
+                label_selector=selector.label_selector,
+                field_selector=selector.field_selector,
+                watch_seconds=watch_seconds,
+                page_size=page_size,
+                recheck_seconds=recheck_seconds,
+                backoff=Backoff(cap=backoff_cap),
+            )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- running -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every informer on the running loop (no-op when started)."""
+        if self._tasks:
+            return
+        self._tasks = [
+            asyncio.create_task(informer.run(), name=f"informer {name}") for name, informer in self.informers.items()
+        ]
+
+    async def stop(self) -> None:
+        """Cancel every informer and wait for them to finish."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> ClusterCache:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def ready(self) -> bool:
+        """Every resource has synced, or is known not to be installed."""
+        return all(informer.settled for informer in self.informers.values())
+
+    async def wait_ready(self, seconds: float | None = None) -> None:
+        """Until `ready`; TimeoutError naming what is still missing after SECONDS."""
+        try:
+            async with asyncio.timeout(seconds):
+                await asyncio.gather(*(i.wait_settled() for i in self.informers.values()))
+        except TimeoutError:
+            waiting = sorted(name for name, i in self.informers.items() if not i.settled)
+            raise TimeoutError(f"cluster cache not ready after {seconds}s; waiting for {', '.join(waiting)}") from None
+
+    def status(self) -> dict[str, dict[str, object]]:
+        """Per resource: installed, synced, objects held, the resourceVersion reached, relists."""
+        return {
+            name: {
+                "installed": i.installed,
+                "synced": i.synced,
+                "objects": len(i),
+                "resourceVersion": i.resource_version,
+                "relists": i.relists,
+            }
+            for name, i in self.informers.items()
+        }
+
+    # -- applying ------------------------------------------------------------------------------------
+
+    def _handler(self, resource: Resource) -> Handler:
+        def handle(event_type: str, obj: JSONDict) -> None:
+            meta = obj.get("metadata")
+            if isinstance(meta, dict):
+                meta.pop("managedFields", None)  # large and never read: do not keep it
+            key = (resource.name, seen(obj).key)
+            if event_type == DELETED:
+                self._problems.pop(key, None)
+                delete_object(self.scheduler, obj)
+                return
+            try:
+                errors = apply_object(self.scheduler, obj)
+            except InvalidObject as exc:
+                self._report(key, resource, exc.errors, "skipped")
+                return
+            if errors:
+                self._report(key, resource, errors, "stored as invalid")
+            else:
+                self._problems.pop(key, None)
+
+        return handle
+
+    def _report(self, key: tuple[str, str], resource: Resource, errors: tuple[FieldError, ...], outcome: str) -> None:
+        message = "; ".join(str(e) for e in errors)
+        if self._problems.get(key) == message:
+            return  # said already; an object updated often (a Node) would otherwise repeat it
+        self._problems[key] = message
+        self.log.warning(
+            f"invalid {resource.kind} {outcome}",
+            resource=resource.name,
+            object=key[1],
+            fields=sorted({e.field for e in errors}),
+            error=message,
+        )

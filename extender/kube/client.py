@@ -1,0 +1,264 @@
+"""Raw JSON access to the API server over kubernetes-asyncio's connection.
+
+The generated models of kubernetes-asyncio are far too slow to deserialise for thousands of pods,
+so `KubeClient` sends requests on the ApiClient's own aiohttp session (its TLS set-up, its
+credentials, refreshed through `update_params_for_auth`) and reads and writes bodies with
+orjson. Bodies are plain dicts; every error status becomes an `ApiError` carrying the status
+code and the API's message.
+
+    client = await KubeClient.connect("~/.kube/config")   # None: in-cluster config
+    pod = await client.get("/api/v1/namespaces/ml/pods/p")
+    items, rv = await client.list("/api/v1/pods")
+    async for kind, obj in client.watch("/api/v1/pods", {"resourceVersion": rv}): ...
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+
+JSONDict = dict[str, Any]
+Params = Mapping[str, str | int | bool]
+
+USER_AGENT = "topogang"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_CONTENT = "application/json"
+WATCH_READ_MARGIN = 30.0  # seconds a watch may stay silent beyond its server-side timeout
+
+
+class ApiError(Exception):
+    """An error status from the API server (or an ERROR event in a watch)."""
+
+    def __init__(self, status: int, message: str, *, reason: str = "", method: str = "", path: str = "") -> None:
+        self.status = status
+        self.message = message
+        self.reason = reason  # the Status reason: "AlreadyExists", "Expired", "NotFound", ...
+        self.method = method
+        self.path = path
+        where = f"{method} {path}: " if method else ""
+        super().__init__(f"{where}{status} {reason or 'error'}: {message}")
+
+    @property
+    def gone(self) -> bool:
+        """410: the resourceVersion (or continue token) is too old; list again."""
+        return self.status == 410
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any], method: str = "", path: str = "") -> ApiError:
+        """From a metav1.Status object."""
+        code = status.get("code")
+        return cls(
+            code if isinstance(code, int) else 500,
+            str(status.get("message") or status),
+            reason=str(status.get("reason") or ""),
+            method=method,
+            path=path,
+        )
+
+    @classmethod
+    def from_body(cls, code: int, body: bytes, method: str, path: str) -> ApiError:
+        try:
+            decoded = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+            return cls.from_status({**decoded, "code": code}, method, path)
+        text = body[:500].decode(errors="replace").strip()
+        return cls(code, text or "no message", method=method, path=path)
+
+
+async def make_api_client(kubeconfig: str | Path | None = None, *, context: str | None = None) -> k8s.ApiClient:
+    """An ApiClient for KUBECONFIG (its current context, or CONTEXT), or the in-cluster config
+    (the pod's ServiceAccount token, refreshed as it rotates) when KUBECONFIG is None."""
+    configuration = type.__call__(k8s.Configuration)  # not a copy of the process-wide default
+    if kubeconfig is None:
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        await k8s_config.load_kube_config(
+            config_file=_expand(kubeconfig),
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    # Every informer holds one connection for its watch; writes need their own on top.
+    configuration.connection_pool_maxsize = 256
+    return k8s.ApiClient(configuration=configuration)
+
+
+def _expand(path: str | Path) -> str:
+    return os.path.expanduser(path)
+
+
+class KubeClient:
+    """get, list, watch, post, patch and delete of raw JSON; one per ApiClient."""
+
+    def __init__(self, api: k8s.ApiClient, *, timeout: float = 30.0) -> None:
+        self.api = api
+        self.timeout = timeout  # seconds for a request that is not a watch
+        self._host = str(api.configuration.host).rstrip("/")
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | Path | None = None, *, context: str | None = None) -> KubeClient:
+        return cls(await make_api_client(kubeconfig, context=context))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def get(self, path: str, params: Params | None = None) -> JSONDict:
+        return await self._json("GET", path, params)
+
+    async def list(
+        self, path: str, params: Params | None = None, *, page_size: int = 500
+    ) -> tuple[builtins.list[JSONDict], str]:
+        """Every item of a collection and the resourceVersion of the list, in pages of PAGE_SIZE
+        (0: one request). Should a continue token expire midway, the list starts again in one
+        request, as client-go's pager does."""
+        items: builtins.list[JSONDict] = []
+        version = ""
+        token = ""
+        while True:
+            query: dict[str, str | int | bool] = {**(params or {})}
+            if page_size:
+                query["limit"] = page_size
+            if token:
+                query["continue"] = token
+            try:
+                page = await self.get(path, query)
+            except ApiError as exc:
+                if exc.gone and token:
+                    return await self.list(path, params, page_size=0)
+                raise
+            meta = page.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")
+            items.extend(page.get("items") or ())
+            token = str(meta.get("continue") or "")
+            if not token:
+                return items, version
+
+    async def watch(
+        self, path: str, params: Params | None = None, *, timeout_seconds: int = 300
+    ) -> AsyncGenerator[tuple[str, JSONDict], None]:
+        """(type, object) for each event of a watch that the server ends after TIMEOUT_SECONDS;
+        an ERROR event raises ApiError (410 when the resourceVersion is too old). Close it with
+        `contextlib.aclosing` when leaving early."""
+        query = {**(params or {}), "watch": True, "timeoutSeconds": timeout_seconds}
+        limits = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.timeout, sock_read=timeout_seconds + WATCH_READ_MARGIN
+        )
+        response = await self._send("GET", path, query, limits=limits)
+        async with response:
+            if response.status >= 400:
+                raise ApiError.from_body(response.status, await response.read(), "WATCH", path)
+            async for event in watch_events(response.content.iter_any(), path):
+                yield event
+
+    async def post(self, path: str, body: Mapping[str, Any], params: Params | None = None) -> JSONDict:
+        return await self._json("POST", path, params, body, JSON_CONTENT)
+
+    async def patch(
+        self, path: str, body: Mapping[str, Any], *, strategic: bool = False, params: Params | None = None
+    ) -> JSONDict:
+        """A JSON merge patch, or with STRATEGIC a strategic merge patch (built-in kinds only)."""
+        return await self._json("PATCH", path, params, body, STRATEGIC_MERGE_PATCH if strategic else MERGE_PATCH)
+
+    async def delete(self, path: str, params: Params | None = None) -> JSONDict:
+        return await self._json("DELETE", path, params)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        params: Params | None,
+        body: Mapping[str, Any] | None = None,
+        content_type: str | None = None,
+    ) -> JSONDict:
+        data = orjson.dumps(body) if body is not None else None
+        limits = aiohttp.ClientTimeout(total=self.timeout)
+        response = await self._send(method, path, params, data=data, content_type=content_type, limits=limits)
+        async with response:
+            raw = await response.read()
+            if response.status >= 400:
+                raise ApiError.from_body(response.status, raw, method, path)
+        decoded = orjson.loads(raw) if raw else {}
+        return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: Params | None,
+        *,
+        data: bytes | None = None,
+        content_type: str | None = None,
+        limits: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        headers = {"Accept": JSON_CONTENT, "User-Agent": USER_AGENT}
+        if content_type:
+            headers["Content-Type"] = content_type
+        query = [(k, _param(v)) for k, v in (params or {}).items()]
+        await self.api.update_params_for_auth(headers, query, ["BearerToken"])
+        rest = self.api.rest_client
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+            extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            extra["server_hostname"] = rest.server_hostname
+        session: aiohttp.ClientSession = rest.pool_manager
+        return await session.request(
+            method, self._host + path, params=query, data=data, headers=headers, timeout=limits, **extra
+        )
+
+
+def _param(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+async def watch_events(chunks: AsyncIterable[bytes], path: str = "") -> AsyncIterator[tuple[str, JSONDict]]:
+    """Split a watch's byte stream into events, one JSON object per line; lines may be split
+    across chunks, and chunks may hold many lines. An ERROR event raises ApiError."""
+    buffer = bytearray()
+    async for chunk in chunks:
+        scanned = len(buffer)
+        buffer.extend(chunk)
+        start = 0
+        while (end := buffer.find(b"\n", max(start, scanned))) >= 0:
+            line = bytes(buffer[start:end])
+            start = end + 1
+            if line.strip():
+                yield _event(line, path)
+        del buffer[:start]
+    if bytes(buffer).strip():
+        yield _event(bytes(buffer), path)
+
+
+def _event(line: bytes, path: str) -> tuple[str, JSONDict]:
+    event = orjson.loads(line)
+    kind = str(event.get("type") or "")
+    obj = event.get("object")
+    if not isinstance(obj, dict):
+        obj = {}
+    if kind == "ERROR":
+        raise ApiError.from_status(obj, "WATCH", path)
+    return kind, obj

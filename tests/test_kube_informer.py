@@ -1,0 +1,282 @@
+"""The informer's loop against a scripted API: list, watch, bookmarks, 410 relists, absent APIs,
+retries and stopping. Watch bytes go through `watch_events`, the splitter KubeClient.watch uses,
+so an ERROR 410 event takes the same path as one from a real API server (e2e tests do that too)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from structlog.testing import capture_logs
+
+from extender.kube.backoff import Backoff
+from extender.kube.client import ApiError, Params, watch_events
+from extender.kube.informer import Informer
+from extender.kube.resources import PODS, Resource
+
+WIDGETS = Resource("example.com", ("v2", "v1"), "Widget", "widgets", namespaced=True)
+
+
+def pod(name: str, rv: str, uid: str = "") -> dict[str, Any]:
+    return {"metadata": {"namespace": "ml", "name": name, "uid": uid or f"uid-{name}", "resourceVersion": rv}}
+
+
+def line(event_type: str, body: dict[str, Any]) -> bytes:
+    return orjson.dumps({"type": event_type, "object": body}) + b"\n"
+
+
+def gone(rv: str) -> bytes:
+    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": f"too old resource version: {rv}"}
+    return line("ERROR", status)
+
+
+ListResult = tuple[list[dict[str, Any]], str] | Exception
+WatchResult = list[bytes] | Exception
+
+
+class ScriptedApi:
+    """Answers list and watch calls from queues; once a queue is empty, lists fail with 500
+    and watches stay open with nothing in them (until the informer is stopped)."""
+
+    def __init__(self, lists: list[ListResult], watches: list[WatchResult]) -> None:
+        self.lists: deque[ListResult] = deque(lists)
+        self.watches: deque[WatchResult] = deque(watches)
+        self.list_calls: list[str] = []
+        self.watch_calls: list[tuple[str, dict[str, Any], int]] = []
+        self.closed = 0
+
+    async def list(
+        self, path: str, params: Params | None = None, *, page_size: int = 500
+    ) -> tuple[list[dict[str, Any]], str]:
+        self.list_calls.append(path)
+        await asyncio.sleep(0)
+        if not self.lists:
+            raise ApiError(500, "script ended", method="GET", path=path)
+        result = self.lists.popleft()
+        if isinstance(result, Exception):
+            raise result
+        items, rv = result
+        return [orjson.loads(orjson.dumps(i)) for i in items], rv
+
+    async def watch(
+        self, path: str, params: Params | None = None, *, timeout_seconds: int = 300
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        self.watch_calls.append((path, dict(params or {}), timeout_seconds))
+        try:
+            if not self.watches:
+                await asyncio.Event().wait()
+            result = self.watches.popleft()
+            if isinstance(result, Exception):
+                raise result
+            async for event in watch_events(_chunks(result), path):
+                yield event
+        finally:
+            self.closed += 1
+
+
+async def _chunks(lines: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in lines:
+        await asyncio.sleep(0)
+        yield chunk
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []  # (type, name, resourceVersion)
+
+    def __call__(self, event_type: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        self.events.append((event_type, meta["name"], meta.get("resourceVersion", "")))
+
+
+async def until(check: Callable[[], bool], what: str, seconds: float = 5.0) -> None:
+    """Polls CHECK; fails naming WHAT after SECONDS."""
+    for _ in range(int(seconds / 0.005)):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@contextlib.asynccontextmanager
+async def running(informer: Informer) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(informer.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def make(api: ScriptedApi, resource: Resource = PODS, **kwargs: Any) -> tuple[Informer, Recorder]:
+    recorder = Recorder()
+    kwargs.setdefault("backoff", Backoff(initial=0.01, cap=0.02))
+    return Informer(api, resource, recorder, rand=lambda: 0.5, **kwargs), recorder
+
+
+async def test_lists_then_watches_from_the_list_version_with_bookmarks() -> None:
+    api = ScriptedApi(
+        [([pod("a", "10"), pod("b", "11")], "12")],
+        [
+            [
+                line("ADDED", pod("c", "13")),
+                line("MODIFIED", pod("a", "14")),
+                line("DELETED", pod("b", "15")),
+                line("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "20"}}),
+            ]
+        ],
+    )
+    informer, seen = make(api, watch_seconds=100)
+    assert not informer.synced
+    async with running(informer):
+        await until(lambda: len(api.watch_calls) == 2, "the second watch")
+    assert seen.events == [
+        ("ADDED", "a", "10"),
+        ("ADDED", "b", "11"),
+        ("ADDED", "c", "13"),
+        ("MODIFIED", "a", "14"),
+        ("DELETED", "b", "15"),
+    ]
+    assert (informer.synced, informer.settled, informer.installed) == (True, True, True)
+    assert sorted(informer.keys()) == ["ml/a", "ml/c"]
+    (path, first, timeout), (_, second, _) = api.watch_calls
+    assert path == "/api/v1/pods"
+    assert first == {"resourceVersion": "12", "allowWatchBookmarks": True}
+    assert timeout == 150  # watch_seconds, stretched by the (fixed) jitter
+    assert second["resourceVersion"] == "20"  # the bookmark's: the watch that ended is resumed, not relisted
+    assert api.list_calls == ["/api/v1/pods"]
+    assert informer.relists == 0
+    assert api.closed == 2
+
+
+async def test_an_error_410_in_the_watch_relists_and_reconciles() -> None:
+    api = ScriptedApi(
+        [
+            ([pod("a", "10"), pod("b", "11"), pod("c", "12")], "12"),
+            ([pod("b", "11"), pod("c", "30"), pod("d", "31")], "32"),
+        ],
+        [[line("MODIFIED", pod("a", "13")), gone("13")]],
+    )
+    informer, seen = make(api)
+    with capture_logs() as logs:
+        async with running(informer):
+            await until(lambda: informer.relists == 1 and len(api.watch_calls) == 2, "the relist")
+    assert seen.events[3:] == [
+        ("MODIFIED", "a", "13"),
+        ("DELETED", "a", "13"),
+        ("MODIFIED", "c", "30"),
+        ("ADDED", "d", "31"),
+    ]
+    assert api.watch_calls[1][1]["resourceVersion"] == "32"
+    relisted = [e for e in logs if e["event"] == "relisted"]
+    assert relisted == [
+        {
+            "event": "relisted",
+            "log_level": "info",
+            "resource": "pods",
+            "reason": "410 Expired: too old resource version: 13",
+            "objects": 3,
+            "added": 1,
+            "modified": 1,
+            "deleted": 1,
+            "seconds": relisted[0]["seconds"],
+        }
+    ]
+
+
+async def test_a_410_status_on_the_watch_relists_too() -> None:
+    expired = ApiError(410, "too old resource version: 5", reason="Expired", method="WATCH", path="/api/v1/pods")
+    api = ScriptedApi([([pod("a", "5")], "5"), ([], "40")], [expired])
+    informer, seen = make(api)
+    async with running(informer):
+        await until(lambda: informer.relists == 1, "the relist")
+    assert seen.events == [("ADDED", "a", "5"), ("DELETED", "a", "5")]
+
+
+async def test_an_api_that_is_not_installed_is_settled_reported_once_and_picked_up_later() -> None:
+    missing = ApiError(404, "the server could not find the requested resource", reason="NotFound")
+    api = ScriptedApi(
+        [missing, missing, missing, missing, missing, missing, ([pod("w", "3")], "3")],
+        [],
+    )
+    informer, seen = make(api, resource=WIDGETS, recheck_seconds=0.01)
+    with capture_logs() as logs:
+        async with running(informer):
+            await until(lambda: informer.settled, "settled")
+            assert (informer.installed, informer.synced) == (False, False)
+            await until(lambda: informer.synced, "the CRD to appear")
+    # each look tries every version, preferred first
+    assert api.list_calls[:2] == ["/apis/example.com/v2/widgets", "/apis/example.com/v1/widgets"]
+    assert (informer.installed, informer.version, informer.api_version) == (True, "v2", "example.com/v2")
+    assert seen.events == [("ADDED", "w", "3")]
+    messages = [e["event"] for e in logs]
+    assert messages.count("resource not installed") == 1
+    assert messages.count("resource installed") == 1
+
+
+async def test_an_api_removed_while_watched_deletes_its_objects() -> None:
+    missing = ApiError(404, "not found", reason="NotFound")
+    api = ScriptedApi([([pod("w", "3"), pod("v", "4")], "4"), missing, missing], [missing])
+    informer, seen = make(api, resource=WIDGETS, recheck_seconds=60)
+    async with running(informer):
+        await until(lambda: informer.installed is False, "the API to go")
+    assert sorted(seen.events[2:]) == [("DELETED", "v", "4"), ("DELETED", "w", "3")]
+    assert informer.keys() == []
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(ApiError(500, "etcdserver: leader changed"), id="status-500"),
+        pytest.param(aiohttp.ClientConnectionError("connection refused"), id="connection"),
+        pytest.param(TimeoutError(), id="timeout"),
+    ],
+)
+async def test_transient_errors_back_off_and_retry(failure: Exception) -> None:
+    api = ScriptedApi([failure, failure, ([pod("a", "1")], "1")], [failure, [line("ADDED", pod("b", "2"))]])
+    informer, seen = make(api)
+    with capture_logs() as logs:
+        async with running(informer):
+            await until(lambda: len(seen.events) == 2, "both pods")
+    assert seen.events == [("ADDED", "a", "1"), ("ADDED", "b", "2")]
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["list failed; retrying"] * 2 + [
+        "watch failed; retrying"
+    ]
+    assert informer.relists == 0  # a failed watch resumes from its resourceVersion
+
+
+async def test_a_handler_that_raises_is_logged_and_the_informer_goes_on() -> None:
+    api = ScriptedApi([([pod("bad", "1"), pod("good", "2")], "2")], [])
+    got: list[str] = []
+
+    def handler(event_type: str, obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"] == "bad":
+            raise KeyError("boom")
+        got.append(obj["metadata"]["name"])
+
+    informer = Informer(api, PODS, handler)
+    with capture_logs() as logs:
+        async with running(informer):
+            await until(lambda: informer.synced, "synced")
+    assert got == ["good"]
+    assert [(e["event"], e["object"]) for e in logs if e["log_level"] == "error"] == [("handler failed", "ml/bad")]
+
+
+async def test_stopping_closes_the_watch_and_a_restart_resumes_from_the_version_reached() -> None:
+    api = ScriptedApi([([pod("a", "1")], "7")], [])
+    informer, _ = make(api)
+    async with running(informer) as task:
+        await until(lambda: len(api.watch_calls) == 1, "the watch")
+    assert task.cancelled()
+    assert api.closed == 1
+    async with running(informer):
+        await until(lambda: len(api.watch_calls) == 2, "the second watch")
+    assert api.list_calls == ["/api/v1/pods"]
+    assert api.watch_calls[1][1]["resourceVersion"] == "7"
