@@ -18,6 +18,8 @@ from e2e.controlplane import (
     SchedulerSwitch,
     create_pod,
     gpu_pod,
+    read_pod,
+    wait_for,
     wait_pod_running,
     wait_pod_unschedulable,
 )
@@ -54,14 +56,24 @@ async def test_a_pod_asking_for_8_gpus_is_bound_to_a_fake_gpu_node_and_runs(
 async def test_nodes_added_later_take_pods(
     kube_api: client.ApiClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
 ) -> None:
-    await fake_gpu_nodes.create(FakeTopology(nodes_per_rack=1))
-    for i in range(2):
-        await create_pod(kube_api, namespace, gpu_pod(f"full-node-{i}", 8))
-    await wait_pod_running(kube_api, namespace, "full-node-0")
-    await wait_pod_unschedulable(kube_api, namespace, "full-node-1")
+    (first,) = await fake_gpu_nodes.create(FakeTopology(nodes_per_rack=1))
+    await create_pod(kube_api, namespace, gpu_pod("full-node-a", 8))
+    await create_pod(kube_api, namespace, gpu_pod("full-node-b", 8))
+
+    # One of them gets the only node (which one is the scheduler's business), the other waits.
+    async def one_bound() -> tuple[str, str] | None:
+        a = await read_pod(kube_api, namespace, "full-node-a")
+        b = await read_pod(kube_api, namespace, "full-node-b")
+        if bool(a.spec.node_name) == bool(b.spec.node_name):
+            return None
+        return ("full-node-a", "full-node-b") if a.spec.node_name else ("full-node-b", "full-node-a")
+
+    bound, waiting = await wait_for(one_bound, timeout_s=60, what="exactly one of the two pods to be bound")
+    assert (await wait_pod_running(kube_api, namespace, bound)).spec.node_name == first
+    await wait_pod_unschedulable(kube_api, namespace, waiting)
 
     (added,) = await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=1)
-    pod = await wait_pod_running(kube_api, namespace, "full-node-1")
+    pod = await wait_pod_running(kube_api, namespace, waiting)
     assert pod.spec.node_name == added
 
 

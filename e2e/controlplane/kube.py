@@ -113,6 +113,10 @@ async def create_pod(api: client.ApiClient, namespace: str, manifest: dict[str, 
     return await core.create_namespaced_pod(namespace, manifest)  # type: ignore[arg-type]
 
 
+async def read_pod(api: client.ApiClient, namespace: str, name: str) -> client.V1Pod:
+    return await client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+
+
 async def wait_pod_running(
     api: client.ApiClient, namespace: str, name: str, *, timeout_s: float = 60.0
 ) -> client.V1Pod:

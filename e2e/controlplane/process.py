@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -179,15 +180,26 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
+@functools.cache
+def _setpriv_with_pdeathsig() -> str | None:
+    """util-linux's setpriv, if it is there and knows --pdeathsig (2.33+)."""
+    setpriv = shutil.which("setpriv") if sys.platform == "linux" else None
+    if setpriv is None:
+        return None
+    try:
+        help_text = subprocess.run([setpriv, "--help"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return setpriv if "--pdeathsig" in help_text else None
 
 
 def _with_parent_death_signal(argv: list[str]) -> list[str]:
     # The kernel sends the signal when the *thread* that forked the child exits, so this is only
     # safe from the main thread (a worker thread may finish long before the run does).
-    if _SETPRIV is None or threading.current_thread() is not threading.main_thread():
+    setpriv = _setpriv_with_pdeathsig()
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
         return argv
-    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv]
 
 
 @atexit.register
