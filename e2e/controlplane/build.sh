@@ -61,8 +61,8 @@ mkdir -p "$cache_root"
 # One build per key at a time; a second caller waits and then finds the stamp.
 exec 9>"$cache_root/.lock-$key"
 if ! flock -n 9; then
-  echo "waiting for another build of $key to finish ..."
-  flock 9
+  echo "waiting (at most an hour) for another build of $key to finish ..."
+  flock -w 3600 9 || { echo "build.sh: gave up waiting for the other build" >&2; exit 1; }
 fi
 if is_built; then
   echo "control plane binaries are built: $dest/bin"
