@@ -44,7 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except BrokenPipeError:  # `topogang simulate ... | head`: the reader has seen enough
+        sys.stderr.close()
+        return 0
     return code
 
 

@@ -340,3 +340,23 @@ def test_blocked_nodes_are_not_used() -> None:
     blocked = np.array([n.name.startswith("z1-b1-r1") for n in base.table.nodes])
     result = plan(ClusterSnapshot(base.table, base.usage, blocked=blocked), built.gang)
     assert set(racks_of(placed(result)).values()) == {"z1-b1-r2"}
+
+
+def test_elastic_segments_are_not_confined_to_the_compact_domain_of_the_minimum() -> None:
+    # Seed 000's elasticity shape: 3 mandatory segments of 4 and 1 elastic one, racks of 4 nodes.
+    # The minimum (12 pods) packs into block b1 + one rack of b2; the elastic segment must still get
+    # a whole rack of its own (b2/r2), not the leftovers next to the minimum.
+    segs = [{"name": f"seg-{s}", "parent": "w", "minMember": 4 if s < 3 else 0} for s in range(4)]
+    pg = podgroup(
+        {
+            "subGroups": [{"name": "w", "minSubGroup": 4}, *segs],
+            "topologyConstraints": {"subGroups": {f"seg-{s}": {"requiredTopologyLevel": "rack"} for s in range(4)}},
+        }
+    )
+    pods = [pod(f"w-{i}", subgroup=f"seg-{i // 4}") for i in range(16)]
+    result = run(CLUSTER, pg, pods)
+    assert isinstance(result, Plan)
+    assert result.unplaced == ()
+    got = racks_of(result.assignments)
+    assert len({got[f"default/w-{i}"] for i in range(12, 16)}) == 1
+    assert not result.minimum & {f"default/w-{i}" for i in range(12, 16)}

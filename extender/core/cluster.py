@@ -9,7 +9,7 @@ planning (labels, capacity, taints, readiness); heartbeats do not rebuild anythi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from extender.core.usage import PlanningUsage, UsageLedger
@@ -44,6 +44,17 @@ class ClusterState:
         self._table: NodeTable | None = None
         self._bound: UsageLedger | None = None
         self._reserved: UsageLedger | None = None
+        self._listeners: list[Callable[[str, object], None]] = []
+
+    def subscribe(self, listener: Callable[[str, object], None]) -> None:
+        """Call `listener(kind, key)` on every change: kind is pod, podgroup, topology, object,
+        resource_interface or priority_class; key is what the API server keys it by."""
+        self._listeners.append(listener)
+
+    def _notify(self, kind: str, key: object) -> None:
+        self.version += 1
+        for listener in self._listeners:
+            listener(kind, key)
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -103,7 +114,7 @@ class ClusterState:
             if pod.uses_capacity and pod.node_name:
                 self._bound.add(pod.node_name, pod.requests)
         self.pods[pod.key] = pod
-        self.version += 1
+        self._notify("pod", pod.key)
         return old
 
     def delete_pod(self, key: str) -> PodInfo | None:
@@ -111,7 +122,7 @@ class ClusterState:
         if old is not None:
             if self._bound is not None and old.uses_capacity and old.node_name:
                 self._bound.add(old.node_name, old.requests, -1)
-            self.version += 1
+            self._notify("pod", key)
         return old
 
     # -- reservations ------------------------------------------------------------------------------
@@ -142,35 +153,35 @@ class ClusterState:
             self.podgroups[key] = spec
         elif errors:
             self.invalid_podgroups[key] = errors
-        self.version += 1
+        self._notify("podgroup", key)
 
     def set_topology(self, name: str, spec: TopologySpec | None) -> None:
         if spec is None:
             self.topologies.pop(name, None)
         else:
             self.topologies[name] = spec
-        self.version += 1
-
-    def set_priority_class(self, name: str, value: int | None) -> None:
-        if value is None:
-            self.priority_classes.pop(name, None)
-        else:
-            self.priority_classes[name] = value
-        self.version += 1
+        self._notify("topology", name)
 
     def set_object(self, key: ObjectKey, body: Mapping[str, Any] | None) -> None:
         if body is None:
             self.objects.pop(key, None)
         else:
             self.objects[key] = body
-        self.version += 1
+        self._notify("object", key)
 
     def set_resource_interface(self, name: str, body: Mapping[str, Any] | None) -> None:
         if body is None:
             self.resource_interfaces.pop(name, None)
         else:
             self.resource_interfaces[name] = body
-        self.version += 1
+        self._notify("resource_interface", name)
+
+    def set_priority_class(self, name: str, value: int | None) -> None:
+        if value is None:
+            self.priority_classes.pop(name, None)
+        else:
+            self.priority_classes[name] = value
+        self._notify("priority_class", name)
 
     # -- planning view ---------------------------------------------------------------------------------
 

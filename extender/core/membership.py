@@ -1,21 +1,28 @@
-"""Which gang each pod belongs to, and the gang's tree, cached until their inputs change.
+"""Which gang each pod belongs to, and the gang's tree, kept current incrementally.
 
-A pod joins the PodGroup object named by its `pod-group-name` annotation or its
-`scheduling.x-k8s.io/pod-group` label. Pods with neither are plain pods: kube-scheduler places
-them as usual.
+The grouper (`extender.grouping`) decides gangs: a pod joins the PodGroup object it names
+(`pod-group-name` annotation, `scheduling.x-k8s.io/pod-group` label), else the gang its owner
+workload defines (TFJob, LeaderWorkerSet, ... or a ResourceInterface). Grouping every pod again
+on every change would cost O(pods) per event, so pods are kept in *families* (those naming one
+PodGroup, or sharing the top of their owner chain) and only the families touched by a change are
+grouped again. ClusterState reports changes through `subscribe`; work is done lazily, on the
+next question.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from extender.core.cluster import ClusterState
+from extender.grouping import Grouping, family_key, group_pods
 from extender.model.errors import FieldError
-from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
 from extender.placement.build import BuiltGang, build_gang
+
+PODGROUP_FAMILY = "PodGroup "
 
 
 @dataclass(frozen=True)
@@ -42,79 +49,204 @@ class GroupView:
         return "; ".join(str(e) for e in self.errors)
 
 
-def explicit_group(pod: PodInfo) -> str | None:
-    name = pod.annotations.get(POD_GROUP_ANNOTATION) or pod.labels.get(POD_GROUP_LABEL)
-    return f"{pod.namespace}/{name}" if name else None
-
-
-class Membership:
-    """Pod -> group key, and group key -> GroupView, recomputed when the cluster version moves."""
+class _Lookup:
+    """The grouper's ObjectLookup over ClusterState's owners and ResourceInterfaces."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
-        self._version = -1
-        self._group_of: dict[str, str] = {}
-        self._members: dict[str, list[str]] = {}
-        self._views: dict[str, GroupView] = {}
 
-    def _refresh(self) -> None:
-        if self._version == self.state.version:
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        return self.state.objects.get((api_version.rpartition("/")[0], kind, namespace or "", name))
+
+    def resource_interfaces(self) -> Sequence[Mapping[str, Any]]:
+        return list(self.state.resource_interfaces.values())
+
+
+def _signature(pod: PodInfo) -> tuple[object, ...]:
+    """What grouping reads of a pod besides its existence."""
+    return (tuple(sorted(pod.labels.items())), tuple(sorted(pod.annotations.items())), pod.owner_refs)
+
+
+class Membership:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.lookup = _Lookup(state)
+        self._family: dict[str, str | None] = {}  # pod -> family (None: a plain pod)
+        self._families: dict[str, set[str]] = {}  # family -> pods
+        self._signature: dict[str, tuple[object, ...]] = {}
+        self._readers: dict[tuple[str, str, str], set[str]] = {}  # owner read -> pods whose chain read it
+        self._reads: dict[str, tuple[tuple[str, str, str], ...]] = {}
+        self._groupings: dict[str, list[Grouping]] = {}  # family -> its gangs
+        self._family_waiting: dict[str, dict[str, str]] = {}
+        self._group_of: dict[str, str] = {}
+        self._group_family: dict[str, str] = {}
+        self._views: dict[str, GroupView] = {}
+        self._dirty_pods: set[str] = set(state.pods)
+        self._dirty_families: set[str] = set()
+        self._all_dirty = False
+        state.subscribe(self._changed)
+
+    # -- change feed ----------------------------------------------------------------------------
+
+    def _changed(self, kind: str, key: object) -> None:
+        if kind == "pod":
+            assert isinstance(key, str)
+            self._dirty_pods.add(key)
+            ns, _, name = key.partition("/")
+            self._dirty_pods.update(self._readers.get(("Pod", ns, name), ()))
+        elif kind == "object":
+            assert isinstance(key, tuple)
+            _, obj_kind, ns, name = key
+            self._dirty_pods.update(self._readers.get((obj_kind, ns, name), ()))
+        elif kind == "podgroup":
+            self._dirty_families.add(f"{PODGROUP_FAMILY}{key}")
+            self._views.pop(str(key), None)
+        elif kind == "resource_interface":
+            self._all_dirty = True
+        else:  # topologies, priority classes: every tree or priority may change
+            self._views.clear()
+
+    def _sync(self) -> None:
+        if self._all_dirty:
+            self._all_dirty = False
+            self._dirty_families.update(self._families)
+        pods = self.state.pods
+        for key in self._dirty_pods:
+            pod = pods.get(key)
+            old = self._family.get(key)
+            if pod is not None and key in self._family and self._signature.get(key) == _signature(pod):
+                if old is not None:  # same family; its tree may still change (bound, requests)
+                    self._views.pop(self._group_of.get(key, ""), None)
+                    if key in self._family_waiting.get(old, {}) or key not in self._group_of:
+                        self._dirty_families.add(old)
+                continue
+            if old is not None:
+                self._families.get(old, set()).discard(key)
+                self._dirty_families.add(old)
+            for read in self._reads.pop(key, ()):
+                self._readers.get(read, set()).discard(key)
+            if pod is None:
+                self._family.pop(key, None)
+                self._signature.pop(key, None)
+                continue
+            family, reads = family_key(pod, self.lookup, pods)
+            self._family[key] = family
+            self._signature[key] = _signature(pod)
+            self._reads[key] = reads
+            for read in reads:
+                self._readers.setdefault(read, set()).add(key)
+            if family is not None:
+                self._families.setdefault(family, set()).add(key)
+                self._dirty_families.add(family)
+        self._dirty_pods.clear()
+        for family in self._dirty_families:
+            self._regroup(family)
+        self._dirty_families.clear()
+
+    def _regroup(self, family: str) -> None:
+        for grouping in self._groupings.pop(family, []):
+            self._group_family.pop(grouping.key, None)
+            self._views.pop(grouping.key, None)
+        for pod_key in self._family_waiting.pop(family, {}):
+            self._group_of.pop(pod_key, None)
+        members = [self.state.pods[k] for k in sorted(self._families.get(family, ())) if k in self.state.pods]
+        for p in members:
+            self._group_of.pop(p.key, None)
+        if not members:
+            self._families.pop(family, None)
             return
-        self._version = self.state.version
-        self._group_of.clear()
-        self._members.clear()
-        self._views.clear()
-        for pod in self.state.pods.values():
-            key = explicit_group(pod)
-            if key is not None:
-                self._group_of[pod.key] = key
-                self._members.setdefault(key, []).append(pod.key)
+        if family.startswith(PODGROUP_FAMILY) and family[len(PODGROUP_FAMILY) :] in self.state.invalid_podgroups:
+            key = family[len(PODGROUP_FAMILY) :]
+            errors = self.state.invalid_podgroups[key]
+            grouping = Grouping(key=key, podgroup=None, errors=errors, source=f"PodGroup {key}")
+            self._install(family, [grouping], {key: [p.key for p in members]}, {})
+            return
+        result = group_pods(members, self.lookup, self.state.podgroups)
+        by_group: dict[str, list[str]] = {}
+        for pod_key, group in result.pod_group.items():
+            by_group.setdefault(group, []).append(pod_key)
+        self._install(family, list(result.groups.values()), by_group, dict(result.waiting))
+
+    def _install(
+        self, family: str, groupings: list[Grouping], pods: Mapping[str, list[str]], waiting: dict[str, str]
+    ) -> None:
+        self._groupings[family] = groupings
+        self._family_waiting[family] = waiting
+        for g in groupings:
+            self._group_family[g.key] = family
+            self._views.pop(g.key, None)
+            for pod_key in pods.get(g.key, ()):
+                self._group_of[pod_key] = g.key
+
+    # -- questions --------------------------------------------------------------------------------
 
     def group_of(self, pod: str) -> str | None:
-        self._refresh()
+        self._sync()
         return self._group_of.get(pod)
 
+    def waiting(self, pod: str) -> str | None:
+        """Why a pod that belongs to a gang-to-be cannot be grouped yet (its PodGroup or owner is
+        not visible); None otherwise."""
+        self._sync()
+        family = self._family.get(pod)
+        return self._family_waiting.get(family, {}).get(pod) if family else None
+
+    def families(self) -> set[str]:
+        """The families that have pods: "PodGroup ns/name" or "<Kind> ns/name" of a top owner."""
+        self._sync()
+        return {f for f, pods in self._families.items() if pods}
+
     def groups(self) -> list[str]:
-        self._refresh()
-        return sorted(set(self._members) | set(self.state.podgroups) | set(self.state.invalid_podgroups))
+        self._sync()
+        return sorted(self._group_family)
 
     def members(self, group: str) -> list[str]:
-        self._refresh()
-        return list(self._members.get(group, ()))
+        self._sync()
+        return sorted(k for k, g in self._group_of.items() if g == group)
 
     def view(self, group: str, assumed: Mapping[str, str] | None = None) -> GroupView:
         """The group's tree with its pods; `assumed` pins pods to reserved nodes (not cached)."""
-        self._refresh()
+        self._sync()
         if not assumed and group in self._views:
             return self._views[group]
+        family = self._group_family.get(group)
+        grouping = next((g for g in self._groupings.get(family or "", []) if g.key == group), None)
         state = self.state
-        pods = [state.pods[k] for k in self._members.get(group, ()) if k in state.pods]
+        keys = [k for k in self._families.get(family or "", ()) if self._group_of.get(k) == group]
+        pods = [state.pods[k] for k in sorted(keys) if k in state.pods]
         if assumed:
             pods = [_assume(p, assumed.get(p.key)) for p in pods]
         priority = max((state.pod_priority(p) for p in pods), default=0)
         created = min((p.created for p in pods if p.created is not None), default=None)
-        spec = state.podgroups.get(group)
-        if spec is None:
-            errors = state.invalid_podgroups.get(group)
-            if errors is None:
-                ns, _, name = group.partition("/")
-                errors = (FieldError(f"PodGroup {group}", "metadata.name", f"PodGroup {name} not found in {ns}"),)
+        if grouping is None or grouping.podgroup is None or grouping.errors:
+            errors = grouping.errors if grouping is not None else ()
+            if not errors:
+                errors = (FieldError(f"PodGroup {group}", "metadata.name", "not found"),)
             view = GroupView(
-                group, None, None, errors, priority=priority, created=created, pods=tuple(p.key for p in pods)
+                group,
+                None,
+                None,
+                errors,
+                priority=priority,
+                created=created,
+                pods=tuple(p.key for p in pods),
+                source=grouping.source if grouping else "",
             )
         else:
+            spec = grouping.podgroup
             if spec.priority_class_name in state.priority_classes:
                 priority = max(priority, state.priority_classes[spec.priority_class_name])
-            built = build_gang(spec, pods, state.topologies)
+            built = build_gang(spec, pods, state.topologies, order=grouping.order, subgroup_of=grouping.subgroup_of)
             view = GroupView(
                 group,
                 spec,
                 built,
                 built.errors,
+                warnings=grouping.warnings,
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),
-                source=f"PodGroup {group}",
+                source=grouping.source,
                 waiting=built.stray,
             )
         if not assumed:

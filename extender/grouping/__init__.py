@@ -44,7 +44,7 @@ placement, segment and slice annotations), `kinds.*` (one built-in grouper per w
 given without them), `objects` (an ObjectLookup over a list of raw objects).
 """
 
-from extender.grouping.group import explicit_group, group_pods
+from extender.grouping.group import explicit_group, family_key, group_pods
 from extender.grouping.objects import ObjectIndex
 from extender.grouping.synthesize import Synthesized, can_synthesize, synthesize
 from extender.grouping.types import Grouping, GroupingResult, ObjectLookup
@@ -57,6 +57,7 @@ __all__ = [
     "Synthesized",
     "can_synthesize",
     "explicit_group",
+    "family_key",
     "group_pods",
     "synthesize",
 ]

@@ -42,9 +42,9 @@ def explicit_group(pod: PodInfo) -> str | None:
 
 
 class _Chains:
-    def __init__(self, objects: ObjectLookup, pods: Sequence[PodInfo]) -> None:
+    def __init__(self, objects: ObjectLookup, pods: Sequence[PodInfo] | Mapping[str, PodInfo]) -> None:
         self.objects = objects
-        self.pods = {p.key: p for p in pods}
+        self.pods = pods if isinstance(pods, Mapping) else {p.key: p for p in pods}
 
     def chain(self, pod: PodInfo) -> list[Link]:
         """The pod's controller chain, direct controller first, up to the first owner not visible."""
@@ -72,6 +72,25 @@ class _Chains:
                 break
             ref = controller_ref(obj)
         return out
+
+
+def family_key(
+    pod: PodInfo, objects: ObjectLookup, pods: Mapping[str, PodInfo]
+) -> tuple[str | None, tuple[tuple[str, str, str], ...]]:
+    """The pods that are grouped together share a family: the PodGroup they name, or the top of
+    their owner chain. Returns (family or None for a plain pod, the owners the chain read as
+    (kind, namespace, name)), so a caller can regroup one family when one of those changes
+    instead of every pod (`group_pods` of one family equals its share of `group_pods` of all).
+    """
+    named = explicit_group(pod)
+    if named is not None:
+        return f"PodGroup {named}", ()
+    chain = _Chains(objects, pods).chain(pod)
+    read = tuple((link.ref.kind, link.namespace, link.ref.name) for link in chain)
+    if not chain or any(link.gvk in n.PLAIN_OWNERS for link in chain):
+        return None, read
+    top = chain[-1]
+    return f"{top.ref.kind} {top.namespace}/{top.ref.name}", read
 
 
 def _pod_body(pod: PodInfo) -> dict[str, Any]:
@@ -191,4 +210,4 @@ def _ri_grouper(ri: ResourceInterface) -> Grouper:
     return group
 
 
-__all__ = ["explicit_group", "group_pods"]
+__all__ = ["explicit_group", "family_key", "group_pods"]

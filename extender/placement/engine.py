@@ -204,7 +204,10 @@ class _Placer:
 
     # -- phase 2a: the required level ----------------------------------------------------------
 
-    def place_unit(self, scope: Scope, region: Domain) -> bool:
+    def place_unit(self, scope: Scope, region: Domain, hard: Domain | None = None) -> bool:
+        """Place the scope's minimum inside `region`. `hard` is where the required constraints
+        above it hold it (`region` may be narrower: a parent's preferred or compact domain)."""
+        hard = region if hard is None else hard
         rule = scope.rule
         level = rule.required if rule is not None else None
         if level is not None and level > region.level:
@@ -212,19 +215,28 @@ class _Placer:
             if not candidates:
                 self.fail(self.no_domain(scope, region, level), region, scope)
                 return False
-        else:
-            if not self._fixed_inside(scope, region):
-                return False
-            if level is not None and not self.tree.labeled(self.tree.ancestor(region, level)):
+            for domain in candidates:
+                self._tick()
+                cp = self.checkpoint()
+                self.pin(scope, domain, domain)
+                if self.place_soft(scope, domain):
+                    return True
+                self.rollback(cp)
+            return False
+        if not self._fixed_inside(scope, region):
+            return False
+        if level is not None:
+            held = self.tree.ancestor(region, level)
+            if not self.tree.labeled(held):
                 return False  # the region sits on nodes without this level's label
-            candidates = [region]
-        for domain in candidates:
-            self._tick()
-            cp = self.checkpoint()
-            self.pin(scope, domain, domain)
-            if self.place_soft(scope, domain):
-                return True
-            self.rollback(cp)
+            if held.level > hard.level:
+                hard = held  # the constraint holds the scope tighter than its parents do
+        self._tick()
+        cp = self.checkpoint()
+        self.pin(scope, hard, region)
+        if self.place_soft(scope, region):
+            return True
+        self.rollback(cp)
         return False
 
     def _fixed_inside(self, scope: Scope, region: Domain) -> bool:
@@ -313,7 +325,7 @@ class _Placer:
                 for domain in self.soft_candidates(scope, region, level, preferred):
                     self._tick()
                     cp = self.checkpoint()
-                    self.pin(scope, region, domain)
+                    self.pin(scope, self.pin_of[scope.id].hard, domain)
                     if self.place_contents(scope, domain):
                         return True
                     self.rollback(cp)
@@ -355,6 +367,7 @@ class _Placer:
     def place_contents(self, scope: Scope, region: Domain) -> bool:
         if scope.leaf:
             return self.place_members(scope, region)
+        hard = self.pin_of[scope.id].hard
         got = 0
         for child in self._ordered_children(scope):
             if got >= scope.min_member:
@@ -363,7 +376,7 @@ class _Placer:
                 got += child.weight  # satisfied with no pods (elastic); phase 3 may add some
                 continue
             cp = self.checkpoint()
-            if self.place_unit(child, region):
+            if self.place_unit(child, region, hard):
                 got += child.weight
             else:
                 self.rollback(cp)
@@ -443,18 +456,37 @@ class _Placer:
                     self.descend(pin.hard, shape, members[done:])
             return
         for child in scope.children:
-            if child.id not in self.pin_of:
-                # Near the rest of the scope when all of the child fits there, else anywhere its
-                # constraints allow (its own candidates then pick the best domain).
-                regions = [pin.hard]
-                if pin.soft != pin.hard and self._holds(pin.soft, self.full_demand[child.id]):
-                    regions.insert(0, pin.soft)
-                for region in regions:
-                    cp = self.checkpoint()
-                    if self.place_unit(child, region):
-                        break
-                    self.rollback(cp)
-            self.place_optional(child)
+            if child.id in self.pin_of:
+                self.place_optional(child)
+                continue
+            # Near the rest of the scope (its compact domain) when that takes every pod of the
+            # child; else wherever its constraints allow, if that takes more.
+            regions = [pin.hard]
+            if pin.soft != pin.hard and self._holds(pin.soft, self.full_demand[child.id]):
+                regions.insert(0, pin.soft)
+            best: tuple[int, Domain] | None = None
+            for region in regions:
+                cp = self.checkpoint()
+                got = self._place_whole(child, region, pin.hard)
+                if got is not None and got == self._unplaced_count(child):
+                    best = None
+                    break  # everything placed: keep it
+                self.rollback(cp)
+                if got is not None and (best is None or got > best[0]):
+                    best = (got, region)
+            if best is not None:
+                self._place_whole(child, best[1], pin.hard)
+
+    def _place_whole(self, child: Scope, region: Domain, hard: Domain) -> int | None:
+        """Place an optional child (its minimum, then what else fits); the pods placed, or None."""
+        before = len(self.state.log)
+        if not self.place_unit(child, region, hard):
+            return None
+        self.place_optional(child)
+        return len(self.state.log) - before
+
+    def _unplaced_count(self, scope: Scope) -> int:
+        return sum(1 for m in scope.all_members() if m.node is None)
 
     def _holds(self, domain: Domain, demand: Sequence[int]) -> bool:
         return all(self.state.counts[s][domain.level][domain.index] >= d for s, d in enumerate(demand))

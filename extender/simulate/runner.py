@@ -20,6 +20,7 @@ from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
+from extender.grouping import can_synthesize, synthesize
 from extender.model.errors import InvalidObject
 from extender.model.pod import PodInfo, parse_pod
 from extender.simulate.loader import InputError, Loaded
@@ -62,6 +63,27 @@ class Simulation:
         for obj in objects:
             try:
                 self._add(obj)
+            except InvalidObject as exc:
+                raise InputError(f"{obj.source}: {exc}") from None
+        self._synthesize(objects)
+
+    def _synthesize(self, objects: Sequence[Loaded]) -> None:
+        """A workload given without pods gets the pods (and intermediate owners, such as a
+        JobSet's Jobs) its controller would create; pods given in the input are used as they are."""
+        with_pods = self.scheduler.membership.families()
+        for obj in objects:
+            meta = obj.body.get("metadata") or {}
+            name, ns = meta.get("name"), meta.get("namespace") or "default"
+            if not can_synthesize(obj.api_version, obj.kind) or f"{obj.kind} {ns}/{name}" in with_pods:
+                continue
+            try:
+                made = synthesize(obj.body)
+                for owner in made.owners:
+                    apply_object(self.scheduler, owner)
+                for body in made.pods:
+                    pod = parse_pod(body)
+                    self.order[pod.key] = len(self.order)
+                    self.scheduler.observe_pod(pod)
             except InvalidObject as exc:
                 raise InputError(f"{obj.source}: {exc}") from None
 
