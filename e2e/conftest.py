@@ -40,6 +40,7 @@ from e2e.controlplane import (
     delete_namespace,
     sigterm_raises_keyboard_interrupt,
 )
+from extender.kube import KubeClient
 
 KUBECONFIG_ENV = "TOPOGANG_E2E_KUBECONFIG"
 
@@ -96,6 +97,13 @@ async def namespace(kube_api: client.ApiClient) -> AsyncIterator[str]:
     name = await create_namespace(kube_api)
     yield name
     await delete_namespace(kube_api, name)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def kube(kubeconfig: Path) -> AsyncIterator[KubeClient]:
+    """topogang's own raw-JSON client (extender.kube) for the same cluster."""
+    async with await KubeClient.connect(kubeconfig) as raw:
+        yield raw
 
 
 @pytest_asyncio.fixture(loop_scope="session")

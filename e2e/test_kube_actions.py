@@ -1,0 +1,120 @@
+"""KubeActions and KubeClient on the real control plane: bind (and its failures, with the API's
+message), wake, Events and their aggregation, pages and errors of the raw client."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes_asyncio import client
+
+from e2e.controlplane import FakeGpuNodes, FakeTopology, create_pod, gpu_pod, wait_pod_running
+from e2e.kube_support import NO_SCHEDULER
+from extender.kube import PLAN_GENERATION_ANNOTATION, ApiError, KubeActions, KubeClient
+from extender.kube.resources import PODS
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.asyncio(loop_scope="session")]
+
+
+async def pending_pod(kube: KubeClient, kube_api: client.ApiClient, namespace: str, name: str) -> str:
+    """A pod no scheduler will take; returns its uid."""
+    await create_pod(kube_api, namespace, gpu_pod(name, 1, scheduler_name=NO_SCHEDULER))
+    body = await kube.get(PODS.object_path("v1", name, namespace))
+    return str(body["metadata"]["uid"])
+
+
+async def test_bind_binds_a_pending_pod_and_a_second_bind_fails_with_the_api_message(
+    kube: KubeClient, kube_api: client.ApiClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    first, second = await fake_gpu_nodes.create(FakeTopology(nodes_per_rack=2))
+    actions = KubeActions(kube)
+    uid = await pending_pod(kube, kube_api, namespace, "solo")
+    await actions.bind(namespace, "solo", uid, first)
+    pod = await wait_pod_running(kube_api, namespace, "solo")  # kwok runs it
+    assert pod.spec.node_name == first
+
+    with pytest.raises(ApiError) as again:
+        await actions.bind(namespace, "solo", uid, second)
+    assert again.value.status == 409
+    assert again.value.message == (
+        f'Operation cannot be fulfilled on pods/binding "solo": pod solo is already assigned to node "{first}"'
+    )
+
+    await pending_pod(kube, kube_api, namespace, "recreated")
+    with pytest.raises(ApiError) as stale:  # the uid of a pod that no longer exists under this name
+        await actions.bind(namespace, "recreated", uid, first)
+    assert stale.value.status == 409
+    assert "Precondition failed: UID in precondition" in stale.value.message
+
+    with pytest.raises(ApiError) as missing:
+        await actions.bind(namespace, "nobody", uid, first)
+    assert (missing.value.status, missing.value.message) == (404, 'pods "nobody" not found')
+
+
+async def test_wake_sets_the_plan_generation_on_each_pod_and_skips_pods_that_are_gone(
+    kube: KubeClient, kube_api: client.ApiClient, namespace: str
+) -> None:
+    for name in ("a", "b"):
+        await pending_pod(kube, kube_api, namespace, name)
+    actions = KubeActions(kube, concurrency=1)
+    await actions.wake([(namespace, "a"), (namespace, "b"), (namespace, "never-was")], 7)
+    for name in ("a", "b"):
+        pod = await kube.get(PODS.object_path("v1", name, namespace))
+        assert pod["metadata"]["annotations"][PLAN_GENERATION_ANNOTATION] == "7"
+    await actions.wake([(namespace, "a")], 8)
+    pod = await kube.get(PODS.object_path("v1", "a", namespace))
+    assert pod["metadata"]["annotations"][PLAN_GENERATION_ANNOTATION] == "8"
+
+
+async def test_events_are_visible_through_the_api_and_repeats_bump_one_series(
+    kube: KubeClient, kube_api: client.ApiClient, namespace: str
+) -> None:
+    uid = await pending_pod(kube, kube_api, namespace, "member")
+    involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": "member", "uid": uid}
+    actions = KubeActions(kube, series_interval=0, instance="e2e")
+    await actions.event(involved, "GangPending", "gang 3/16 pods present", "Warning")
+
+    # as kubectl describe finds them: core/v1 Events about the pod
+    core = await kube.get(f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": "involvedObject.name=member"})
+    (event,) = core["items"]
+    assert (event["reason"], event["message"], event["type"]) == ("GangPending", "gang 3/16 pods present", "Warning")
+    assert event["involvedObject"]["uid"] == uid
+    assert (event["reportingComponent"], event["reportingInstance"]) == ("topogang", "e2e")
+
+    for _ in range(3):
+        await actions.event(involved, "GangPending", "gang 3/16 pods present", "Warning")
+    listed = await kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    (series,) = listed["items"]
+    assert series["series"]["count"] == 4
+
+    await actions.event(involved, "GangPending", "gang 15/16 pods present", "Warning")
+    await actions.event({**involved, "name": "member"}, "GangPlaced", "placed in rack r1")
+    listed = await kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    assert sorted((e["reason"], e["note"]) for e in listed["items"]) == [
+        ("GangPending", "gang 15/16 pods present"),
+        ("GangPending", "gang 3/16 pods present"),
+        ("GangPlaced", "placed in rack r1"),
+    ]
+
+
+async def test_the_raw_client_pages_lists_and_patches_with_either_merge(
+    kube: KubeClient, kube_api: client.ApiClient, namespace: str
+) -> None:
+    for i in range(5):
+        await pending_pod(kube, kube_api, namespace, f"p{i}")
+    collection = PODS.collection_path("v1", namespace)
+    items, version = await kube.list(collection, page_size=2)
+    assert sorted(i["metadata"]["name"] for i in items) == [f"p{i}" for i in range(5)]
+    assert int(version) > 0
+    assert [i["metadata"]["name"] for i in (await kube.list(collection, {"labelSelector": "none=here"}))[0]] == []
+
+    path = PODS.object_path("v1", "p0", namespace)
+    merged = await kube.patch(path, {"metadata": {"labels": {"a": "1"}}})
+    assert merged["metadata"]["labels"] == {"a": "1"}
+    # strategic merge: the container list is merged by name, not replaced
+    image = "registry.k8s.io/pause:3.9"
+    strategic = await kube.patch(path, {"spec": {"containers": [{"name": "main", "image": image}]}}, strategic=True)
+    (container,) = strategic["spec"]["containers"]
+    assert (container["image"], container["resources"]["limits"]) == (image, {"nvidia.com/gpu": "1"})
+
+    with pytest.raises(ApiError) as caught:
+        await kube.get(PODS.object_path("v1", "p9", namespace))
+    assert (caught.value.status, caught.value.reason, caught.value.message) == (404, "NotFound", 'pods "p9" not found')
