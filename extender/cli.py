@@ -23,6 +23,14 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import os
+
+    from extender.server.serve import run
+
+    return run(args, os.environ)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="topogang", description="Whole-gang, topology-aware placement for Kubernetes."
@@ -39,6 +47,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("-f", "--file", action="append", required=True, metavar="PATH", help="a file, a directory or -")
     sim.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
     sim.set_defaults(func=_simulate)
+    from extender.server.settings import add_arguments
+
+    srv = sub.add_parser(
+        "serve",
+        help="run the scheduler extender that kube-scheduler calls",
+        description="Serve kube-scheduler's extender API (filter, prioritize, bind, preempt) over a live cache "
+        "of the cluster. Every flag has an environment variable; see docs/architecture.md.",
+    )
+    add_arguments(srv)
+    srv.set_defaults(func=_serve)
     return parser
 
 

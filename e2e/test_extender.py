@@ -1,0 +1,381 @@
+"""The product end to end: a real kube-scheduler calls `topogang serve`, and the API server shows
+where every pod landed.
+
+Setup (once for the module): the CRDs of topogang and of the workload kinds, a Topology over the
+fake nodes' labels, `topogang serve` as its own process, and kube-scheduler restarted from
+scheduler-config/extender.yaml as shipped (urlPrefix pointed at that server). With
+TOPOGANG_E2E_KUBECONFIG set, topogang and the scheduler are expected to be deployed already
+(e.g. `make e2e-kind`) and only the scenarios run.
+
+Each test gets its own namespace and its own fake GPU nodes (8 GPUs each), labelled
+topology.topogang.io/zone > block > rack; the drawing in each test shows them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
+from e2e.scenario import (
+    apply_crds,
+    create,
+    events_about,
+    eventually,
+    gpu_pod,
+    pods,
+    wait_all_bound,
+)
+from e2e.topogang import CRDS, Topogang, scheduler_config
+from extender.grouping import synthesize
+from extender.kube.client import ApiError, KubeClient
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane]
+
+ZONE, BLOCK, RACK = "topology.topogang.io/zone", "topology.topogang.io/block", "topology.topogang.io/rack"
+TOPOLOGY = {
+    "apiVersion": "scheduling.topogang.io/v1alpha1",
+    "kind": "Topology",
+    "metadata": {"name": "e2e-dc"},
+    "spec": {"levels": [{"nodeLabel": ZONE}, {"nodeLabel": BLOCK}, {"nodeLabel": RACK}]},
+}
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def topogang(kubeconfig: Path, request: pytest.FixtureRequest) -> AsyncIterator[Topogang | None]:
+    async with await KubeClient.connect(kubeconfig) as kube:
+        await apply_crds(kube, CRDS)
+        try:
+            await create(kube, TOPOLOGY)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    if os.environ.get("TOPOGANG_E2E_KUBECONFIG"):
+        yield None  # deployed in the cluster under test
+        return
+    plane: ControlPlane = request.getfixturevalue("control_plane")
+    async with Topogang.start(kubeconfig, plane.logs_dir) as server:
+        await plane.restart_scheduler_async(scheduler_config(server.url))
+        try:
+            yield server
+        finally:
+            await plane.restart_scheduler_async(None)
+
+
+@pytest.fixture(autouse=True)
+def show_topogang_log(request: pytest.FixtureRequest, topogang: Topogang | None) -> Any:
+    yield
+    report = getattr(request.node, "rep_call", None)
+    if topogang is not None and report is not None and report.failed:
+        print(f"--- last lines of {topogang.log_path} ---\n{topogang.tail()}")
+
+
+def racks_of(placed: dict[str, str], node_rack: dict[str, str]) -> dict[str, str]:
+    return {pod: node_rack[node] for pod, node in placed.items()}
+
+
+async def node_racks(kube: KubeClient, names: list[str]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        node = await kube.get(f"/api/v1/nodes/{name}")
+        out[name] = node["metadata"]["labels"][RACK]
+    return out
+
+
+async def create_tfjob(kube: KubeClient, namespace: str, *, zone_required: bool) -> list[str]:
+    """A TFJob (its CRD only; no operator) and the pods training-operator would create for it."""
+    annotations = {"kai.scheduler/topology": "e2e-dc"}
+    if zone_required:
+        annotations["kai.scheduler/topology-required-placement"] = ZONE
+    container = {"name": "tensorflow", "image": "registry.k8s.io/pause:3.10"}
+    gpu = {"requests": {"nvidia.com/gpu": "8", "cpu": "1"}, "limits": {"nvidia.com/gpu": "8"}}
+    tfjob = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "train", "annotations": annotations},
+        "spec": {
+            "tfReplicaSpecs": {
+                "Chief": {
+                    "replicas": 1,
+                    "template": {"spec": {"containers": [dict(container, resources={"requests": {"cpu": "1"}})]}},
+                },
+                "Worker": {
+                    "replicas": 16,
+                    "template": {
+                        "metadata": {
+                            "annotations": {
+                                "kai.scheduler/segment-size": "4",
+                                "kai.scheduler/segment-topology-required-placement": RACK,
+                            }
+                        },
+                        "spec": {"containers": [dict(container, resources=gpu)]},
+                    },
+                },
+            }
+        },
+    }
+    created = await create(kube, tfjob, namespace)
+    made = synthesize(created)
+    names = []
+    for body in made.pods:
+        body["spec"]["terminationGracePeriodSeconds"] = 0
+        await create(kube, body, namespace)
+        names.append(body["metadata"]["name"])
+    return names
+
+
+# -- seed 000's stories ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("zone_required", [False, True], ids=["story-1-racks", "story-2-racks-in-one-zone"])
+async def test_tfjob_workers_form_four_rack_segments(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes, zone_required: bool
+) -> None:
+    # 2 zones x 1 block x 3 racks x 3 nodes: no rack holds 2 segments, a zone holds 3 segments only
+    # if every rack is used... so 16 workers (4 segments of 4) need racks of 4: give racks 4 nodes.
+    #   z0-b0-r0..r2 (4 nodes each)      z1-b0-r0..r2 (4 nodes each)
+    nodes = await fake_gpu_nodes.create(FakeTopology(zones=2, blocks_per_zone=1, racks_per_block=3, nodes_per_rack=4))
+    # One more rack in zone 0 so the whole job fits in one zone (4 racks of 4).
+    nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=3, count=4)
+    names = await create_tfjob(kube, namespace, zone_required=zone_required)
+    placed = await wait_all_bound(kube, namespace, len(names))
+    rack_of = racks_of(placed, await node_racks(kube, nodes))
+    for s in range(4):
+        segment = {rack_of[f"train-worker-{i}"] for i in range(4 * s, 4 * s + 4)}
+        assert len(segment) == 1, f"segment {s} spans racks {segment}"
+    if zone_required:
+        assert {r.split("-")[0] for r in rack_of.values()} == {"z0"}
+
+
+# -- an Indexed Job with segments, its pods made by the real Job controller ---------------------------
+
+
+async def test_indexed_job_with_segments(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (3 nodes)  z0-b0-r1 (4 nodes)  z0-b0-r2 (4 nodes): segments of 4 skip rack r0
+    nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=3)
+    nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=4)
+    nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=2, count=4)
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "indexed", "annotations": {"kai.scheduler/topology": "e2e-dc"}},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 8,
+            "parallelism": 8,
+            "template": {
+                "metadata": {
+                    "annotations": {
+                        "kai.scheduler/segment-size": "4",
+                        "kai.scheduler/segment-topology-required-placement": "rack",
+                    }
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    await create(kube, job, namespace)
+    placed = await wait_all_bound(kube, namespace, 8)
+    rack_of = racks_of(placed, await node_racks(kube, nodes))
+    index_of = {
+        p["metadata"]["name"]: int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+        for p in await pods(kube, namespace)
+    }
+    segments: dict[int, set[str]] = {}
+    for pod, rack in rack_of.items():
+        segments.setdefault(index_of[pod] // 4, set()).add(rack)
+    assert all(len(r) == 1 for r in segments.values()), segments
+    assert {r for rs in segments.values() for r in rs} == {"z0-b0-r1", "z0-b0-r2"}
+
+
+# -- a PodGroup like seed 001's example 2 ---------------------------------------------------------------
+
+
+async def test_podgroup_leaders_and_workers_per_block(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0, z0-b0-r1, z0-b1-r0, z0-b1-r1: 4 nodes each
+    nodes = await fake_gpu_nodes.create(FakeTopology(zones=1, blocks_per_zone=2, racks_per_block=2, nodes_per_rack=4))
+    subgroups, constraints, sets, members = [], {}, [], []
+    for part in ("decode", "prefill"):
+        subgroups += [
+            {"name": part, "minMember": 2},
+            {"name": f"{part}-workers", "parent": part, "minMember": 4},
+            {"name": f"{part}-leaders", "parent": part, "minMember": 1},
+        ]
+        constraints[f"{part}-workers"] = {"requiredTopologyLevel": "rack"}
+        constraints[f"{part}-leaders"] = {"requiredTopologyLevel": "rack"}
+        sets.append(
+            {"subGroups": [f"{part}-workers", f"{part}-leaders"], "constraint": {"requiredTopologyLevel": "block"}}
+        )
+        members += [(f"{part}-worker-{i}", f"{part}-workers") for i in range(4)] + [
+            (f"{part}-leader", f"{part}-leaders")
+        ]
+    await create(
+        kube,
+        {
+            "apiVersion": "scheduling.topogang.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "serving", "annotations": {"kai.scheduler/topology": "e2e-dc"}},
+            "spec": {
+                "minMember": 2,
+                "subGroups": subgroups,
+                "topologyConstraints": {"subGroups": constraints, "subGroupSets": sets},
+            },
+        },
+        namespace,
+    )
+    for name, sg in members:
+        await create(
+            kube,
+            gpu_pod(name, labels={"kai.scheduler/subgroup-name": sg}, annotations={"pod-group-name": "serving"}),
+            namespace,
+        )
+    placed = await wait_all_bound(kube, namespace, len(members))
+    rack_of = racks_of(placed, await node_racks(kube, nodes))
+    for part in ("decode", "prefill"):
+        workers = {rack_of[f"{part}-worker-{i}"] for i in range(4)}
+        assert len(workers) == 1
+        blocks = {r.rsplit("-", 1)[0] for r in (*workers, rack_of[f"{part}-leader"])}
+        assert len(blocks) == 1, f"{part} spans blocks {blocks}"
+
+
+# -- gangs that cannot or can only partly fit -------------------------------------------------------
+
+
+async def test_infeasible_gang_stays_wholly_pending_with_its_reason(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (3 nodes), z0-b0-r1 (3 nodes): 4 pods that need one rack never fit
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=3)
+    await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=3)
+    await create(
+        kube,
+        {
+            "apiVersion": "scheduling.topogang.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "big", "annotations": {"kai.scheduler/topology": "e2e-dc"}},
+            "spec": {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}},
+        },
+        namespace,
+    )
+    for i in range(4):
+        await create(kube, gpu_pod(f"big-{i}", annotations={"pod-group-name": "big"}), namespace)
+    want = "4 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; the best rack fits 3"
+
+    async def reason_on_every_pod() -> bool:
+        for i in range(4):
+            if not any(want in m for m in await events_about(kube, namespace, f"big-{i}")):
+                return False
+        return True
+
+    await eventually(reason_on_every_pod, within=60, what=f"an Event saying {want!r} on each pod")
+    assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))
+
+
+async def test_two_competing_gangs_one_runs_whole_the_other_waits_whole(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (6 nodes): room for one gang of 4, not two
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=6)
+    for gang in ("a", "b"):
+        await create(
+            kube,
+            {
+                "apiVersion": "scheduling.topogang.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": gang, "annotations": {"kai.scheduler/topology": "e2e-dc"}},
+                "spec": {"minMember": 4},
+            },
+            namespace,
+        )
+    for i in range(4):  # interleaved, as two users submitting at once
+        for gang in ("a", "b"):
+            await create(kube, gpu_pod(f"{gang}-{i}", annotations={"pod-group-name": gang}), namespace)
+    placed = await wait_all_bound(kube, namespace, 4)
+    winner = {name.split("-")[0] for name in placed}
+    assert len(winner) == 1, placed
+    loser = ({"a", "b"} - winner).pop()
+
+    async def loser_refused() -> bool:
+        for i in range(4):
+            if not any("only 2 fit" in m for m in await events_about(kube, namespace, f"{loser}-{i}")):
+                return False
+        return True
+
+    await eventually(loser_refused, within=60, what=f"gang {loser} to be refused with its reason")
+    now = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in await pods(kube, namespace)}
+    assert sum(1 for n, node in now.items() if n.startswith(loser) and node) == 0
+
+
+async def test_a_gang_becomes_feasible_when_nodes_are_added(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0: 2 nodes, then 2 more
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    await create(
+        kube,
+        {
+            "apiVersion": "scheduling.topogang.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "grow", "annotations": {"kai.scheduler/topology": "e2e-dc"}},
+            "spec": {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}},
+        },
+        namespace,
+    )
+    for i in range(4):
+        await create(kube, gpu_pod(f"grow-{i}", annotations={"pod-group-name": "grow"}), namespace)
+
+    async def refused() -> bool:
+        return any("the best rack fits 2" in m for m in await events_about(kube, namespace, "grow-0"))
+
+    await eventually(refused, within=60, what="the gang to be refused for want of room")
+    assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    placed = await wait_all_bound(kube, namespace, 4)
+    assert len(set(placed.values())) == 4
+
+
+async def test_plain_pods_schedule_as_usual_beside_gangs(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (4 nodes): a gang of 2 and three plain pods of 2 GPUs
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=4)
+    await create(
+        kube,
+        {
+            "apiVersion": "scheduling.topogang.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "g"},
+            "spec": {"minMember": 2},
+        },
+        namespace,
+    )
+    for i in range(2):
+        await create(kube, gpu_pod(f"g-{i}", annotations={"pod-group-name": "g"}), namespace)
+    for i in range(3):
+        await create(kube, gpu_pod(f"plain-{i}", gpus=2), namespace)
+    placed = await wait_all_bound(kube, namespace, 5)
+    assert {n for n in placed if n.startswith("plain-")} == {"plain-0", "plain-1", "plain-2"}
+    gpus: Counter[str] = Counter()
+    for name, node in placed.items():
+        gpus[node] += 8 if name.startswith("g-") else 2
+    assert max(gpus.values()) <= 8

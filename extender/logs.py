@@ -1,0 +1,38 @@
+"""structlog set-up: one JSON object per line when not on a terminal, readable lines when on one.
+
+Every placement decision is one line (see extender.core.decisions.PlanEvent.fields); this module
+only decides the format and the level.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def configure(level: str = "info", fmt: str = "auto") -> None:
+    """fmt: "json", "console", or "auto" (JSON unless stderr is a terminal)."""
+    if level not in LEVELS:
+        raise ValueError(f"log level: expected one of {', '.join(LEVELS)}, got {level!r}")
+    if fmt not in ("json", "console", "auto"):
+        raise ValueError(f"log format: expected json, console or auto, got {fmt!r}")
+    as_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
