@@ -1,0 +1,161 @@
+"""Filter and prioritize latency through the real HTTP server on loopback.
+
+The extender (the same aiohttp app `topogang serve` runs) is started in its own process over a
+synthetic cluster of N nodes (racks of 16) with one planned gang; this process then calls it the
+way kube-scheduler does, one pod at a time on a kept-alive connection, with the node names
+kube-scheduler would send (all N, nodeCacheCapable).
+
+    python bench/extender_latency.py                 # 5,000 candidate nodes
+    python bench/extender_latency.py --nodes 1000 --json
+
+Prints p50 / p99 latency and calls per second per verb; with --json one object per line per
+verb: {"verb", "nodes", "p50_ms", "p99_ms", "rps"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import multiprocessing
+import socket
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GANG = 8
+
+
+def _serve(port: int, nodes: int, ready: Any) -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    from extender.core.cluster import ClusterState
+    from extender.core.scheduler import GangScheduler
+    from extender.model.node import HOSTNAME_LABEL, NodeInfo
+    from extender.model.pod import parse_pod
+    from extender.model.podgroup import parse_podgroup
+    from extender.model.topology import parse_topology
+    from extender.server.app import create_app
+    from extender.server.extender import Extender
+
+    class NoActions:
+        async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+            pass
+
+        async def wake(self, pods: Any, generation: int) -> None:
+            pass
+
+        async def event(self, involved: Any, reason: str, message: str, type: str = "Normal") -> None:
+            pass
+
+    state = ClusterState()
+    for i in range(nodes):
+        rack = f"r{i // 16}"
+        labels = {"example.com/topology-rack": rack, HOSTNAME_LABEL: f"node-{i}"}
+        state.upsert_node(NodeInfo(f"node-{i}", labels, {"nvidia.com/gpu": 8000, "cpu": 96_000, "pods": 110_000}))
+    state.set_topology(
+        "dc",
+        parse_topology({"metadata": {"name": "dc"}, "spec": {"levels": [{"nodeLabel": "example.com/topology-rack"}]}}),
+    )
+    pg = {
+        "metadata": {"name": "g", "namespace": "bench"},
+        "spec": {"minMember": GANG, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}},
+    }
+    state.set_podgroup("bench/g", parse_podgroup(pg))
+    scheduler = GangScheduler(state)
+    for i in range(GANG):
+        body = {
+            "metadata": {"name": f"g-{i}", "namespace": "bench", "annotations": {"pod-group-name": "g"}},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+        }
+        scheduler.observe_pod(parse_pod(body))
+    scheduler.observe_pod(parse_pod({"metadata": {"name": "plain", "namespace": "bench"}, "spec": {"containers": []}}))
+    app = create_app(Extender(scheduler, NoActions(), bind_timeout=5), lambda: True, "/topogang")
+
+    async def main() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        ready.set()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+def _measure(conn: http.client.HTTPConnection, path: str, body: bytes, seconds: float) -> list[float]:
+    times: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(times) < 50:
+        start = time.perf_counter()
+        conn.request("POST", path, body, {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        times.append((time.perf_counter() - start) * 1000)
+        if resp.status != 200:
+            raise RuntimeError(f"{path}: HTTP {resp.status}: {data[:200]!r}")
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5_000, help="candidate node names per call (default 5,000)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per verb (default 5)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line per verb")
+    args = parser.parse_args()
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ready = multiprocessing.Event()
+    server = multiprocessing.Process(target=_serve, args=(port, args.nodes, ready), daemon=True)
+    server.start()
+    try:
+        if not ready.wait(120):
+            raise SystemExit("the extender did not start")
+        names = [f"node-{i}" for i in range(args.nodes)]
+
+        def request(pod: str) -> bytes:
+            meta = {"name": pod, "namespace": "bench"}
+            return orjson.dumps({"Pod": {"metadata": meta, "spec": {}}, "Nodes": None, "NodeNames": names})
+
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        planned = request("g-0")
+        conn.request("POST", "/topogang/filter", planned)  # the first call plans the gang
+        first = orjson.loads(conn.getresponse().read())
+        assert len(first["NodeNames"]) == 1, first
+        rows = []
+        for verb, body in (("filter", planned), ("prioritize", planned), ("filter-plain-pod", request("plain"))):
+            path = "/topogang/" + verb.split("-")[0]
+            times = sorted(_measure(conn, path, body, args.seconds))
+            rows.append(
+                {
+                    "verb": verb,
+                    "nodes": args.nodes,
+                    "p50_ms": round(statistics.median(times), 3),
+                    "p99_ms": round(times[min(len(times) - 1, int(0.99 * len(times)))], 3),
+                    "rps": round(len(times) / (sum(times) / 1000), 1),
+                    "calls": len(times),
+                }
+            )
+        for row in rows:
+            if args.json:
+                print(orjson.dumps(row).decode())
+            else:
+                print(
+                    f"{row['verb']:<17} nodes {row['nodes']:>6}  p50 {row['p50_ms']:>7.3f} ms  "
+                    f"p99 {row['p99_ms']:>7.3f} ms  {row['rps']:>8.1f} calls/s"
+                )
+    finally:
+        server.terminate()
+        server.join(5)
+
+
+if __name__ == "__main__":
+    main()
