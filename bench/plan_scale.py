@@ -26,12 +26,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from extender.model.node import HOSTNAME_LABEL, NodeInfo  # noqa: E402
-from extender.model.pod import parse_pod  # noqa: E402
-from extender.model.podgroup import parse_podgroup  # noqa: E402
-from extender.model.topology import parse_topology  # noqa: E402
-from extender.placement import ClusterSnapshot, NodeTable, Plan, build_gang, plan  # noqa: E402
-from extender.placement.snapshot import DictUsage  # noqa: E402
+from extender.model.node import HOSTNAME_LABEL, NodeInfo
+from extender.model.pod import parse_pod
+from extender.model.podgroup import parse_podgroup
+from extender.model.topology import parse_topology
+from extender.placement import ClusterSnapshot, NodeTable, Plan, build_gang, plan
+from extender.placement.snapshot import DictUsage
 
 GPU = "nvidia.com/gpu"
 LEVELS = ("example.com/topology-zone", "example.com/topology-block", "example.com/topology-rack")
