@@ -4,115 +4,19 @@ so an ERROR 410 event takes the same path as one from a real API server (e2e tes
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
-import orjson
 import pytest
 from structlog.testing import capture_logs
 
 from extender.kube.backoff import Backoff
-from extender.kube.client import ApiError, Params, watch_events
+from extender.kube.client import ApiError
 from extender.kube.informer import Informer
 from extender.kube.resources import PODS, Resource
+from tests.kube_fakes import Recorder, ScriptedApi, gone, line, pod, running, until
 
 WIDGETS = Resource("example.com", ("v2", "v1"), "Widget", "widgets", namespaced=True)
-
-
-def pod(name: str, rv: str, uid: str = "") -> dict[str, Any]:
-    return {"metadata": {"namespace": "ml", "name": name, "uid": uid or f"uid-{name}", "resourceVersion": rv}}
-
-
-def line(event_type: str, body: dict[str, Any]) -> bytes:
-    return orjson.dumps({"type": event_type, "object": body}) + b"\n"
-
-
-def gone(rv: str) -> bytes:
-    status = {"kind": "Status", "code": 410, "reason": "Expired", "message": f"too old resource version: {rv}"}
-    return line("ERROR", status)
-
-
-ListResult = tuple[list[dict[str, Any]], str] | Exception
-WatchResult = list[bytes] | Exception
-
-
-class ScriptedApi:
-    """Answers list and watch calls from queues; once a queue is empty, lists fail with 500
-    and watches stay open with nothing in them (until the informer is stopped)."""
-
-    def __init__(self, lists: list[ListResult], watches: list[WatchResult]) -> None:
-        self.lists: deque[ListResult] = deque(lists)
-        self.watches: deque[WatchResult] = deque(watches)
-        self.list_calls: list[str] = []
-        self.watch_calls: list[tuple[str, dict[str, Any], int]] = []
-        self.closed = 0
-
-    async def list(
-        self, path: str, params: Params | None = None, *, page_size: int = 500
-    ) -> tuple[list[dict[str, Any]], str]:
-        self.list_calls.append(path)
-        await asyncio.sleep(0)
-        if not self.lists:
-            raise ApiError(500, "script ended", method="GET", path=path)
-        result = self.lists.popleft()
-        if isinstance(result, Exception):
-            raise result
-        items, rv = result
-        return [orjson.loads(orjson.dumps(i)) for i in items], rv
-
-    async def watch(
-        self, path: str, params: Params | None = None, *, timeout_seconds: int = 300
-    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
-        self.watch_calls.append((path, dict(params or {}), timeout_seconds))
-        try:
-            if not self.watches:
-                await asyncio.Event().wait()
-            result = self.watches.popleft()
-            if isinstance(result, Exception):
-                raise result
-            async for event in watch_events(_chunks(result), path):
-                yield event
-        finally:
-            self.closed += 1
-
-
-async def _chunks(lines: list[bytes]) -> AsyncIterator[bytes]:
-    for chunk in lines:
-        await asyncio.sleep(0)
-        yield chunk
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []  # (type, name, resourceVersion)
-
-    def __call__(self, event_type: str, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        self.events.append((event_type, meta["name"], meta.get("resourceVersion", "")))
-
-
-async def until(check: Callable[[], bool], what: str, seconds: float = 5.0) -> None:
-    """Polls CHECK; fails naming WHAT after SECONDS."""
-    for _ in range(int(seconds / 0.005)):
-        if check():
-            return
-        await asyncio.sleep(0.005)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-@contextlib.asynccontextmanager
-async def running(informer: Informer) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(informer.run())
-    try:
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def make(api: ScriptedApi, resource: Resource = PODS, **kwargs: Any) -> tuple[Informer, Recorder]:

@@ -71,7 +71,7 @@ class ClusterCache:
                 watch_seconds=watch_seconds,
                 page_size=page_size,
                 recheck_seconds=recheck_seconds,
-                backoff=Backoff(cap=backoff_cap),
+                backoff=Backoff(initial=min(0.5, backoff_cap), cap=backoff_cap),
             )
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -84,6 +84,8 @@ class ClusterCache:
         self._tasks = [
             asyncio.create_task(informer.run(), name=f"informer {name}") for name, informer in self.informers.items()
         ]
+        for task in self._tasks:
+            task.add_done_callback(self._ended)
 
     async def stop(self) -> None:
         """Cancel every informer and wait for them to finish."""
@@ -91,6 +93,11 @@ class ClusterCache:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """An informer only ends when stopped; anything else is a bug, and must not pass silently."""
+        if not task.cancelled() and task.exception() is not None:
+            self.log.error("informer died", task=task.get_name(), exc_info=task.exception())
 
     async def __aenter__(self) -> ClusterCache:
         self.start()
