@@ -87,3 +87,20 @@ async def installed_crd(kube: KubeClient, manifest: dict[str, Any], *, timeout_s
                     break
                 raise
             await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def crd_present(kube: KubeClient, manifest: dict[str, Any], *, timeout_s: float = 60.0) -> AsyncIterator[str]:
+    """The CRD as another test (or the cluster) has it, if it is installed; else MANIFEST,
+    installed for the duration (see installed_crd). Yields its collection path."""
+    spec = manifest["spec"]
+    path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
+    try:
+        await kube.get(f"{CRDS}/{manifest['metadata']['name']}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        async with installed_crd(kube, manifest, timeout_s=timeout_s) as installed:
+            yield installed
+        return
+    yield path
