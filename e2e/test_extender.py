@@ -13,7 +13,9 @@ topology.topogang.io/zone > block > rack; the drawing in each test shows them.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -262,7 +264,7 @@ async def test_podgroup_leaders_and_workers_per_block(
 
 
 async def test_infeasible_gang_stays_wholly_pending_with_its_reason(
-    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes, kubeconfig: Path
 ) -> None:
     #   z0-b0-r0 (3 nodes), z0-b0-r1 (3 nodes): 4 pods that need one rack never fit
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=3)
@@ -289,6 +291,16 @@ async def test_infeasible_gang_stays_wholly_pending_with_its_reason(
 
     await eventually(reason_on_every_pod, within=60, what=f"an Event saying {want!r} on each pod")
     assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))
+    # `topogang explain` against the live cluster says the same.
+    explained = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "extender.cli", "explain", f"{namespace}/big", "--kubeconfig", str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(explained.communicate(), 120)
+    assert explained.returncode == 0, err.decode()
+    text = out.decode()
+    assert f"{namespace}/big  (PodGroup {namespace}/big)  Pending" in text
+    assert f"Planning it now: does not fit: PodGroup {namespace}/big: {want}" in text
 
 
 async def test_two_competing_gangs_one_runs_whole_the_other_waits_whole(

@@ -23,6 +23,41 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from extender.core.explain import explain, find_groups, render
+
+    if args.file:
+        from extender.simulate.loader import InputError, load
+        from extender.simulate.runner import Simulation
+
+        try:
+            simulation = Simulation(load(args.file))
+        except InputError as exc:
+            print(f"topogang explain: {exc}", file=sys.stderr)
+            return 2
+        simulation.run()
+        scheduler = simulation.scheduler
+    else:
+        import asyncio
+
+        from extender.server.live import synced_scheduler
+
+        try:
+            scheduler = asyncio.run(synced_scheduler(args.kubeconfig, args.timeout))
+        except (OSError, TimeoutError) as exc:
+            print(f"topogang explain: cannot read the cluster: {exc}", file=sys.stderr)
+            return 2
+    groups = find_groups(scheduler, args.name)
+    if not groups:
+        print(
+            f"topogang explain: no gang named {args.name} (a PodGroup, or a workload as namespace/name)",
+            file=sys.stderr,
+        )
+        return 1
+    print(render([explain(scheduler, g) for g in groups]), end="")
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     import os
 
@@ -57,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_arguments(srv)
     srv.set_defaults(func=_serve)
+    exp = sub.add_parser(
+        "explain",
+        help="why a gang is where it is, or is not placed",
+        description="Explain a gang: its SubGroup tree, each constraint, where its pods are or would go, and the "
+        "nodes left out with counts by reason. NAME is a PodGroup or a workload, as namespace/name. Reads a "
+        "live cluster (--kubeconfig, else KUBECONFIG or in-cluster), or a simulation input (-f).",
+    )
+    exp.add_argument("name", metavar="NAMESPACE/NAME")
+    exp.add_argument(
+        "-f", "--file", action="append", metavar="PATH", help="explain against a simulation of these files"
+    )
+    exp.add_argument("--kubeconfig", metavar="PATH", help="the cluster to read (default: KUBECONFIG, else in-cluster)")
+    exp.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster's objects (60)")
+    exp.set_defaults(func=_explain)
     return parser
 
 

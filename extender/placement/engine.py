@@ -34,11 +34,11 @@ from typing import overload
 
 import numpy as np
 
-from extender.model.pod import POD_SLOT
 from extender.placement.gang import Gang, Member, Scope
+from extender.placement.leftout import left_out
 from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
 from extender.placement.result import Plan, PlanResult, Unplaceable
-from extender.placement.snapshot import NOT_SCHEDULABLE, NOT_SELECTED, TAINTED, ClusterSnapshot
+from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.state import AttemptState
 from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
 
@@ -556,20 +556,7 @@ class _Placer:
             return {}
         li = self.tree.levels[region.level]
         nodes = self.tree.pos_to_node[li.starts[region.index] : li.ends[region.index]]
-        elig = self.snapshot.table.eligibility(self.gang.shapes[shape].placement)
-        out: Counter[str] = Counter()
-        codes = elig.code[nodes]
-        out["not ready or cordoned"] += int(np.count_nonzero(codes == NOT_SCHEDULABLE))
-        out["node selector or affinity"] += int(np.count_nonzero(codes == NOT_SELECTED))
-        for n in nodes[codes == TAINTED]:
-            out[f"taint {elig.taint[int(n)]}"] += 1
-        left = nodes[codes == 0]
-        for resource, need in self.state.requests[shape]:
-            short = self.snapshot.free(resource)[left] < need
-            name = "too many pods" if resource == POD_SLOT else resource
-            out[name] += int(np.count_nonzero(short))
-            left = left[~short]
-        return {k: v for k, v in out.items() if v}
+        return left_out(self.snapshot, self.gang.shapes[shape], nodes)
 
 
 class _Domains(Sequence[Domain]):

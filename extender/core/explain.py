@@ -1,0 +1,175 @@
+"""`topogang explain`: why a gang is where it is, or why it is not anywhere yet.
+
+For one gang: its source and phase, the SubGroup tree with each minimum and constraint, how many
+pods exist, are planned and are bound per scope and where they landed, what planning it now would
+do (a dry run against the current cluster, its own reservations given back), and the nodes left
+out for each pod shape with counts by reason. Built as data here; `render` makes the text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from extender.core.scheduler import GangScheduler
+from extender.placement import Plan, Scope, Unplaceable, plan
+from extender.placement.leftout import left_out
+from extender.placement.tree import TopologyTree
+
+
+@dataclass(frozen=True)
+class ScopeLine:
+    depth: int
+    label: str
+    minimum: str  # "4 pods", "3 of 4 SubGroups"
+    constraint: str  # "required rack, preferred node (spec.topologyConstraints...)"
+    present: int
+    planned: int
+    bound: int
+    where: tuple[str, ...] = ()  # domains (or nodes, for leaves) its pods are on
+
+
+@dataclass(frozen=True)
+class Explanation:
+    group: str
+    source: str
+    phase: str
+    message: str
+    topology: str = ""
+    lines: tuple[ScopeLine, ...] = ()
+    outcome: str = ""  # the dry run: "fits: ..." or "does not fit: <reason>"
+    left_out: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # shape -> reason -> nodes
+    notes: tuple[str, ...] = ()  # warnings, pods waiting outside the gang
+
+
+def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
+    """Gangs named NAME ("ns/name"): the PodGroup itself, or the gangs of the workload NAME."""
+    groups = scheduler.membership.groups()
+    if name in groups:
+        return [name]
+    ns, _, short = name.partition("/")
+    out = []
+    for g in groups:
+        source = scheduler.membership.view(g).source  # "TFJob ml/train", "PodGroup ml/pg", ...
+        _, _, ident = source.partition(" ")
+        if ident.split(" ")[0] == f"{ns}/{short}" or (g.startswith(f"{ns}/") and g.endswith(f"-{short}")):
+            out.append(g)
+    return sorted(out)
+
+
+def explain(scheduler: GangScheduler, group: str) -> Explanation:
+    view = scheduler.membership.view(group)
+    status = scheduler.status(group)
+    notes = [*view.warnings, *(f"{pod}: {why}" for pod, why in sorted(view.waiting.items()))]
+    gang = view.built.gang if view.built is not None else None
+    if gang is None or not view.valid:
+        return Explanation(group, view.source, status.phase, status.message, notes=tuple(notes))
+    state = scheduler.state
+    tree = state.table.tree(gang.topology)
+    gp = scheduler.plans.get(group)
+    reserved = gp.reserved if gp else {}
+    node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
+    planned_on = {**reserved, **node_of}
+    lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))
+    # The dry run: this gang's own reservations go back; its bound pods stay where they are.
+    give_back: dict[str, Counter[str]] = {}
+    for pod_key, node in reserved.items():
+        give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
+    snapshot = state.snapshot(give_back)
+    if all(m.key in node_of for m in gang.members()):
+        return Explanation(
+            group, view.source, status.phase, status.message,
+            f"{gang.topology.name or '(none)'}: {gang.topology.describe()}", tuple(lines),
+            "nothing to plan: every pod is bound", {}, tuple(notes),
+        )  # fmt: skip
+    result = plan(snapshot, gang)
+    if isinstance(result, Plan):
+        levels = "; ".join(f"{lv} {', '.join(d)}" for lv, d in result.levels.items() if d)
+        extra = f"; {len(result.unplaced)} optional pod(s) would not fit" if result.unplaced else ""
+        outcome = f"fits: {len(result.assignments)} pod(s) would be placed ({levels}){extra}"
+    else:
+        assert isinstance(result, Unplaceable)
+        outcome = f"does not fit: {result.message}"
+    shapes = {s.describe(): left_out(snapshot, s) for s in gang.shapes}
+    return Explanation(
+        group,
+        view.source,
+        status.phase,
+        status.message,
+        f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
+        tuple(lines),
+        outcome,
+        {k: v for k, v in shapes.items() if v},
+        tuple(notes),
+    )
+
+
+def _lines(
+    scope: Scope,
+    depth: int,
+    tree: TopologyTree,
+    index: Mapping[str, int],
+    planned_on: Mapping[str, str],
+    bound: set[str],
+) -> list[ScopeLine]:
+    members = [m.key for m in scope.all_members()]
+    placed = [planned_on[k] for k in members if k in planned_on]
+    if scope.leaf:
+        minimum = f"{scope.min_member} pod{'s' if scope.min_member != 1 else ''}"
+    else:
+        minimum = f"{scope.min_member} of {sum(c.weight for c in scope.children)} SubGroups"
+    rule = scope.rule
+    parts = []
+    if rule is not None and rule.required is not None:
+        parts.append(f"required {tree.level_name(rule.required)}" + (" (exclusive)" if rule.exclusive else ""))
+    if rule is not None and rule.preferred is not None:
+        parts.append(f"preferred {tree.level_name(rule.preferred)}")
+    constraint = ", ".join(parts) + (f" ({rule.source})" if rule is not None and parts else "")
+    if scope.leaf:
+        where = tuple(sorted(set(placed)))
+    else:
+        level = rule.required if rule is not None and rule.required is not None else None
+        where = tuple(
+            sorted({tree.describe(tree.node_domain(index[n], level)) for n in placed if n in index} if level else ())
+        )
+    line = ScopeLine(
+        depth,
+        scope.label,
+        minimum,
+        constraint,
+        len(members),
+        len(placed),
+        sum(1 for k in members if k in bound),
+        where,
+    )
+    out = [line]
+    for child in scope.children:
+        out.extend(_lines(child, depth + 1, tree, index, planned_on, bound))
+    return out
+
+
+def render(explanations: Sequence[Explanation]) -> str:
+    out: list[str] = []
+    for e in explanations:
+        out.append(f"{e.group}  ({e.source or 'no source'})  {e.phase}")
+        out.append(f"  {e.message}")
+        if e.topology:
+            out.append(f"  Topology {e.topology}")
+        if e.lines:
+            out.append("  SubGroup tree (min; constraint; pods present / planned / bound; where):")
+        for line in e.lines:
+            indent = "  " * (line.depth + 2)
+            constraint = f"; {line.constraint}" if line.constraint else ""
+            counts = f"{line.present} / {line.planned} / {line.bound}"
+            where = f"; on {', '.join(line.where[:8])}" + (" ..." if len(line.where) > 8 else "") if line.where else ""
+            out.append(f"{indent}{line.label}: min {line.minimum}{constraint}; {counts}{where}")
+        if e.outcome:
+            out.append(f"  Planning it now: {e.outcome}")
+        for shape, reasons in e.left_out.items():
+            shown = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+            out.append(f"  Nodes left out for pods of {shape}: {shown}")
+        for note in e.notes:
+            out.append(f"  Note: {note}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,59 @@
+"""`topogang explain` over a simulation input: the tree, constraints, counts, where, and why not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from extender.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = ROOT / "examples" / "cluster-64.yaml"
+HUGE = """
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata:
+  name: huge
+  namespace: ml
+  annotations: {kai.scheduler/topology: default, kai.scheduler/topology-required-placement: block}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      replicas: 24
+      template:
+        metadata:
+          annotations: {kai.scheduler/segment-size: "8", kai.scheduler/segment-topology-required-placement: rack}
+        spec: {containers: [{name: t, resources: {requests: {nvidia.com/gpu: "8"}}}]}
+"""
+
+
+def test_a_placed_workload_shows_where_each_scope_landed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "default/distributed-training", "-f", str(ROOT / "examples" / "tfjob-segments")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("default/tfjob-distributed-training  (TFJob default/distributed-training)  Scheduled\n")
+    assert "PodGroup default/tfjob-distributed-training: min 3 of 3 SubGroups; required zone" in out
+    assert "; 19 / 19 / 19; on zone z1" in out
+    assert "SubGroup worker-seg-0: min 4 pods; required rack" in out
+    assert "Planning it now: nothing to plan: every pod is bound" in out
+
+
+def test_a_pending_workload_says_why_and_which_nodes_are_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "huge.yaml").write_text(HUGE)
+    assert main(["explain", "ml/huge", "-f", str(CLUSTER), "-f", str(tmp_path / "huge.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "ml/tfjob-huge  (TFJob ml/huge)  Pending" in out
+    assert "SubGroup worker-seg-2: min 8 pods; required rack" in out
+    assert "; 8 / 0 / 0" in out
+    assert (
+        "Planning it now: does not fit: PodGroup ml/tfjob-huge: 24 pods x {nvidia.com/gpu: 8} in one block; "
+        "the best block fits 16; nodes left out: 5 nvidia.com/gpu, 1 not ready or cordoned"
+    ) in out
+    assert "Nodes left out for pods of {nvidia.com/gpu: 8}: 5 nvidia.com/gpu, 1 not ready or cordoned" in out
+
+
+def test_an_unknown_name_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "ml/nothing", "-f", str(CLUSTER)]) == 1
+    assert "no gang named ml/nothing" in capsys.readouterr().err
