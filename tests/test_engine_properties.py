@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -165,3 +166,27 @@ def test_unconstrained_gang_that_fits_by_capacity_is_placed(cluster: Any, n: int
     assert built.gang is not None
     result = plan(ClusterSnapshot.of(nodes, used), built.gang)
     assert isinstance(result, Plan) == (room >= n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(clusters(), gangs(), st.data())
+def test_filter_only_ever_returns_offered_nodes(cluster: Any, g: Any, data: Any) -> None:
+    """kube-scheduler fails the whole attempt if an extender returns a name it did not offer."""
+    from extender.core.cluster import ClusterState
+    from extender.core.scheduler import GangScheduler
+
+    nodes, _ = cluster
+    pg, pods = g
+    state = ClusterState()
+    for n in nodes:
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    state.set_podgroup("default/pg", pg)
+    scheduler = GangScheduler(state)
+    for p in pods:
+        scheduler.observe_pod(replace(p, annotations={"pod-group-name": "pg"}))
+    names = [n.name for n in nodes]
+    offered = data.draw(st.lists(st.sampled_from(names), unique=True)) if names else []
+    for p in pods[:3]:
+        result = scheduler.filter(state.pods[p.key], offered, 0.0)
+        assert set(result.nodes) <= set(offered)

@@ -109,7 +109,7 @@ async def test_a_complete_gang_is_planned_steered_woken_and_bound_together(setup
     reply = await call(client, "filter", args(pods[3]))
     planned = reply["NodeNames"]
     assert len(planned) == 1
-    assert set(reply["FailedNodes"].values()) == {"topogang: the pod's gang is planned on another node"}
+    assert reply["FailedNodes"] == {}  # the rest are unresolvable for this pod: left unlisted on purpose
     assert await call(client, "prioritize", args(pods[3])) == [{"Host": planned[0], "Score": 10}]
     await asyncio.sleep(0)
     assert recorder.woken == [("default", "g-0")]  # the parked member is requeued now

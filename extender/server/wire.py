@@ -99,8 +99,12 @@ def decode_args(body: bytes) -> NodeArgs:
     nodes_raw = _field(doc, "Nodes")
     full: list[Mapping[str, Any]] | None = None
     if names_raw is not None:
-        if not isinstance(names_raw, list) or not set(map(type, names_raw)) <= {str}:
+        if not isinstance(names_raw, list):
             raise WireError("ExtenderArgs.NodeNames: expected a list of node names")
+        try:  # every element a string, checked in C: this runs on every filter call
+            "".join(names_raw)
+        except TypeError:
+            raise WireError("ExtenderArgs.NodeNames: expected a list of node names") from None
         names = names_raw
     elif nodes_raw is not None:
         items = nodes_raw.get("items") if isinstance(nodes_raw, dict) else None
@@ -126,15 +130,9 @@ def encode_filter(
     unresolvable: Mapping[str, str],
     error: str = "",
 ) -> bytes:
-    # Only names kube-scheduler offered may come back, or it fails the whole attempt. (A few
-    # names are checked by scanning; many, against a set.)
-    if passing is args.names:
-        keep = list(passing)
-    elif len(passing) <= 8:
-        keep = [n for n in passing if n in args.names]
-    else:
-        offered = set(args.names)
-        keep = [n for n in passing if n in offered]
+    # Only names kube-scheduler offered may come back, or it fails the whole attempt: the core
+    # guarantees it (GangScheduler.filter returns a subset of the names it was given).
+    keep = list(passing)
     result: ExtenderFilterResult = {
         "Nodes": None,
         "NodeNames": None,
@@ -143,7 +141,7 @@ def encode_filter(
         "Error": error,
     }
     if args.nodes is not None:
-        wanted = set(keep)
+        wanted = set(keep)  # full Node objects: send back those that passed
         result["Nodes"] = {"items": [n for n in args.nodes if n["metadata"]["name"] in wanted]}
     else:
         result["NodeNames"] = keep
