@@ -43,6 +43,7 @@ class Extender:
         self._waiting: dict[str, asyncio.Future[str]] = {}  # pod -> its bind's answer
         self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> gate timeout
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
+        self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -219,7 +220,12 @@ class Extender:
     def _log_decision(self, event: PlanEvent, seconds: float) -> None:
         fields = event.fields()
         fields["plan_ms"] = round(seconds * 1000, 2)
-        if event.outcome == "pending":
+        if event.outcome != "pending":
+            self._pending_logged.pop(event.group, None)
+            log.info("gang placed", **fields)
+        elif self._pending_logged.get(event.group) != event.reason:
+            # Every member refused re-checks its gang; the line is written when the reason changes.
+            self._pending_logged[event.group] = event.reason
             log.info("gang pending", **fields)
         else:
-            log.info("gang placed", **fields)
+            log.debug("gang pending", **fields)
