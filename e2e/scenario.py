@@ -109,6 +109,20 @@ async def events_about(kube: KubeClient, namespace: str, name: str) -> list[str]
     return out
 
 
+async def create_podgroup(
+    kube: KubeClient, namespace: str, name: str, spec: Mapping[str, Any], topology: str | None = "e2e-dc"
+) -> dict[str, Any]:
+    """A topogang PodGroup; its constraints use TOPOLOGY (the kai.scheduler/topology annotation)."""
+    annotations = {"kai.scheduler/topology": topology} if topology else {}
+    body = {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": dict(spec),
+    }
+    return await create(kube, body, namespace)
+
+
 def gpu_pod(
     name: str, gpus: int = 8, *, labels: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None
 ) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
 from e2e.scenario import (
     apply_crds,
     create,
+    create_podgroup,
     events_about,
     eventually,
     gpu_pod,
@@ -231,19 +232,15 @@ async def test_podgroup_leaders_and_workers_per_block(
         members += [(f"{part}-worker-{i}", f"{part}-workers") for i in range(4)] + [
             (f"{part}-leader", f"{part}-leaders")
         ]
-    await create(
+    await create_podgroup(
         kube,
-        {
-            "apiVersion": "scheduling.topogang.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": "serving", "annotations": {"kai.scheduler/topology": "e2e-dc"}},
-            "spec": {
-                "minMember": 2,
-                "subGroups": subgroups,
-                "topologyConstraints": {"subGroups": constraints, "subGroupSets": sets},
-            },
-        },
         namespace,
+        "serving",
+        {
+            "minMember": 2,
+            "subGroups": subgroups,
+            "topologyConstraints": {"subGroups": constraints, "subGroupSets": sets},
+        },
     )
     for name, sg in members:
         await create(
@@ -269,15 +266,8 @@ async def test_infeasible_gang_stays_wholly_pending_with_its_reason(
     #   z0-b0-r0 (3 nodes), z0-b0-r1 (3 nodes): 4 pods that need one rack never fit
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=3)
     await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=3)
-    await create(
-        kube,
-        {
-            "apiVersion": "scheduling.topogang.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": "big", "annotations": {"kai.scheduler/topology": "e2e-dc"}},
-            "spec": {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}},
-        },
-        namespace,
+    await create_podgroup(
+        kube, namespace, "big", {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
     )
     for i in range(4):
         await create(kube, gpu_pod(f"big-{i}", annotations={"pod-group-name": "big"}), namespace)
@@ -309,16 +299,7 @@ async def test_two_competing_gangs_one_runs_whole_the_other_waits_whole(
     #   z0-b0-r0 (6 nodes): room for one gang of 4, not two
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=6)
     for gang in ("a", "b"):
-        await create(
-            kube,
-            {
-                "apiVersion": "scheduling.topogang.io/v1alpha1",
-                "kind": "PodGroup",
-                "metadata": {"name": gang, "annotations": {"kai.scheduler/topology": "e2e-dc"}},
-                "spec": {"minMember": 4},
-            },
-            namespace,
-        )
+        await create_podgroup(kube, namespace, gang, {"minMember": 4})
     for i in range(4):  # interleaved, as two users submitting at once
         for gang in ("a", "b"):
             await create(kube, gpu_pod(f"{gang}-{i}", annotations={"pod-group-name": gang}), namespace)
@@ -343,15 +324,8 @@ async def test_a_gang_becomes_feasible_when_nodes_are_added(
 ) -> None:
     #   z0-b0-r0: 2 nodes, then 2 more
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
-    await create(
-        kube,
-        {
-            "apiVersion": "scheduling.topogang.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": "grow", "annotations": {"kai.scheduler/topology": "e2e-dc"}},
-            "spec": {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}},
-        },
-        namespace,
+    await create_podgroup(
+        kube, namespace, "grow", {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
     )
     for i in range(4):
         await create(kube, gpu_pod(f"grow-{i}", annotations={"pod-group-name": "grow"}), namespace)
@@ -371,16 +345,7 @@ async def test_plain_pods_schedule_as_usual_beside_gangs(
 ) -> None:
     #   z0-b0-r0 (4 nodes): a gang of 2 and three plain pods of 2 GPUs
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=4)
-    await create(
-        kube,
-        {
-            "apiVersion": "scheduling.topogang.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": "g"},
-            "spec": {"minMember": 2},
-        },
-        namespace,
-    )
+    await create_podgroup(kube, namespace, "g", {"minMember": 2}, topology=None)
     for i in range(2):
         await create(kube, gpu_pod(f"g-{i}", annotations={"pod-group-name": "g"}), namespace)
     for i in range(3):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from extender.model.errors import ErrorList
 from extender.model.quantity import QuantityError, parse_quantity
-from extender.model.raw import JSON, mapping, opt_bool, opt_str, seq, str_map
+from extender.model.raw import JSON, identify, mapping, opt_bool, opt_str, seq, str_map
 from extender.model.selectors import Taint, parse_taints
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -29,13 +28,7 @@ class NodeInfo:
 
 def parse_node(body: JSON) -> NodeInfo:
     """Parse a v1 Node; raise InvalidObject naming the field when it cannot be used."""
-    raw_meta = body.get("metadata")
-    meta: JSON = raw_meta if isinstance(raw_meta, Mapping) else {}
-    name = meta.get("name")
-    errors = ErrorList(f"Node {name or '<unnamed>'}")
-    if not isinstance(name, str) or not name:
-        errors.add("metadata.name", "expected a non-empty string")
-        name = ""
+    meta, name, _, errors = identify(body, "Node")
     labels = str_map(meta.get("labels"), "metadata.labels", errors)
     spec = mapping(body.get("spec"), "spec", errors)
     status = mapping(body.get("status"), "status", errors)

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from extender.model.errors import ErrorList
 from extender.model.quantity import QuantityError, parse_quantity
-from extender.model.raw import JSON, mapping, opt_int, opt_str, seq, str_map
+from extender.model.raw import JSON, identify, mapping, opt_int, opt_str, seq, str_map
 from extender.model.selectors import (
     NodeSelectorTerm,
     Toleration,
@@ -166,17 +166,7 @@ def parse_owner_refs(raw: object, field: str, errors: ErrorList) -> tuple[OwnerR
 
 def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
     """Parse a v1 Pod; raise InvalidObject naming every unusable field."""
-    raw_meta = body.get("metadata")
-    meta: JSON = raw_meta if isinstance(raw_meta, Mapping) else {}
-    name = meta.get("name")
-    namespace = meta.get("namespace") or default_namespace
-    errors = ErrorList(f"Pod {namespace}/{name or '<unnamed>'}")
-    if not isinstance(name, str) or not name:
-        errors.add("metadata.name", "expected a non-empty string")
-        name = ""
-    if not isinstance(namespace, str):
-        errors.add("metadata.namespace", "expected a string")
-        namespace = default_namespace
+    meta, name, namespace, errors = identify(body, "Pod", default_namespace)
     spec = mapping(body.get("spec"), "spec", errors)
     status = mapping(body.get("status"), "status", errors)
     requests = effective_requests(spec, errors)

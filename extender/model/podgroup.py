@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from extender.model.errors import ErrorList
 from extender.model.labels import TOPOLOGY_ANNOTATION
 from extender.model.pod import _timestamp
-from extender.model.raw import JSON, mapping, opt_bool, opt_int, opt_str, seq, str_map
+from extender.model.raw import JSON, identify, mapping, opt_bool, opt_int, opt_str, seq, str_map
 
 PODGROUP_API_VERSIONS = frozenset({"scheduling.topogang.io/v1alpha1", "scheduling.run.ai/v2alpha2"})
 
@@ -104,14 +104,7 @@ def _count(raw: object, where: str, errors: ErrorList) -> int | None:
 
 def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSpec:
     """Parse and check a PodGroup; raise InvalidObject listing every problem with its field."""
-    raw_meta = body.get("metadata")
-    meta: JSON = raw_meta if isinstance(raw_meta, Mapping) else {}
-    name = meta.get("name")
-    namespace = meta.get("namespace") or default_namespace
-    errors = ErrorList(f"PodGroup {namespace}/{name or '<unnamed>'}")
-    if not isinstance(name, str) or not name:
-        errors.add("metadata.name", "expected a non-empty string")
-        name = ""
+    meta, name, namespace, errors = identify(body, "PodGroup", default_namespace)
     api_version = str(body.get("apiVersion") or "scheduling.topogang.io/v1alpha1")
     spec = mapping(body.get("spec"), "spec", errors)
 
@@ -165,7 +158,7 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
             errors.add(f"{where}.subGroups", "expected a list of SubGroup names")
 
     pg = PodGroupSpec(
-        namespace=namespace if isinstance(namespace, str) else default_namespace,
+        namespace=namespace,
         name=name,
         min_member=_count(spec.get("minMember"), "spec.minMember", errors),
         min_subgroup=_count(spec.get("minSubGroup"), "spec.minSubGroup", errors),

@@ -81,3 +81,21 @@ def object_name(body: JSON) -> str:
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
     ns = meta.get("namespace")
     return f"{ns}/{name}" if ns else str(name)
+
+
+def identify(body: JSON, kind: str, default_namespace: str | None = None) -> tuple[JSON, str, str, ErrorList]:
+    """The start of every parser: metadata, name, namespace ("" for cluster-scoped kinds, when
+    `default_namespace` is None) and an ErrorList that names the object in every message."""
+    raw_meta = body.get("metadata")
+    meta: JSON = raw_meta if isinstance(raw_meta, Mapping) else {}
+    name = meta.get("name")
+    namespace = meta.get("namespace") or default_namespace or ""
+    shown = f"{namespace}/{name or '<unnamed>'}" if default_namespace is not None else f"{name or '<unnamed>'}"
+    errors = ErrorList(f"{kind} {shown}")
+    if not isinstance(name, str) or not name:
+        errors.add("metadata.name", "expected a non-empty string")
+        name = ""
+    if not isinstance(namespace, str):
+        errors.add("metadata.namespace", "expected a string")
+        namespace = default_namespace or ""
+    return meta, name, namespace, errors

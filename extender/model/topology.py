@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from extender.model.errors import ErrorList
 from extender.model.node import HOSTNAME_LABEL
-from extender.model.raw import JSON, mapping, opt_str, seq
+from extender.model.raw import JSON, identify, mapping, opt_str, seq
 
 TOPOLOGY_API_VERSIONS = frozenset(
     {
@@ -95,12 +94,7 @@ NODE_ONLY = TopologySpec("", (TopologyLevel(HOSTNAME_LABEL),))
 
 def parse_topology(body: JSON) -> TopologySpec:
     """Parse a Topology object; raise InvalidObject naming the field when it cannot be used."""
-    meta = mapping(body.get("metadata"), "metadata", ErrorList("Topology"))
-    name = meta.get("name")
-    errors = ErrorList(f"Topology {name or '<unnamed>'}")
-    if not isinstance(name, str) or not name:
-        errors.add("metadata.name", "expected a non-empty string")
-        name = ""
+    _, name, _, errors = identify(body, "Topology")
     spec = mapping(body.get("spec"), "spec", errors)
     raw_levels = seq(spec.get("levels"), "spec.levels", errors)
     if not raw_levels:
