@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestClient
 
 from extender.core.cluster import ClusterState
 from extender.core.scheduler import GangScheduler
-from extender.server.app import create_app
+from extender.server.app import EXTENDER, create_app
 from extender.server.extender import Extender
 from tests.builders import TOPO, grid, pod, podgroup
 
@@ -213,3 +213,45 @@ async def test_health_and_readiness(aiohttp_client: Any) -> None:
     assert (await client.get("/readyz")).status == 503
     ready = True
     assert (await client.get("/readyz")).status == 200
+
+
+async def test_the_sweep_forgets_finished_plans_and_pods_that_are_gone(setup: Any) -> None:
+    client, scheduler, _ = await setup()
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    nodes = {p.key: (await call(client, "filter", args(p)))["NodeNames"][0] for p in pods}
+    await asyncio.gather(
+        *(
+            call(
+                client,
+                "bind",
+                orjson.dumps({"PodName": p.name, "PodNamespace": "default", "PodUID": "", "Node": nodes[p.key]}),
+            )
+            for p in pods
+        )
+    )
+    extender: Extender = client.app[EXTENDER]  # type: ignore[index]
+    extender.expire()
+    assert "default/g" not in scheduler.plans
+    assert scheduler.status("default/g").phase == "Scheduled"  # from the bound pods alone
+    scheduler.delete_pod("default/g-0")
+    scheduler.observe_pod(pod("lonely", group="gone"))
+    await call(client, "filter", args(pod("lonely", group="gone")))
+    assert "default/lonely" in extender._refused
+    scheduler.delete_pod("default/lonely")
+    extender.expire()
+    assert "default/lonely" not in extender._refused
+
+
+async def test_a_pod_naming_a_podgroup_that_does_not_exist_yet_waits(setup: Any) -> None:
+    client, scheduler, _ = await setup()
+    early = pod("early-0", group="later")
+    scheduler.observe_pod(early)
+    reply = await call(client, "filter", args(early))
+    assert reply["NodeNames"] == []
+    assert set(reply["FailedAndUnresolvableNodes"].values()) == {
+        "topogang: PodGroup default/later (named by the pod) does not exist yet"
+    }
+    scheduler.state.set_podgroup("default/later", podgroup({"minMember": 1}, name="later"))
+    assert len((await call(client, "filter", args(early)))["NodeNames"]) == 1

@@ -36,7 +36,7 @@ from extender.core.decisions import (
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
 from extender.model.pod import PodInfo
-from extender.placement import Plan, Unplaceable, incomplete, plan
+from extender.placement import Plan, Unplaceable, incomplete, meets_minimum, plan
 
 RESERVED = "topogang: capacity reserved for a gang"
 MAX_SCORE = 10
@@ -73,6 +73,9 @@ class GangScheduler:
             self.state.upsert_pod(pod)  # the request can be ahead of our watch
         group = self.membership.group_of(pod.key)
         if group is None:
+            waiting = self.membership.waiting(pod.key)
+            if waiting is not None:  # it names a gang that cannot be resolved yet: not a plain pod
+                return _refuse(nodes, f"topogang: {waiting}")
             return self._filter_plain(pod, nodes)
         view = self.membership.view(group)
         if not view.valid:
@@ -247,6 +250,10 @@ class GangScheduler:
         for group, gp in list(self.plans.items()):
             if not gp.released and now - gp.touched > self.plan_ttl:
                 out[group] = self.release(group, f"plan expired after {self.plan_ttl:g}s without all pods binding")
+            elif gp.released and not gp.reserved:
+                del self.plans[group]  # carried out: the bound pods now speak for the gang
+        for group in set(self.reasons) - set(self.membership.groups()):
+            del self.reasons[group]  # the gang is gone
         return out
 
     # -- what the cluster tells us -------------------------------------------------------------
@@ -297,7 +304,9 @@ class GangScheduler:
         domains = dict(gp.plan.domains) if gp else {}
         subgroups = tuple(self._subgroup_status(view, gp))
         warnings = "; ".join(view.warnings)
-        if gp is not None and gp.released and not any(p in gp.reserved for p in gp.minimum):
+        gang = view.built.gang if view.built is not None else None
+        bound_keys = {p.key for p in pods if p.node_name is not None}
+        if gang is not None and bound_keys and meets_minimum(gang, bound_keys):
             message = f"{bound} pod(s) bound" + (f"; {self.reasons[group]}" if group in self.reasons else "")
             phase = SCHEDULED
         elif gp is not None:

@@ -5,7 +5,7 @@ server, the simulator and the benchmarks all call `plan()`; nothing else places 
 """
 
 from extender.placement.build import BuiltGang, build_gang
-from extender.placement.engine import incomplete, plan
+from extender.placement.engine import incomplete, meets_minimum, plan
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, NodeTable
@@ -24,5 +24,6 @@ __all__ = [
     "Unplaceable",
     "build_gang",
     "incomplete",
+    "meets_minimum",
     "plan",
 ]

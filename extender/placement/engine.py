@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from typing import overload
 
 import numpy as np
@@ -598,6 +598,17 @@ def _incomplete(scope: Scope) -> Scope | None:
         elif first_missing is None:
             first_missing = missing
     return None if got >= scope.min_member else (first_missing or scope)
+
+
+def meets_minimum(gang: Gang, placed: Set[str]) -> bool:
+    """Whether the pods in PLACED (keys) satisfy the gang's whole minimum tree."""
+
+    def met(scope: Scope) -> bool:
+        if scope.leaf:
+            return sum(1 for m in scope.members if m.key in placed) >= scope.min_member
+        return sum(c.weight for c in scope.children if met(c)) >= scope.min_member
+
+    return met(gang.root)
 
 
 def _minimum_pods(scope: Scope) -> int:

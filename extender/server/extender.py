@@ -174,9 +174,16 @@ class Extender:
     # -- housekeeping ---------------------------------------------------------------------------
 
     def expire(self) -> None:
-        for group, pods in self.scheduler.expire(time.monotonic()).items():
-            log.warning("plan expired", group=group, waiting=len(pods), reason=self.scheduler.reasons.get(group, ""))
+        """The periodic sweep: plans that stopped progressing, and memory of pods and gangs gone."""
+        for group, waiting in self.scheduler.expire(time.monotonic()).items():
+            log.warning("plan expired", group=group, waiting=len(waiting), reason=self.scheduler.reasons.get(group, ""))
         self._fail_dropped()
+        pods = self.state.pods
+        for key in [k for k in self._refused if k not in pods]:
+            del self._refused[key]
+        groups = set(self.scheduler.membership.groups())
+        for group in [g for g in self._pending_logged if g not in groups]:
+            del self._pending_logged[group]
 
     async def close(self) -> None:
         for timer in self._gates.values():
