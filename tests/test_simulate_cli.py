@@ -171,3 +171,39 @@ def test_text_output_draws_the_racks(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert "Where the pods landed (Topology default: zone > block > rack > node):" in out
     assert "19 pod(s) placed, 0 pending, 1 PodGroup(s)." in out
+
+
+def test_gangs_are_handled_higher_priority_first_then_older(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Room for one gang of 2 (two nodes). "late" is read last but its PodGroup has the higher
+    # priority class; of two gangs of equal priority the older one wins.
+    groups = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata: {name: early, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec: {minMember: 2}
+---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata: {name: late, creationTimestamp: "2026-01-02T00:00:00Z"}
+spec: {minMember: 2, priorityClassName: high}
+"""
+    write(tmp_path, "a.yaml", NODES)
+    write(tmp_path, "b.yaml", groups + pods("early", 2) + pods("late", 2))
+    doc = simulate_json(capsys, tmp_path)
+    placed = {p["name"]: p["node"] for p in doc["pods"]}  # type: ignore[union-attr]
+    assert placed["late-0"]
+    assert placed["late-1"]
+    assert placed["early-0"] is None
+    assert placed["early-1"] is None
+    # Same priority: the older gang wins, whatever the order read.
+    write(tmp_path, "b.yaml", groups.replace(", priorityClassName: high", "") + pods("late", 2) + pods("early", 2))
+    doc = simulate_json(capsys, tmp_path)
+    placed = {p["name"]: p["node"] for p in doc["pods"]}  # type: ignore[union-attr]
+    assert placed["early-0"]
+    assert placed["early-1"]
+    assert placed["late-0"] is None

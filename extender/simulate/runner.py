@@ -144,12 +144,19 @@ class Simulation:
         return self._result(events, reasons)
 
     def _queue(self) -> list[str]:
-        """kube-scheduler's PrioritySort: priority, then age, then the order read."""
+        """kube-scheduler's PrioritySort: priority, then age, then the order read. A gang's
+        members go by the gang's priority (its pods' highest, or its PodGroup's priorityClassName)
+        and age, so gangs are handled one after another in that order."""
+        membership = self.scheduler.membership
 
         def key(k: str) -> tuple[int, float, int]:
             pod = self.state.pods[k]
-            created = pod.created if pod.created is not None else 0.0
-            return (-self.state.pod_priority(pod), created, self.order.get(k, 0))
+            priority, created = self.state.pod_priority(pod), pod.created
+            group = membership.group_of(k)
+            if group is not None:
+                view = membership.view(group)
+                priority, created = max(priority, view.priority), view.created
+            return (-priority, created if created is not None else 0.0, self.order.get(k, 0))
 
         return sorted((k for k in self.state.pods if k not in self.running), key=key)
 
