@@ -314,7 +314,8 @@ class GangScheduler:
             message = f"planned; waiting for {missing} pod(s) of the minimum to bind"
             phase = PENDING
         else:
-            message = self.reasons.get(group) or self._incomplete_message(view) or "waiting to be planned"
+            # What is true now (pods missing) before what last happened (why a plan was refused).
+            message = self._incomplete_message(view) or self.reasons.get(group) or "waiting to be planned"
             phase = PENDING
         if view.waiting:
             message += "; " + "; ".join(f"{k}: {why}" for k, why in sorted(view.waiting.items()))

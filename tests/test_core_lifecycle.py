@@ -1,0 +1,105 @@
+"""A plan's life in the core: reservations follow pods, plans expire, taken nodes are re-planned.
+
+Cluster: rack r1 of 4 nodes (z1-b1-r1-n1..n4), rack r2 of 4 nodes (z1-b1-r2-n1..n4), 8 GPUs each.
+The gang: 3 pods of 8 GPUs required on one rack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from extender.core.cluster import ClusterState
+from extender.core.decisions import BIND, REJECT, WAIT
+from extender.core.scheduler import GangScheduler
+from tests.builders import TOPO, grid, pod, podgroup
+
+NODES = [n.name for n in grid(racks=2, nodes=4)]
+
+
+def setup() -> tuple[GangScheduler, list[str]]:
+    state = ClusterState()
+    for n in grid(racks=2, nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    spec = podgroup({"minMember": 3, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="g")
+    state.set_podgroup("default/g", spec)
+    scheduler = GangScheduler(state, plan_ttl=60)
+    keys = []
+    for i in range(3):
+        p = pod(f"g-{i}", group="g")
+        scheduler.observe_pod(p)
+        keys.append(p.key)
+    return scheduler, keys
+
+
+def planned(scheduler: GangScheduler) -> dict[str, str]:
+    return dict(scheduler.plans["default/g"].reserved)
+
+
+def test_first_member_plans_and_reserves_the_whole_gang() -> None:
+    scheduler, keys = setup()
+    result = scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    assert result.event is not None
+    assert result.event.outcome == "planned"
+    assert set(planned(scheduler)) == set(keys)
+    assert set(scheduler.state.reservations) == set(keys)
+    assert len({n.rsplit("-", 1)[0] for n in planned(scheduler).values()}) == 1
+
+
+def test_a_deleted_member_of_the_minimum_releases_the_plan() -> None:
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    scheduler.delete_pod(keys[1])
+    assert "default/g" not in scheduler.plans
+    assert not scheduler.state.reservations
+    assert scheduler.status("default/g").message == "PodGroup default/g: gang 2/3 pods present"
+
+
+def test_a_member_bound_elsewhere_drops_its_reservation_and_counts_as_bound() -> None:
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    plan = planned(scheduler)
+    elsewhere = next(n for n in NODES if n not in plan.values())
+    scheduler.observe_pod(replace(scheduler.state.pods[keys[0]], node_name=elsewhere))
+    assert keys[0] not in scheduler.state.reservations
+    assert keys[0] not in planned(scheduler)
+    assert scheduler.state.bound.at(elsewhere, "nvidia.com/gpu") == 8000
+
+
+def test_a_plan_that_makes_no_progress_expires() -> None:
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    assert scheduler.bind(keys[0], planned(scheduler)[keys[0]], 10.0).action == WAIT
+    assert scheduler.expire(30.0) == {}
+    released = scheduler.expire(100.0)
+    assert released == {"default/g": [keys[0]]}
+    assert not scheduler.state.reservations
+    assert scheduler.take_dropped() == [(keys[0], "plan expired after 60s without all pods binding")]
+
+
+def test_a_planned_node_taken_by_another_scheduler_is_planned_again() -> None:
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    taken = planned(scheduler)[keys[1]]
+    # Another scheduler binds a pod that fills the node topogang planned for g-1.
+    scheduler.observe_pod(pod("intruder", node_name=taken))
+    result = scheduler.filter(scheduler.state.pods[keys[1]], NODES, 1.0)
+    assert result.event is not None
+    assert result.event.outcome == "replanned"
+    assert result.nodes
+    assert result.nodes != [taken]
+    assert taken not in planned(scheduler).values()
+    assert len({n.rsplit("-", 1)[0] for n in planned(scheduler).values()}) == 1  # still one rack
+
+
+def test_the_gate_binds_the_minimum_together_and_refuses_other_nodes() -> None:
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    plan = planned(scheduler)
+    wrong = next(n for n in NODES if n != plan[keys[0]])
+    assert scheduler.bind(keys[0], wrong, 0.0).action == REJECT
+    assert scheduler.bind(keys[0], plan[keys[0]], 0.0).action == WAIT
+    assert scheduler.bind(keys[1], plan[keys[1]], 0.0).action == WAIT
+    last = scheduler.bind(keys[2], plan[keys[2]], 0.0)
+    assert last.action == BIND
+    assert sorted(last.bind) == sorted(plan.items())
