@@ -9,8 +9,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT
+
 # Phases of a group (PodGroup status.phase).
 PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"
+
+# Why a group is in its phase: the `reason` of its PodGroup conditions. A plan that failed gives
+# its Shortfall kind (extender.placement.reasons: NoDomain, NoCapacity, GangIncomplete,
+# SearchLimit); the rest are decided here. UNSCHEDULABLE_REASONS say the gang cannot run now.
+R_SCHEDULED = "Scheduled"  # the minimum is bound
+R_PLANNED = "Planned"  # planned and reserved; waiting for the minimum to bind
+R_WAITING = "Waiting"  # complete, not planned yet (no member has been filtered)
+R_INVALID = "Invalid"  # the PodGroup (or the workload's annotations) cannot be used
+R_GANG_INCOMPLETE = INCOMPLETE  # fewer pods exist than the minimum tree needs
+R_BIND_TIMEOUT = "BindTimeout"  # the bind gate closed before the minimum arrived; plan released
+R_PLAN_EXPIRED = "PlanExpired"  # the plan made no progress for its lifetime; released
+R_MEMBER_GONE = "MemberGone"  # a pod of the minimum went away before binding; plan released
+R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
+R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
+R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
+UNSCHEDULABLE_REASONS = frozenset(
+    {
+        R_INVALID,
+        R_GANG_INCOMPLETE,
+        NO_DOMAIN,
+        NO_CAPACITY,
+        SEARCH_LIMIT,
+        R_BIND_TIMEOUT,
+        R_PLAN_EXPIRED,
+        R_MEMBER_GONE,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -81,4 +110,9 @@ class GroupStatus:
     planned: int = 0
     bound: int = 0
     subgroups: tuple[SubGroupStatus, ...] = ()
-    domains: Mapping[str, str] = field(default_factory=dict)
+    domains: Mapping[str, str] = field(default_factory=dict)  # constrained scope label -> domain
+    reason: str = ""  # one of the R_* reasons above, or a Shortfall kind
+
+    @property
+    def unschedulable(self) -> bool:
+        return self.phase == INVALID or (self.phase == PENDING and self.reason in UNSCHEDULABLE_REASONS)

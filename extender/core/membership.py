@@ -18,7 +18,7 @@ from typing import Any
 from extender.core.cluster import ClusterState
 from extender.grouping import Grouping, family_key, group_pods
 from extender.model.errors import FieldError
-from extender.model.pod import PodInfo
+from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import PodGroupSpec
 from extender.placement.build import BuiltGang, build_gang
 
@@ -39,6 +39,7 @@ class GroupView:
     pods: tuple[str, ...] = ()
     source: str = ""
     waiting: Mapping[str, str] = field(default_factory=dict)  # pod -> why it waits outside the gang
+    owner: OwnerRef | None = None  # the workload a derived gang comes from; None for PodGroup objects
 
     @property
     def valid(self) -> bool:
@@ -200,6 +201,11 @@ class Membership:
         self._sync()
         return sorted(self._group_family)
 
+    def has(self, group: str) -> bool:
+        """Whether some pod belongs to GROUP."""
+        self._sync()
+        return group in self._group_family
+
     def members(self, group: str) -> list[str]:
         self._sync()
         return sorted(k for k, g in self._group_of.items() if g == group)
@@ -231,6 +237,7 @@ class Membership:
                 created=created,
                 pods=tuple(p.key for p in pods),
                 source=grouping.source if grouping else "",
+                owner=grouping.owner if grouping else None,
             )
         else:
             spec = grouping.podgroup
@@ -248,6 +255,7 @@ class Membership:
                 pods=tuple(p.key for p in pods),
                 source=grouping.source,
                 waiting=built.stray,
+                owner=grouping.owner,
             )
         if not assumed:
             self._views[group] = view

@@ -16,7 +16,7 @@ longer fits (another scheduler took the space) is planned again for the pods not
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from extender.core.cluster import ClusterState
@@ -24,6 +24,16 @@ from extender.core.decisions import (
     BIND,
     INVALID,
     PENDING,
+    R_BEYOND_MINIMUM,
+    R_BIND_TIMEOUT,
+    R_GANG_INCOMPLETE,
+    R_INVALID,
+    R_MEMBER_GONE,
+    R_PLAN_EXPIRED,
+    R_PLANNED,
+    R_REPLANNING,
+    R_SCHEDULED,
+    R_WAITING,
     REJECT,
     SCHEDULED,
     WAIT,
@@ -35,8 +45,9 @@ from extender.core.decisions import (
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
+from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
-from extender.placement import Plan, Unplaceable, incomplete, meets_minimum, plan
+from extender.placement import Plan, Unplaceable, build_gang, incomplete, meets_minimum, plan
 
 RESERVED = "topogang: capacity reserved for a gang"
 MAX_SCORE = 10
@@ -63,6 +74,8 @@ class GangScheduler:
         self.plan_ttl = plan_ttl
         self.plans: dict[str, GroupPlan] = {}
         self.reasons: dict[str, str] = {}  # group -> why it is pending
+        self.reason_kinds: dict[str, str] = {}  # group -> that reason as data (decisions.R_*, Shortfall.kind)
+        self.domains: dict[str, Mapping[str, str]] = {}  # group -> where its last plan put each constrained scope
         self.dropped: list[tuple[str, str]] = []  # (pod, why): binds waiting at a gate that closed
         self._generation = 0
 
@@ -140,7 +153,7 @@ class GangScheduler:
         assert gang is not None, "only valid groups are planned"
         result = plan(snapshot_for(self.state, self.membership, group, gang), gang)
         if isinstance(result, Unplaceable):
-            self.reasons[group] = result.message
+            self._why(group, result.reason.kind, result.message)
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
         new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
         for pod_key, node in new.items():
@@ -154,10 +167,12 @@ class GangScheduler:
             gp.reserved.update(new)
             gp.touched = now
             outcome = "extended"
+        self.domains[group] = result.domains
         if result.unplaced:
-            self.reasons[group] = f"{len(result.unplaced)} pod(s) beyond the minimum do not fit in the gang's domains"
+            unplaced = f"{len(result.unplaced)} pod(s) beyond the minimum do not fit in the gang's domains"
+            self._why(group, R_BEYOND_MINIMUM, unplaced)
         else:
-            self.reasons.pop(group, None)
+            self._why(group, None)
         return PlanEvent(
             group,
             outcome,
@@ -169,25 +184,36 @@ class GangScheduler:
         )
 
     def _replan(self, group: str, now: float) -> PlanEvent:
-        self.release(group, "re-planning: a planned node no longer fits")
+        self.release(group, "re-planning: a planned node no longer fits", R_REPLANNING)
         view = self.membership.view(group)
         event = self._plan(group, view, now, extend=False)
         if event.outcome == "planned":
             return replace(event, outcome="replanned")
         return event
 
-    def release(self, group: str, reason: str) -> list[str]:
+    def release(self, group: str, reason: str, kind: str = R_REPLANNING) -> list[str]:
         """Drop the group's plan and every reservation of its unbound pods; returns the pods that
-        were waiting at the bind gate (the caller fails their bind calls)."""
+        were waiting at the bind gate (the caller fails their bind calls). KIND is the reason as
+        data (decisions.R_*)."""
         gp = self.plans.pop(group, None)
         if gp is None:
             return []
         for pod_key in gp.reserved:
             self.state.unreserve(pod_key)
-        self.reasons[group] = reason
+        self.domains.pop(group, None)
+        self._why(group, kind, reason)
         waiting = sorted(gp.arrived)
         self.dropped.extend((p, reason) for p in waiting)
         return waiting
+
+    def _why(self, group: str, kind: str | None, message: str = "") -> None:
+        """Record why GROUP is where it is (None: nothing to say), as text and as data."""
+        if kind is None:
+            self.reasons.pop(group, None)
+            self.reason_kinds.pop(group, None)
+        else:
+            self.reasons[group] = message
+            self.reason_kinds[group] = kind
 
     def take_dropped(self) -> list[tuple[str, str]]:
         """Bind calls waiting at gates that were released since the last call, and why."""
@@ -242,18 +268,21 @@ class GangScheduler:
             return []
         arrived, total = len(gp.arrived), len([p for p in gp.minimum if p in gp.reserved])
         reason = f"bind gate timed out: {arrived}/{total} pods of the minimum reached bind within {seconds:g}s"
-        return self.release(group, reason)
+        return self.release(group, reason, R_BIND_TIMEOUT)
 
     def expire(self, now: float) -> dict[str, list[str]]:
         """Release plans whose minimum made no progress for `plan_ttl` seconds."""
         out = {}
         for group, gp in list(self.plans.items()):
             if not gp.released and now - gp.touched > self.plan_ttl:
-                out[group] = self.release(group, f"plan expired after {self.plan_ttl:g}s without all pods binding")
+                why = f"plan expired after {self.plan_ttl:g}s without all pods binding"
+                out[group] = self.release(group, why, R_PLAN_EXPIRED)
             elif gp.released and not gp.reserved:
                 del self.plans[group]  # carried out: the bound pods now speak for the gang
-        for group in set(self.reasons) - set(self.membership.groups()):
-            del self.reasons[group]  # the gang is gone
+        groups = set(self.membership.groups())
+        for group in (set(self.reasons) | set(self.domains)) - groups:  # the gang is gone
+            self._why(group, None)
+            self.domains.pop(group, None)
         return out
 
     # -- what the cluster tells us -------------------------------------------------------------
@@ -282,7 +311,8 @@ class GangScheduler:
         gp = self.plans.get(group) if group else None
         if gp is not None and key in gp.reserved:
             if not gp.released and key in gp.minimum:
-                self.release(group, f"pod {key} of the minimum went away before binding")  # type: ignore[arg-type]
+                why = f"pod {key} of the minimum went away before binding"
+                self.release(group, why, R_MEMBER_GONE)  # type: ignore[arg-type]
             else:
                 del gp.reserved[key]
                 self.state.unreserve(key)
@@ -294,34 +324,50 @@ class GangScheduler:
     # -- status --------------------------------------------------------------------------------
 
     def status(self, group: str) -> GroupStatus:
-        view = self.membership.view(group)
+        """Where GROUP stands: phase, message, the reason as data, counts, domains. A PodGroup
+        object that no pod joins yet has a status too (pending with 0 pods, or invalid)."""
+        view = self.membership.view(group) if self.membership.has(group) else self._view_without_pods(group)
         pods = [self.state.pods[k] for k in view.pods if k in self.state.pods]
         bound = sum(1 for p in pods if p.node_name is not None)
         if not view.valid:
-            return GroupStatus(group, INVALID, view.message, len(pods), 0, bound)
+            return GroupStatus(group, INVALID, view.message, len(pods), 0, bound, reason=R_INVALID)
         gp = self.plans.get(group)
         planned = bound + (len(gp.reserved) if gp else 0)
-        domains = dict(gp.plan.domains) if gp else {}
+        domains = dict(gp.plan.domains if gp else self.domains.get(group, {}))
         subgroups = tuple(self._subgroup_status(view, gp))
         warnings = "; ".join(view.warnings)
         gang = view.built.gang if view.built is not None else None
         bound_keys = {p.key for p in pods if p.node_name is not None}
         if gang is not None and bound_keys and meets_minimum(gang, bound_keys):
             message = f"{bound} pod(s) bound" + (f"; {self.reasons[group]}" if group in self.reasons else "")
-            phase = SCHEDULED
+            phase, reason = SCHEDULED, R_SCHEDULED
         elif gp is not None:
             missing = len([p for p in gp.minimum if p in gp.reserved])
             message = f"planned; waiting for {missing} pod(s) of the minimum to bind"
-            phase = PENDING
+            phase, reason = PENDING, R_PLANNED
+        # What is true now (pods missing) before what last happened (why a plan was refused).
+        elif missing_message := self._incomplete_message(view):
+            message, phase, reason = missing_message, PENDING, R_GANG_INCOMPLETE
+        elif group in self.reasons:
+            message, phase, reason = self.reasons[group], PENDING, self.reason_kinds.get(group, R_WAITING)
         else:
-            # What is true now (pods missing) before what last happened (why a plan was refused).
-            message = self._incomplete_message(view) or self.reasons.get(group) or "waiting to be planned"
-            phase = PENDING
+            message, phase, reason = "waiting to be planned", PENDING, R_WAITING
         if view.waiting:
             message += "; " + "; ".join(f"{k}: {why}" for k, why in sorted(view.waiting.items()))
         if warnings:
             message += f"; {warnings}"
-        return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains)
+        return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains, reason)
+
+    def _view_without_pods(self, group: str) -> GroupView:
+        """A PodGroup object no pod has joined yet, as a view with no pods."""
+        spec = self.state.podgroups.get(group)
+        if spec is None:
+            errors = self.state.invalid_podgroups.get(group) or (
+                FieldError(f"PodGroup {group}", "metadata.name", "not found"),
+            )
+            return GroupView(group, None, None, errors, source=f"PodGroup {group}")
+        built = build_gang(spec, [], self.state.topologies)
+        return GroupView(group, spec, built, built.errors, source=f"PodGroup {group}")
 
     def _incomplete_message(self, view: GroupView) -> str:
         gang = view.built.gang if view.built else None
@@ -333,7 +379,7 @@ class GangScheduler:
         if gang is None:
             return
         reserved = gp.reserved if gp else {}
-        domains = gp.plan.domains if gp else {}
+        domains = gp.plan.domains if gp else self.domains.get(view.key, {})
         for scope in gang.scopes:
             if not scope.name:
                 continue
