@@ -123,3 +123,12 @@ def test_an_invalid_podgroup_object_without_pods_is_invalid_with_its_errors() ->
     assert "requiredTopologyLevel" in status.message
     unknown = scheduler.status("default/nothing")
     assert (unknown.phase, unknown.reason) == (INVALID, "Invalid")
+
+
+def test_a_status_only_update_of_a_podgroup_changes_nothing_that_plans() -> None:
+    scheduler, _ = setup()
+    version = scheduler.state.version
+    scheduler.state.set_podgroup("default/g", podgroup({"minMember": 3, **RACK_CONSTRAINT}, name="g"))
+    assert scheduler.state.version == version  # the same spec: no regrouping, no dropped views
+    scheduler.state.set_podgroup("default/g", podgroup({"minMember": 2, **RACK_CONSTRAINT}, name="g"))
+    assert scheduler.state.version == version + 1

@@ -147,6 +147,10 @@ class ClusterState:
     # -- other objects -------------------------------------------------------------------------------
 
     def set_podgroup(self, key: str, spec: PodGroupSpec | None, errors: tuple[FieldError, ...] = ()) -> None:
+        if spec is not None and self.podgroups.get(key) == spec:
+            return  # a status update (topogang's own, every few seconds): nothing that groups or plans changed
+        if spec is None and errors and self.invalid_podgroups.get(key) == errors:
+            return
         self.podgroups.pop(key, None)
         self.invalid_podgroups.pop(key, None)
         if spec is not None:

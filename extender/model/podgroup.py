@@ -68,6 +68,7 @@ class PodGroupSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     created: float | None = None
+    generation: int = 0  # metadata.generation: what a status's observedGeneration refers to
 
     @property
     def key(self) -> str:
@@ -175,6 +176,7 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
         labels=str_map(meta.get("labels"), "metadata.labels", errors),
         annotations=str_map(meta.get("annotations"), "metadata.annotations", errors),
         created=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp", errors),
+        generation=opt_int(meta.get("generation"), "metadata.generation", errors) or 0,
     )
     validate_structure(pg, errors)
     errors.raise_if_any()
