@@ -1,12 +1,19 @@
-"""The aiohttp application: routes, thin handlers, health and readiness.
+"""The aiohttp application: routes, thin handlers, health, readiness and metrics.
 
-`create_app` takes a ready `Extender` and a readiness check; `topogang serve` (serve.py) builds
-those from a kubeconfig. Handlers decode, call the Extender and encode; a malformed body is a
-400 whose JSON `Error` names the field; a bug is a 500 with the error logged.
+`create_app` takes a ready `Extender`, a readiness check and a leadership check; `topogang
+serve` (serve.py) builds those from a kubeconfig. Handlers decode, call the Extender and
+encode; a malformed body is a 400 whose JSON `Error` names the field; a bug is a 500 with the
+error logged. Every extender call is timed into `topogang_extender_request_duration_seconds`.
+
+A replica that is not the leader answers `/readyz` with 503 (so the Service sends kube-scheduler
+to the leader) and refuses extender calls that reach it anyway: filter and bind with their
+result's `Error` ("topogang: not the leader ..."), prioritize and preempt, whose results have no
+such field, with a 503 carrying the same `Error`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
 import orjson
@@ -15,9 +22,13 @@ from aiohttp import web
 
 from extender.server import wire
 from extender.server.extender import Extender
+from extender.server.metrics import BIND_NOT_LEADER, CONTENT_TYPE, Metrics
 
 EXTENDER = web.AppKey("extender", Extender)
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
+LEADING: web.AppKey[Callable[[], bool]] = web.AppKey("leading")
+METRICS = web.AppKey("metrics", Metrics)
+NOT_LEADER = "topogang: not the leader; this replica only keeps its cache warm (the Service sends calls to the leader)"
 JSON = "application/json"
 # Without nodeCacheCapable, kube-scheduler sends every candidate Node in full: allow big bodies.
 MAX_BODY = 256 * 2**20
@@ -31,18 +42,35 @@ def _json(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type=JSON)
 
 
-def _guarded(handler: Handler) -> Handler:
+def _guarded(verb: str, handler: Handler) -> Handler:
+    """Time the call, refuse it on a follower, turn errors into their JSON answers."""
+
     async def run(request: web.Request) -> web.StreamResponse:
+        start = time.perf_counter()
+        app = request.app
         try:
-            return await handler(request)
+            if app[LEADING]():
+                response = await handler(request)
+            else:
+                response = _not_leader(verb, app[METRICS])
         except wire.WireError as exc:
             log.warning("bad request", path=request.path, error=str(exc))
-            return _json(orjson.dumps({"Error": str(exc)}), status=400)
+            response = _json(orjson.dumps({"Error": str(exc)}), status=400)
         except Exception as exc:
             log.exception("request failed", path=request.path)
-            return _json(orjson.dumps({"Error": f"topogang: internal error: {exc}"}), status=500)
+            response = _json(orjson.dumps({"Error": f"topogang: internal error: {exc}"}), status=500)
+        app[METRICS].observe_request(verb, response.status, time.perf_counter() - start)
+        return response
 
     return run
+
+
+def _not_leader(verb: str, metrics: Metrics) -> web.Response:
+    if verb == "bind":
+        metrics.bind_failed(BIND_NOT_LEADER)
+    if verb in ("filter", "bind"):
+        return _json(orjson.dumps({"Error": NOT_LEADER}))  # the result type's own Error field
+    return _json(orjson.dumps({"Error": NOT_LEADER}), status=503)
 
 
 async def _filter(request: web.Request) -> web.StreamResponse:
@@ -69,21 +97,37 @@ async def _healthz(_: web.Request) -> web.StreamResponse:
 
 
 async def _readyz(request: web.Request) -> web.StreamResponse:
-    if request.app[READY]():
-        return web.Response(text="ok")
-    return web.Response(text="caches not synced", status=503)
+    if not request.app[READY]():
+        return web.Response(text="caches not synced", status=503)
+    if not request.app[LEADING]():
+        return web.Response(text="not the leader", status=503)
+    return web.Response(text="ok")
 
 
-def create_app(extender: Extender, ready: Callable[[], bool], prefix: str = "") -> web.Application:
-    """The extender's routes under `prefix` (kube-scheduler's urlPrefix path, e.g. "/topogang")."""
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    return web.Response(body=request.app[METRICS].exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+
+def _always() -> bool:
+    return True
+
+
+def create_app(
+    extender: Extender, ready: Callable[[], bool], prefix: str = "", *, leading: Callable[[], bool] = _always
+) -> web.Application:
+    """The extender's routes under `prefix` (kube-scheduler's urlPrefix path, e.g. "/topogang");
+    `leading` says whether this replica may plan and bind (always, without leader election)."""
     prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
     app = web.Application(client_max_size=MAX_BODY)
     app[EXTENDER] = extender
     app[READY] = ready
-    app.router.add_post(f"{prefix}/filter", _guarded(_filter))
-    app.router.add_post(f"{prefix}/prioritize", _guarded(_prioritize))
-    app.router.add_post(f"{prefix}/bind", _guarded(_bind))
-    app.router.add_post(f"{prefix}/preempt", _guarded(_preempt))
+    app[LEADING] = leading
+    app[METRICS] = extender.metrics
+    app.router.add_post(f"{prefix}/filter", _guarded("filter", _filter))
+    app.router.add_post(f"{prefix}/prioritize", _guarded("prioritize", _prioritize))
+    app.router.add_post(f"{prefix}/bind", _guarded("bind", _bind))
+    app.router.add_post(f"{prefix}/preempt", _guarded("preempt", _preempt))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
     return app

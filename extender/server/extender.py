@@ -9,18 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
 
 import structlog
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import BIND, REJECT, WAIT, PlanEvent
+from extender.core.decisions import BIND, R_NOT_LEADER, REJECT, WAIT, PlanEvent
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.pod import PodInfo, parse_pod
 from extender.server import wire
+from extender.server.metrics import (
+    BIND_API_ERROR,
+    BIND_GATE_TIMEOUT,
+    BIND_NOT_LEADER,
+    BIND_PLAN_RELEASED,
+    BIND_POD_GONE,
+    BIND_REJECTED,
+    BIND_SHUTDOWN,
+    BIND_SUPERSEDED,
+    Metrics,
+)
 
 log = structlog.get_logger("topogang")
 
@@ -35,11 +46,21 @@ class Actions(Protocol):
     async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
 
 
+def _ignore(group: str) -> None:
+    pass
+
+
 class Extender:
-    def __init__(self, scheduler: GangScheduler, actions: Actions, *, bind_timeout: float) -> None:
+    def __init__(
+        self, scheduler: GangScheduler, actions: Actions, *, bind_timeout: float, metrics: Metrics | None = None
+    ) -> None:
         self.scheduler = scheduler
         self.actions = actions
         self.bind_timeout = bind_timeout
+        self.metrics = metrics if metrics is not None else Metrics()
+        # Told the group whenever a decision may have changed its status (the PodGroup writer).
+        self.changed: Callable[[str], None] = _ignore
+        self._first_seen: dict[str, float] = {}  # group -> when a member was first filtered (monotonic)
         self._waiting: dict[str, asyncio.Future[str]] = {}  # pod -> its bind's answer
         self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> gate timeout
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
@@ -66,8 +87,13 @@ class Extender:
         start = time.perf_counter()
         result = self.scheduler.filter(pod, args.names, time.monotonic())
         if result.event is not None:
-            self._log_decision(result.event, time.perf_counter() - start)
-        self._fail_dropped()
+            seconds = time.perf_counter() - start
+            self.metrics.observe_plan(result.event.outcome, seconds)
+            self._log_decision(result.event, seconds)
+            self.changed(result.event.group)
+        if result.event is not None or not result.nodes:  # not the steered path, which is hot
+            self._seen(pod.key)
+        self._fail_dropped(BIND_PLAN_RELEASED)
         if result.wake:
             self._wake(result.wake, pod)
         if result.nodes:
@@ -97,6 +123,7 @@ class Extender:
         decision = self.scheduler.bind(key, args.node, time.monotonic())
         if decision.action == REJECT:
             log.info("bind refused", pod=key, node=args.node, reason=decision.error)
+            self.metrics.bind_failed(BIND_REJECTED)
             return wire.encode_binding(decision.error)
         if decision.action == BIND:
             errors = await self._bind_all(decision.bind)
@@ -107,6 +134,7 @@ class Extender:
         old = self._waiting.pop(key, None)
         if old is not None and not old.done():
             old.set_result("topogang: superseded by a newer bind call for this pod")
+            self.metrics.bind_failed(BIND_SUPERSEDED)
         self._waiting[key] = future
         if group not in self._gates:
             self._gates[group] = asyncio.get_running_loop().call_later(self.bind_timeout, self._gate_expired, group)
@@ -128,6 +156,12 @@ class Extender:
             waiter = self._waiting.pop(pod, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(error)
+        now = time.monotonic()
+        for group in groups:
+            first = self._first_seen.pop(group, None)
+            if first is not None and not any(self.scheduler.membership.group_of(p) == group for p in errors):
+                self.metrics.gang_wait.observe(now - first)  # the gate opened: the whole minimum is bound
+            self.changed(group)
         if len(batch) > 1 or groups:
             log.info(
                 "bound",
@@ -143,10 +177,12 @@ class Extender:
     async def _bind_one(self, pod_key: str, node: str) -> str:
         pod = self.state.pods.get(pod_key)
         if pod is None:
+            self.metrics.bind_failed(BIND_POD_GONE)
             return "topogang: the pod no longer exists"
         try:
             await self.actions.bind(pod.namespace, pod.name, pod.uid, node)
         except Exception as exc:  # an API error: this pod's call fails, kube-scheduler retries it
+            self.metrics.bind_failed(BIND_API_ERROR)
             return f"topogang: binding {pod_key} to {node} failed: {exc}"
         self.scheduler.observe_pod(replace(pod, node_name=node))
         return ""
@@ -156,6 +192,8 @@ class Extender:
         missing = self.scheduler.gate_missing(group)
         waiting = self.scheduler.gate_timeout(group, self.bind_timeout)
         if waiting:
+            self.metrics.gate_timeouts.inc()
+            self.changed(group)
             log.warning(
                 "bind gate timed out",
                 group=group,
@@ -163,13 +201,20 @@ class Extender:
                 missing=missing[:10],
                 reason=self.scheduler.reasons.get(group, ""),
             )
-        self._fail_dropped()
+        self._fail_dropped(BIND_GATE_TIMEOUT)
 
-    def _fail_dropped(self) -> None:
+    def _fail_dropped(self, why: str) -> None:
+        """Answer the bind calls waiting at gates the core closed; WHY is the metric's reason."""
         for pod, reason in self.scheduler.take_dropped():
             waiter = self._waiting.pop(pod, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(f"topogang: {reason}")
+                self.metrics.bind_failed(why)
+
+    def _seen(self, pod_key: str) -> None:
+        group = self.scheduler.membership.group_of(pod_key)
+        if group is not None and group not in self._first_seen:
+            self._first_seen[group] = time.monotonic()
 
     # -- housekeeping ---------------------------------------------------------------------------
 
@@ -177,13 +222,33 @@ class Extender:
         """The periodic sweep: plans that stopped progressing, and memory of pods and gangs gone."""
         for group, waiting in self.scheduler.expire(time.monotonic()).items():
             log.warning("plan expired", group=group, waiting=len(waiting), reason=self.scheduler.reasons.get(group, ""))
-        self._fail_dropped()
+            self.changed(group)
+        self._fail_dropped(BIND_PLAN_RELEASED)
         pods = self.state.pods
         for key in [k for k in self._refused if k not in pods]:
             del self._refused[key]
         groups = set(self.scheduler.membership.groups())
         for group in [g for g in self._pending_logged if g not in groups]:
             del self._pending_logged[group]
+        for group in [g for g in self._first_seen if g not in groups]:
+            del self._first_seen[group]
+
+    def demote(self) -> None:
+        """This replica stopped being the leader: drop every plan and reservation at once (the
+        new leader plans again from what the API server shows) and fail the binds waiting."""
+        for timer in self._gates.values():
+            timer.cancel()
+        self._gates.clear()
+        for group in list(self.scheduler.plans):
+            self.scheduler.release(group, "this replica is no longer the leader", R_NOT_LEADER)
+        self._fail_dropped(BIND_NOT_LEADER)
+        for waiter in self._waiting.values():
+            if not waiter.done():
+                waiter.set_result("topogang: this replica is no longer the leader")
+                self.metrics.bind_failed(BIND_NOT_LEADER)
+        self._waiting.clear()
+        self._first_seen.clear()
+        self._pending_logged.clear()
 
     async def close(self) -> None:
         for timer in self._gates.values():
@@ -191,6 +256,7 @@ class Extender:
         for waiter in self._waiting.values():
             if not waiter.done():
                 waiter.set_result("topogang: shutting down")
+                self.metrics.bind_failed(BIND_SHUTDOWN)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

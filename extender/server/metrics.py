@@ -1,0 +1,155 @@
+"""Every metric topogang exports, in one place, on a registry of its own (one per app).
+
+Names follow the Kubernetes instrumentation conventions: a `topogang_` prefix, base units
+(`_seconds`), `_total` on counters, and labels with a small fixed set of values (never a pod or
+a group name).
+
+  topogang_extender_request_duration_seconds{verb,code}  histogram  one extender call (bind: with its gate wait)
+  topogang_plan_duration_seconds{outcome}                histogram  a filter call that planned (or failed to)
+  topogang_gang_wait_seconds                             histogram  first member seen -> the whole minimum bound
+  topogang_binds_failed_total{reason}                    counter    bind calls answered with an error
+  topogang_bind_gate_timeouts_total                      counter    gangs whose bind gate closed before the minimum came
+  topogang_reservations                                  gauge      pods holding reserved room (planned, not bound)
+  topogang_podgroups{phase}                              gauge      gangs by phase (the leader's last status of each)
+  topogang_podgroup_status_writes_total{result}          counter    PodGroup status writes: ok, failed
+  topogang_cache_ready                                   gauge      1 when every informer has synced
+  topogang_informer_relists_total{resource}              counter    lists after a 410 Gone, per watched resource
+  topogang_leader                                        gauge      1 while this replica holds the Lease
+  topogang_leader_transitions_total                      counter    times this replica became the leader
+
+The first five are recorded as things happen; the rest are read when Prometheus scrapes, from
+the objects that own them, so nothing on the filter path does more than one histogram
+observation (about a microsecond).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+# Extender calls take well under a millisecond (filter, prioritize) or wait at the bind gate for
+# up to its timeout (25 s by default): buckets cover both.
+REQUEST_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+PLAN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+WAIT_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+# Why a bind call was answered with an error: the fixed values of binds_failed_total{reason}.
+BIND_API_ERROR = "api_error"  # the Binding POST failed
+BIND_POD_GONE = "pod_gone"  # the pod no longer exists
+BIND_REJECTED = "rejected"  # no plan for the pod, or planned on another node
+BIND_GATE_TIMEOUT = "gate_timeout"  # waited at the gate, which closed before the minimum came
+BIND_PLAN_RELEASED = "plan_released"  # waited at the gate; the plan was released (expired, member gone, re-plan)
+BIND_SUPERSEDED = "superseded"  # a newer bind call came for the same pod
+BIND_NOT_LEADER = "not_leader"  # this replica is not the leader (or stopped being it while waiting)
+BIND_SHUTDOWN = "shutdown"  # the server stopped while the call waited
+BIND_FAILURES = (
+    BIND_API_ERROR,
+    BIND_POD_GONE,
+    BIND_REJECTED,
+    BIND_GATE_TIMEOUT,
+    BIND_PLAN_RELEASED,
+    BIND_SUPERSEDED,
+    BIND_NOT_LEADER,
+    BIND_SHUTDOWN,
+)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Reading = float | Mapping[str, float]
+
+
+class _Live(Collector):
+    """One metric read at scrape time: a number, or a number per value of one label."""
+
+    def __init__(self, kind: str, name: str, doc: str, read: Callable[[], Reading], label: str = "") -> None:
+        self.kind, self.name, self.doc, self.read, self.label = kind, name, doc, read, label
+
+    def _family(self) -> GaugeMetricFamily | CounterMetricFamily:
+        labels = [self.label] if self.label else None
+        if self.kind == "counter":
+            return CounterMetricFamily(self.name, self.doc, labels=labels)
+        return GaugeMetricFamily(self.name, self.doc, labels=labels)
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        value = self.read()
+        if isinstance(value, Mapping):
+            for key, v in sorted(value.items()):
+                family.add_metric([key], float(v))
+        else:
+            family.add_metric([], float(value))
+        yield family
+
+
+class Metrics:
+    """The metrics of one server; `registry` is its own unless one is given."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.request_duration = Histogram(
+            "topogang_extender_request_duration_seconds",
+            "Time to answer one kube-scheduler extender call, by verb and HTTP status code "
+            "(bind includes its wait at the gang's bind gate).",
+            ["verb", "code"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.plan_duration = Histogram(
+            "topogang_plan_duration_seconds",
+            "Time of a filter call that planned a gang, by outcome (planned, replanned, extended, pending).",
+            ["outcome"],
+            buckets=PLAN_BUCKETS,
+            registry=r,
+        )
+        self.gang_wait = Histogram(
+            "topogang_gang_wait_seconds",
+            "Time from the first filter call for a gang's member to the whole minimum of the gang bound.",
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.binds_failed = Counter(
+            "topogang_binds_failed_total", "Bind calls answered with an error, by reason.", ["reason"], registry=r
+        )
+        for reason in BIND_FAILURES:
+            self.binds_failed.labels(reason)
+        self.gate_timeouts = Counter(
+            "topogang_bind_gate_timeouts_total",
+            "Gangs whose bind gate timed out before the whole minimum reached bind (the plan was released).",
+            registry=r,
+        )
+        self._requests: dict[tuple[str, int], Histogram] = {}
+
+    # -- recorded as things happen -----------------------------------------------------------------
+
+    def observe_request(self, verb: str, code: int, seconds: float) -> None:
+        child = self._requests.get((verb, code))
+        if child is None:
+            child = self._requests[(verb, code)] = self.request_duration.labels(verb, str(code))
+        child.observe(seconds)
+
+    def observe_plan(self, outcome: str, seconds: float) -> None:
+        self.plan_duration.labels(outcome).observe(seconds)
+
+    def bind_failed(self, reason: str, count: int = 1) -> None:
+        assert reason in BIND_FAILURES, reason
+        if count:
+            self.binds_failed.labels(reason).inc(count)
+
+    # -- read at scrape time -------------------------------------------------------------------------
+
+    def gauge(self, name: str, doc: str, read: Callable[[], Reading], label: str = "") -> None:
+        self.registry.register(_Live("gauge", name, doc, read, label))
+
+    def counter(self, name: str, doc: str, read: Callable[[], Reading], label: str = "") -> None:
+        """NAME without `_total`: the exposition adds it."""
+        self.registry.register(_Live("counter", name, doc, read, label))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
