@@ -31,6 +31,7 @@ Params = Mapping[str, str | int | bool]
 USER_AGENT = "topogang"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply; JSON is YAML
 JSON_CONTENT = "application/json"
 WATCH_READ_MARGIN = 30.0  # seconds a watch may stay silent beyond its server-side timeout
 
@@ -99,7 +100,7 @@ def _expand(path: str | Path) -> str:
 
 
 class KubeClient:
-    """get, list, watch, post, patch and delete of raw JSON; one per ApiClient."""
+    """get, list, watch, post, put, patch, apply and delete of raw JSON; one per ApiClient."""
 
     def __init__(self, api: k8s.ApiClient, *, timeout: float = 30.0) -> None:
         self.api = api
@@ -177,6 +178,18 @@ class KubeClient:
     ) -> JSONDict:
         """A JSON merge patch, or with STRATEGIC a strategic merge patch (built-in kinds only)."""
         return await self._json("PATCH", path, params, body, STRATEGIC_MERGE_PATCH if strategic else MERGE_PATCH)
+
+    async def put(self, path: str, body: Mapping[str, Any], params: Params | None = None) -> JSONDict:
+        """Replace the object at PATH; a metadata.resourceVersion in BODY makes it conditional
+        (409 Conflict when the object changed since)."""
+        return await self._json("PUT", path, params, body, JSON_CONTENT)
+
+    async def apply(self, path: str, body: Mapping[str, Any], *, field_manager: str, force: bool = True) -> JSONDict:
+        """Server-side apply of BODY as FIELD_MANAGER: the fields it lists become what it says and
+        fields this manager set before but left out are removed; FORCE takes over fields that
+        another manager owns instead of failing with 409."""
+        params: dict[str, str | int | bool] = {"fieldManager": field_manager, "force": force}
+        return await self._json("PATCH", path, params, body, APPLY_PATCH)
 
     async def delete(self, path: str, params: Params | None = None) -> JSONDict:
         return await self._json("DELETE", path, params)

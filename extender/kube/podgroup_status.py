@@ -1,0 +1,189 @@
+"""What topogang writes to a PodGroup: pure functions from the core's GroupStatus to API bodies.
+
+    status_body(status, previous, now, generation)   the `status` of a PodGroup
+    transition(previous, status)                       the Event a change deserves, or None
+    derived_object(view, namespace, name)              the PodGroup object of a workload's gang
+
+Status (scheduling.topogang.io/v1alpha1, field names as in manifests/crds/podgroups.yaml):
+
+    phase, message, observedGeneration, pods, planned, bound,
+    domains      {"PodGroup": "zone z1", "<SubGroup>": "rack z1/b1/r3", ...} once placed
+    subGroups    [{name, minMember, pods, planned, bound, domain}]
+    conditions   Scheduled      True once the minimum is bound; else False with why
+                 Unschedulable  True while the gang cannot run (GangIncomplete, NoCapacity,
+                                NoDomain, SearchLimit, Invalid, BindTimeout, PlanExpired,
+                                MemberGone); else False (Planned, Waiting, Scheduled)
+
+Reasons come from the core as data (`GroupStatus.reason`), never from parsing messages.
+`lastTransitionTime` is carried over from PREVIOUS unless the condition's status flips, so a
+status that did not change yields a body equal to PREVIOUS, and nothing is written. A gang that
+is Scheduled keeps the domains PREVIOUS recorded when the core no longer knows them (a new
+leader has no plans; the bound pods have not moved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from extender.core.decisions import R_SCHEDULED, SCHEDULED, GroupStatus
+from extender.core.membership import GroupView
+from extender.model.podgroup_body import podgroup_spec_body
+
+API_VERSION = "scheduling.topogang.io/v1alpha1"
+KIND = "PodGroup"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "topogang"
+SCHEDULED_CONDITION = "Scheduled"
+UNSCHEDULABLE_CONDITION = "Unschedulable"
+MESSAGE_LIMIT = 4096  # characters of a message kept in status and conditions
+
+JSON = dict[str, Any]
+
+
+def domain_key(scope_label: str) -> str:
+    """'PodGroup ml/train' -> 'PodGroup'; 'SubGroup seg-0' -> 'seg-0'; a SubGroupSet as labelled."""
+    if scope_label.startswith("PodGroup "):
+        return "PodGroup"
+    return scope_label.removeprefix("SubGroup ")
+
+
+def _message(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
+
+
+def _condition(
+    kind: str, true: bool, reason: str, message: str, previous: Mapping[str, Any] | None, now: str, generation: int
+) -> JSON:
+    status = "True" if true else "False"
+    carried = previous is not None and previous.get("status") == status and previous.get("lastTransitionTime")
+    out: JSON = {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": previous["lastTransitionTime"] if carried and previous is not None else now,
+    }
+    if generation:
+        out["observedGeneration"] = generation
+    return out
+
+
+def conditions_of(previous: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    raw = (previous or {}).get("conditions")
+    if not isinstance(raw, list):
+        return {}
+    return {str(c.get("type")): c for c in raw if isinstance(c, Mapping)}
+
+
+def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: str, generation: int = 0) -> JSON:
+    """The PodGroup `status` for STATUS; NOW is an RFC 3339 time for conditions that change."""
+    before = conditions_of(previous)
+    message = _message(status.message)
+    domains = {domain_key(label): domain for label, domain in status.domains.items()}
+    subgroup_domains = {sg.name: sg.domain for sg in status.subgroups if sg.domain}
+    if status.phase == SCHEDULED and not domains and previous:
+        domains = dict(previous.get("domains") or {})  # placed by a plan this replica never saw
+        subgroup_domains = {
+            str(sg.get("name")): str(sg["domain"])
+            for sg in previous.get("subGroups") or ()
+            if isinstance(sg, Mapping) and sg.get("domain")
+        }
+    subgroups = []
+    for sg in status.subgroups:
+        item: JSON = {
+            "name": sg.name,
+            "minMember": sg.min_member,
+            "pods": sg.pods,
+            "planned": sg.planned,
+            "bound": sg.bound,
+        }
+        if subgroup_domains.get(sg.name):
+            item["domain"] = subgroup_domains[sg.name]
+        subgroups.append(item)
+    scheduled = status.phase == SCHEDULED
+    body: JSON = {
+        "phase": status.phase,
+        "message": message,
+        "pods": status.pods,
+        "planned": status.planned,
+        "bound": status.bound,
+        "conditions": [
+            _condition(
+                SCHEDULED_CONDITION,
+                scheduled,
+                R_SCHEDULED if scheduled else status.reason,
+                message,
+                before.get(SCHEDULED_CONDITION),
+                now,
+                generation,
+            ),
+            _condition(
+                UNSCHEDULABLE_CONDITION,
+                status.unschedulable,
+                status.reason,
+                message,
+                before.get(UNSCHEDULABLE_CONDITION),
+                now,
+                generation,
+            ),
+        ],
+    }
+    if generation:
+        body["observedGeneration"] = generation
+    if domains:
+        body["domains"] = domains
+    if subgroups:
+        body["subGroups"] = subgroups
+    return body
+
+
+def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:
+    """(phase, reason) of a written status: what an Event is about."""
+    if not body:
+        return ("", "")
+    unschedulable = conditions_of(body).get(UNSCHEDULABLE_CONDITION) or {}
+    return (str(body.get("phase") or ""), str(unschedulable.get("reason") or ""))
+
+
+def transition(previous: Mapping[str, Any] | None, status: GroupStatus) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event on the PodGroup when its phase (or why it cannot run)
+    changed since PREVIOUS: Normal Scheduled, or Warning Unschedulable; None for other changes
+    (counts, a plan made and waiting for its binds)."""
+    if _standing(previous) == (status.phase, status.reason):
+        return None
+    if status.phase == SCHEDULED:
+        return ("Normal", "Scheduled", _message(status.message))
+    if status.unschedulable:
+        return ("Warning", "Unschedulable", _message(status.message))
+    return None
+
+
+def derived_object(view: GroupView, namespace: str, name: str) -> JSON | None:
+    """The PodGroup object for a gang topogang derived from a workload, owned by the workload (so
+    it is garbage-collected with it), or None when the gang has no workload to belong to. A gang
+    that is Invalid gets an object without spec, so its status can still say why."""
+    owner = view.owner
+    if owner is None or not owner.uid:
+        return None
+    meta: JSON = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+        "ownerReferences": [
+            {
+                "apiVersion": owner.api_version,
+                "kind": owner.kind,
+                "name": owner.name,
+                "uid": owner.uid,
+                "controller": True,
+                "blockOwnerDeletion": False,
+            }
+        ],
+    }
+    body: JSON = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta}
+    if view.spec is not None:
+        if view.spec.annotations:
+            meta["annotations"] = dict(view.spec.annotations)
+        body["spec"] = podgroup_spec_body(view.spec)
+    return body

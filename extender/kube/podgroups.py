@@ -1,0 +1,285 @@
+"""PodGroupWriter: the leader keeps every gang's PodGroup object and its status current.
+
+Fed by the core's decisions (`touch(group)` from the extender when it plans, binds, times out or
+expires a plan) and by the cluster cache's change feed (a pod or PodGroup changed), it works off
+the hot path, in a background task:
+
+  - gangs derived from workloads (TFJob, Job, LeaderWorkerSet, ...) are written as
+    `scheduling.topogang.io/v1alpha1` PodGroups with server-side apply (field manager
+    `topogang`), owned by the workload (controller, blockOwnerDeletion false) so the garbage
+    collector deletes them with it, and labelled `app.kubernetes.io/managed-by: topogang`. A
+    PodGroup of that name that topogang does not manage is left alone (and said once in the log);
+  - every gang that has a topogang PodGroup object, derived or written by a user, gets its
+    `status` subresource applied (podgroup_status.status_body), only when it differs from what
+    was last written, at most once per `interval` seconds per gang, with at most `concurrency`
+    writes in flight;
+  - a change of phase (or of why the gang cannot run) gets an Event on the PodGroup: Normal
+    `Scheduled` or Warning `Unschedulable` with the message (KubeActions folds repeats);
+  - every `resync` seconds all gangs are looked at again, which also catches what the feed does
+    not say (a pod deleted, a gang gone).
+
+What was last written is learnt from the object itself the first time a gang is written (a GET),
+so a new leader neither rewrites unchanged statuses nor repeats Events. Only the leader runs it:
+`start()` when leadership is won, `stop()` when it is lost. A failed write is one log line and
+is tried again at the next change or resync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from extender.core.decisions import INVALID, PENDING, SCHEDULED, GroupStatus
+from extender.core.scheduler import GangScheduler
+from extender.kube.client import ApiError, JSONDict
+from extender.kube.podgroup_status import (
+    API_VERSION,
+    KIND,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    derived_object,
+    status_body,
+    transition,
+)
+from extender.kube.resources import PODGROUPS
+
+FIELD_MANAGER = "topogang"
+TOPOGANG_PODGROUPS = next(r for r in PODGROUPS if r.api_version(r.versions[0]) == API_VERSION)
+YIELD_EVERY = 64  # gangs whose status is computed between two yields to the event loop
+
+
+class Client(Protocol):
+    async def get(self, path: str) -> JSONDict: ...
+
+    async def apply(
+        self, path: str, body: Mapping[str, Any], *, field_manager: str, force: bool = True
+    ) -> JSONDict: ...
+
+
+class Events(Protocol):
+    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
+
+
+@dataclass
+class _Written:
+    uid: str
+    generation: int
+    status: Mapping[str, Any]  # the status as last written (or read)
+    applied: Mapping[str, Any] | None = None  # the derived object as last applied
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PodGroupWriter:
+    def __init__(
+        self,
+        client: Client,
+        scheduler: GangScheduler,
+        events: Events,
+        *,
+        interval: float = 1.0,
+        resync: float = 30.0,
+        concurrency: int = 8,
+        log: structlog.typing.FilteringBoundLogger | None = None,
+    ) -> None:
+        self.client = client
+        self.scheduler = scheduler
+        self.events = events
+        self.interval = interval
+        self.resync = resync
+        self.log = log or structlog.get_logger("topogang.kube")
+        self.phases: dict[str, str] = {}  # group -> its phase, as last computed (for metrics)
+        self.writes: Counter[str] = Counter()  # "ok" / "failed": status writes (for metrics)
+        self._slots = asyncio.Semaphore(concurrency)
+        self._written: dict[str, _Written] = {}
+        self._dirty: set[str] = set()
+        self._dirty_pods: set[str] = set()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._said: dict[str, str] = {}  # group -> the last problem logged (said once)
+        scheduler.state.subscribe(self._changed)
+
+    # -- feed -----------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    def touch(self, group: str) -> None:
+        """GROUP's status may have changed (a decision was made about it)."""
+        if self._task is not None:
+            self._dirty.add(group)
+            self._wake.set()
+
+    def _changed(self, kind: str, key: object) -> None:
+        if self._task is None:
+            return
+        if kind == "pod":
+            self._dirty_pods.add(str(key))
+        elif kind == "podgroup":
+            self._dirty.add(str(key))
+        else:
+            return
+        self._wake.set()
+
+    def phase_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys((PENDING, SCHEDULED, INVALID), 0)
+        counts.update(Counter(self.phases.values()))
+        return counts
+
+    # -- running --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="podgroup writer")
+
+    async def stop(self) -> None:
+        """Stop at once and forget everything (a later start learns it again from the objects)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._written.clear()
+        self._dirty.clear()
+        self._dirty_pods.clear()
+        self.phases.clear()
+
+    async def _run(self) -> None:
+        next_resync = 0.0  # at once: every gang when leadership starts
+        while True:
+            now = time.monotonic()
+            if now >= next_resync:
+                self._dirty.update(self._all_groups())
+                next_resync = now + self.resync
+            elif not self._dirty and not self._dirty_pods:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), next_resync - now)
+                continue
+            await self.flush()
+            await asyncio.sleep(self.interval)  # debounce: a gang is written at most once per interval
+
+    def _all_groups(self) -> set[str]:
+        state = self.scheduler.state
+        groups = set(self.scheduler.membership.groups()) | set(state.podgroups) | set(state.invalid_podgroups)
+        for gone in set(self._written) - groups:
+            del self._written[gone]
+        for gone in set(self.phases) - groups:
+            del self.phases[gone]
+        return groups
+
+    async def flush(self) -> None:
+        """Write what changed for every gang marked since the last flush."""
+        membership, state = self.scheduler.membership, self.scheduler.state
+        for pod in self._dirty_pods:
+            group = membership.group_of(pod)
+            if group is not None:
+                self._dirty.add(group)
+        self._dirty_pods.clear()
+        groups, self._dirty = sorted(self._dirty), set()
+        work = []
+        for i, group in enumerate(groups):
+            if i and i % YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # many gangs: let requests in between
+            if not (membership.has(group) or group in state.podgroups or group in state.invalid_podgroups):
+                self.phases.pop(group, None)  # neither pods nor an object: gone
+                continue
+            status = self.scheduler.status(group)
+            self.phases[group] = status.phase
+            work.append(self._write(group, status))
+        await asyncio.gather(*work)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    async def _write(self, group: str, status: GroupStatus) -> None:
+        namespace, _, name = group.partition("/")
+        path = TOPOGANG_PODGROUPS.object_path(TOPOGANG_PODGROUPS.versions[0], name, namespace)
+        async with self._slots:
+            try:
+                written = await self._target(group, namespace, name, path)
+                if written is None:
+                    return
+                body = status_body(status, written.status, _now(), self._generation(group, written))
+                if body == written.status:
+                    return
+                meta = {"name": name, "namespace": namespace}
+                patch = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "status": body}
+                await self.client.apply(f"{path}/status", patch, field_manager=FIELD_MANAGER)
+            except ApiError as exc:
+                self.writes["failed"] += 1
+                if exc.status == 404:
+                    self._written.pop(group, None)  # deleted meanwhile: learnt again next time
+                self.log.warning("podgroup status write failed", group=group, status=exc.status, error=exc.message)
+                return
+            self.writes["ok"] += 1
+            previous, written.status = written.status, body
+            change = transition(previous, status)
+        if change is not None:
+            kind, reason, message = change
+            involved = {"apiVersion": API_VERSION, "kind": KIND, "namespace": namespace, "name": name}
+            involved["uid"] = written.uid
+            try:
+                await self.events.event(involved, reason, message, kind)
+            except Exception as exc:
+                self.log.warning("podgroup event failed", group=group, error=str(exc))
+
+    def _generation(self, group: str, written: _Written) -> int:
+        spec = self.scheduler.state.podgroups.get(group)
+        return spec.generation if spec is not None and spec.generation else written.generation
+
+    async def _target(self, group: str, namespace: str, name: str, path: str) -> _Written | None:
+        """What was last written to GROUP's object, creating or updating the object first for a
+        gang derived from a workload; None when topogang does not write this gang."""
+        state = self.scheduler.state
+        membership = self.scheduler.membership
+        view = membership.view(group) if membership.has(group) else None
+        written = self._written.get(group)
+        if view is not None and view.owner is not None:  # derived from a workload
+            existing = state.podgroups.get(group)
+            if existing is not None and existing.labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+                self._say(group, "PodGroup of this name exists and is not managed by topogang; not writing it")
+                return None
+            desired = derived_object(view, namespace, name)
+            if desired is None:
+                self._say(group, "the gang's workload has no uid; no PodGroup object is written for it")
+                return None
+            if written is not None and written.applied == desired:
+                return written
+            obj = await self.client.apply(path, desired, field_manager=FIELD_MANAGER)
+            written = self._remember(group, obj, written)
+            written.applied = desired
+            return written
+        spec = state.podgroups.get(group)
+        if spec is not None and spec.api_version != API_VERSION:
+            return None  # KAI-Scheduler's PodGroup: its status is KAI's
+        if spec is None and group not in state.invalid_podgroups:
+            return None
+        if written is None:
+            written = self._remember(group, await self.client.get(path), None)
+        return written
+
+    def _remember(self, group: str, obj: Mapping[str, Any], written: _Written | None) -> _Written:
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") if written is None else written.status
+        fresh = _Written(str(meta.get("uid") or ""), int(meta.get("generation") or 0), dict(status or {}))
+        if written is not None:
+            fresh.applied = written.applied
+        self._written[group] = fresh
+        self._said.pop(group, None)
+        return fresh
+
+    def _say(self, group: str, problem: str) -> None:
+        if self._said.get(group) != problem:
+            self._said[group] = problem
+            self.log.warning("podgroup not written", group=group, reason=problem)

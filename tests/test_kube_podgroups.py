@@ -1,0 +1,246 @@
+"""PodGroupWriter against a fake API server: derived objects, status writes only on change,
+Events on transitions, what a new leader learns from the objects, and failures.
+
+Cluster: rack r1 of 4 nodes (z1-b1-r1-n1..n4), 8 GPUs each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from extender.core.apply import apply_object
+from extender.core.cluster import ClusterState
+from extender.core.scheduler import GangScheduler
+from extender.grouping import synthesize
+from extender.kube.client import ApiError
+from extender.kube.podgroups import PodGroupWriter
+from tests.builders import TOPO, grid, pod, podgroup
+from tests.grouping_builders import kubeflow
+from tests.kube_fakes import until
+
+NODES = [n.name for n in grid(nodes=4)]
+BASE = "/apis/scheduling.topogang.io/v1alpha1/namespaces"
+G_PATH = f"{BASE}/default/podgroups/g"
+
+
+class FakeApi:
+    """PodGroups by path; apply merges what it is given, as server-side apply would for one manager."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.calls: list[str] = []
+        self.fail_status = False
+
+    def put_object(self, path: str, uid: str, generation: int = 1, labels: Mapping[str, str] | None = None) -> None:
+        self.objects[path] = {"metadata": {"uid": uid, "generation": generation, "labels": dict(labels or {})}}
+
+    async def get(self, path: str) -> dict[str, Any]:
+        self.calls.append(f"get {path}")
+        if path not in self.objects:
+            raise ApiError(404, "not found", reason="NotFound")
+        return copy.deepcopy(self.objects[path])
+
+    async def apply(
+        self, path: str, body: Mapping[str, Any], *, field_manager: str, force: bool = True
+    ) -> dict[str, Any]:
+        assert field_manager == "topogang"
+        self.calls.append(f"apply {path}")
+        await asyncio.sleep(0)
+        if path.endswith("/status"):
+            if self.fail_status:
+                raise ApiError(500, "etcd is having a bad day", reason="InternalError")
+            obj = self.objects.get(path.removesuffix("/status"))
+            if obj is None:
+                raise ApiError(404, "not found", reason="NotFound")
+            obj["status"] = copy.deepcopy(body["status"])
+            return copy.deepcopy(obj)
+        obj = self.objects.setdefault(path, {"metadata": {"uid": f"uid-{len(self.objects)}", "generation": 1}})
+        obj["metadata"].update(copy.deepcopy(body["metadata"]))
+        if "spec" in body and obj.get("spec") != body["spec"]:
+            obj["metadata"]["generation"] += "spec" in obj
+            obj["spec"] = copy.deepcopy(body["spec"])
+        return copy.deepcopy(obj)
+
+    def status_writes(self, path: str) -> int:
+        return self.calls.count(f"apply {path}/status")
+
+
+class Events:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str, str]] = []  # (object, type, reason, message)
+
+    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
+        self.events.append((f"{involved['name']}/{involved['uid']}", type, reason, message))
+
+
+def cluster(members: int = 2) -> GangScheduler:
+    state = ClusterState()
+    for n in grid(nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    rack = {"topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
+    state.set_podgroup("default/g", podgroup({"minMember": 3, **rack}, name="g", generation=2))
+    scheduler = GangScheduler(state)
+    for i in range(members):
+        scheduler.observe_pod(pod(f"g-{i}", group="g"))
+    return scheduler
+
+
+def place(scheduler: GangScheduler, keys: list[str]) -> None:
+    planned = {k: scheduler.filter(scheduler.state.pods[k], NODES, 0.0).nodes[0] for k in keys}
+    for k, node in planned.items():
+        for p, n in scheduler.bind(k, node, 1.0).bind:
+            scheduler.observe_pod(replace(scheduler.state.pods[p], node_name=n))
+
+
+def phase(api: FakeApi, path: str) -> tuple[str, str] | None:
+    status = api.objects.get(path, {}).get("status")
+    if not status:
+        return None
+    unschedulable = next(c for c in status["conditions"] if c["type"] == "Unschedulable")
+    return status["phase"], unschedulable["reason"]
+
+
+async def test_a_podgroup_object_gets_its_status_and_an_event_per_transition() -> None:
+    scheduler, api, events = cluster(), FakeApi(), Events()
+    api.put_object(G_PATH, "uid-g", generation=2)
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01)
+    writer.start()
+    try:
+        await until(lambda: phase(api, G_PATH) == ("Pending", "GangIncomplete"), "a pending status")
+        assert api.objects[G_PATH]["status"]["observedGeneration"] == 2
+        assert events.events == [("g/uid-g", "Warning", "Unschedulable", "PodGroup default/g: gang 2/3 pods present")]
+        scheduler.observe_pod(pod("g-2", group="g"))  # the feed: a pod changed
+        place(scheduler, ["default/g-0", "default/g-1", "default/g-2"])
+        writer.touch("default/g")  # the feed: a decision
+        await until(lambda: phase(api, G_PATH) == ("Scheduled", "Scheduled"), "a scheduled status")
+        status = api.objects[G_PATH]["status"]
+        assert (status["pods"], status["planned"], status["bound"]) == (3, 3, 3)
+        assert status["domains"] == {"PodGroup": "rack z1/b1/r1"}
+        assert events.events[-1] == ("g/uid-g", "Normal", "Scheduled", "3 pod(s) bound")
+        writes = api.status_writes(G_PATH)
+        writer.touch("default/g")
+        await asyncio.sleep(0.1)
+        assert api.status_writes(G_PATH) == writes  # nothing changed: nothing written
+        assert writer.phase_counts() == {"Pending": 0, "Scheduled": 1, "Invalid": 0}
+        assert writer.writes["ok"] == writes
+    finally:
+        await writer.stop()
+
+
+async def test_a_new_leader_learns_what_was_written_and_repeats_nothing() -> None:
+    scheduler, api, events = cluster(), FakeApi(), Events()
+    api.put_object(G_PATH, "uid-g")
+    first = PodGroupWriter(api, scheduler, events, interval=0.01)
+    first.start()
+    await until(lambda: phase(api, G_PATH) is not None, "the first status")
+    await first.stop()
+    second = PodGroupWriter(api, scheduler, events, interval=0.01)
+    second.start()
+    try:
+        await until(lambda: f"get {G_PATH}" in api.calls[1:], "the new leader to read the object")
+        await asyncio.sleep(0.05)
+        assert api.status_writes(G_PATH) == 1
+        assert len(events.events) == 1
+    finally:
+        await second.stop()
+
+
+def tfjob_cluster(workers: int = 4) -> GangScheduler:
+    scheduler = GangScheduler(ClusterState())
+    for n in grid(nodes=4):
+        scheduler.state.upsert_node(n)
+    workload = kubeflow("TFJob", {"Worker": workers})
+    workload["metadata"]["uid"] = "uid-tfjob"
+    made = synthesize(workload)
+    for obj in (workload, *made.owners, *made.pods):
+        apply_object(scheduler, obj)
+    return scheduler
+
+
+async def test_a_derived_gang_is_written_as_a_podgroup_owned_by_its_workload() -> None:
+    scheduler, api, events = tfjob_cluster(), FakeApi(), Events()
+    path = f"{BASE}/ml/podgroups/tfjob-train"
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01)
+    writer.start()
+    try:
+        await until(lambda: phase(api, path) == ("Pending", "Waiting"), "the derived PodGroup's status")
+        meta = api.objects[path]["metadata"]
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "TFJob",
+                "name": "train",
+                "uid": "uid-tfjob",
+                "controller": True,
+                "blockOwnerDeletion": False,
+            }
+        ]
+        assert meta["labels"] == {"app.kubernetes.io/managed-by": "topogang"}
+        assert api.objects[path]["spec"] == {"minSubGroup": 1, "subGroups": [{"name": "worker", "minMember": 4}]}
+        assert [s["name"] for s in api.objects[path]["status"]["subGroups"]] == ["worker"]
+        assert events.events == []  # waiting to be planned is not worth an Event
+        applies = api.calls.count(f"apply {path}")
+        writer.touch("ml/tfjob-train")
+        await asyncio.sleep(0.05)
+        assert api.calls.count(f"apply {path}") == applies  # the same spec: not applied again
+    finally:
+        await writer.stop()
+
+
+async def test_a_podgroup_of_that_name_that_topogang_does_not_manage_is_left_alone() -> None:
+    scheduler, api, events = tfjob_cluster(), FakeApi(), Events()
+    scheduler.state.set_podgroup("ml/tfjob-train", podgroup({"minMember": 1}, name="tfjob-train", namespace="ml"))
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01)
+    with capture_logs() as logs:
+        writer.start()
+        try:
+            await until(lambda: any(e["event"] == "podgroup not written" for e in logs), "a log line")
+            writer.touch("ml/tfjob-train")
+            await asyncio.sleep(0.05)
+        finally:
+            await writer.stop()
+    assert not [c for c in api.calls if "tfjob-train" in c]
+    assert sum(1 for e in logs if e["event"] == "podgroup not written") == 1
+
+
+async def test_a_failed_write_is_one_log_line_and_is_tried_again() -> None:
+    scheduler, api, events = cluster(), FakeApi(), Events()
+    api.put_object(G_PATH, "uid-g")
+    api.fail_status = True
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01)
+    with capture_logs() as logs:
+        writer.start()
+        try:
+            await until(lambda: writer.writes["failed"] == 1, "a failed write")
+            failures = [e for e in logs if e["event"] == "podgroup status write failed"]
+            assert failures[0]["group"] == "default/g"
+            assert failures[0]["status"] == 500
+            api.fail_status = False
+            writer.touch("default/g")
+            await until(lambda: phase(api, G_PATH) is not None, "the write to succeed later")
+        finally:
+            await writer.stop()
+    assert events.events[0][2] == "Unschedulable"
+
+
+@pytest.mark.parametrize("running", [False, True])
+async def test_only_a_running_writer_listens(running: bool) -> None:
+    scheduler, api, events = cluster(), FakeApi(), Events()
+    api.put_object(G_PATH, "uid-g")
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01, resync=3600)
+    if running:
+        writer.start()
+        await until(lambda: phase(api, G_PATH) is not None, "the first status")
+    scheduler.observe_pod(pod("g-2", group="g"))
+    await asyncio.sleep(0.05)
+    status = api.objects[G_PATH].get("status")
+    assert (status["pods"] if status else None) == (3 if running else None)
+    await writer.stop()
