@@ -165,14 +165,17 @@ async def test_absent_crds_do_not_hold_up_readiness_and_one_created_later_is_pic
 async def test_a_podgroup_that_does_not_parse_shows_invalid_while_the_others_are_applied(
     kube: KubeClient, kube_api: client.ApiClient, namespace: str
 ) -> None:
-    # The bad PodGroup is well-formed for the API server (a SubGroup's parent that does not
-    # exist), so it is stored whether this CRD takes anything or is topogang's own with a schema
-    # (which an earlier test may have installed).
+    # The bad PodGroup is well-formed for the API server (two SubGroups that are each other's
+    # parent: the CRD's CEL rules catch a missing parent, not a cycle), so it is stored whether
+    # this CRD takes anything or is topogang's own with a schema (which an earlier test may have
+    # installed).
     group = "scheduling.topogang.io"
     podgroups = f"/apis/{group}/v1alpha1/namespaces/{namespace}/podgroups"
     scheduler = new_scheduler()
     state = scheduler.state
-    bad_spec = {"subGroups": [{"name": "a", "parent": "nowhere", "minMember": 1}]}
+    bad_spec = {
+        "subGroups": [{"name": "a", "parent": "b", "minMember": 1}, {"name": "b", "parent": "a", "minMember": 1}]
+    }
     async with crd_present(kube, crd_manifest(group, "PodGroup", "podgroups")):
         with capture_logs() as logs:
             async with ClusterCache(kube, scheduler, recheck_seconds=0.5) as cache:
@@ -198,7 +201,7 @@ async def test_a_podgroup_that_does_not_parse_shows_invalid_while_the_others_are
                 assert [(e.obj, e.field) for e in errors] == [(f"PodGroup {namespace}/bad", "spec.subGroups[0].parent")]
                 status = scheduler.status(f"{namespace}/bad")
                 assert status.phase == INVALID
-                assert "names SubGroup 'nowhere', which does not exist" in status.message
+                assert "SubGroups form a cycle: a -> b -> a" in status.message
 
                 await kube.patch(f"{podgroups}/bad", {"spec": {"subGroups": [{"name": "a", "minMember": 1}]}})
                 await until(lambda: f"{namespace}/bad" in state.podgroups, "the fixed PodGroup")
