@@ -4,11 +4,13 @@
 - every required constraint holds: the placed pods of its scope share one domain of its level;
 - a plan satisfies the whole minimum tree, and any SubGroup with a placed pod has its own minimum;
 - only eligible nodes are used; the same input gives the same plan;
-- a gang with no constraints that fits by total capacity (one pod shape) is always placed.
+- a gang with no constraints that fits by total capacity (one pod shape) is always placed;
+- on small instances, whenever brute force finds a valid placement, the engine finds one too.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -190,3 +192,82 @@ def test_filter_only_ever_returns_offered_nodes(cluster: Any, g: Any, data: Any)
     for p in pods[:3]:
         result = scheduler.filter(state.pods[p.key], offered, 0.0)
         assert set(result.nodes) <= set(offered)
+
+
+# -- completeness on small instances: brute force says a placement exists => the engine finds one --
+
+PATH = (ZONE, BLOCK, RACK)  # tree levels 1..3; 0 is the cluster and 4 the node
+
+
+def _exists(nodes: list[NodeInfo], used: dict[str, dict[str, int]], gang: Any, gpus: dict[str, int]) -> bool:
+    """Try every assignment of members to nodes (or to nowhere)."""
+    members = [m.key for m in gang.members()]
+    free = {n.name: n.allocatable[GPU] - used.get(n.name, {}).get(GPU, 0) for n in nodes}
+    labels = {n.name: n.labels for n in nodes}
+
+    def domain(name: str, level: int) -> tuple[str | None, ...]:
+        if level > len(PATH):
+            return (name,)
+        return tuple(labels[name].get(lb) for lb in PATH[:level])
+
+    def valid(assign: dict[str, str | None]) -> bool:
+        load = dict(free)
+        for key, where in assign.items():
+            if where is not None:
+                load[where] -= gpus[key]
+        if min(load.values()) < 0:
+            return False
+
+        def met(scope: Scope) -> bool | None:  # None: a leaf placed in part, never allowed
+            if scope.leaf:
+                k = sum(1 for m in scope.members if assign[m.key] is not None)
+                return None if 0 < k < scope.min_member else k >= scope.min_member
+            results = [met(c) for c in scope.children]
+            if None in results:
+                return None
+            return sum(c.weight for c, r in zip(scope.children, results, strict=True) if r) >= scope.min_member
+
+        def held(scope: Scope) -> bool:
+            placed = [w for m in scope.all_members() if (w := assign[m.key]) is not None]
+            if scope.rule is not None and scope.rule.required is not None and placed:
+                domains = {domain(w, scope.rule.required) for w in placed}
+                if len(domains) != 1 or None in next(iter(domains)):
+                    return False
+            return all(held(c) for c in scope.children)
+
+        return met(gang.root) is True and held(gang.root)
+
+    choices: list[str | None] = [n.name for n in nodes] + [None]
+    return any(
+        valid(dict(zip(members, combo, strict=True))) for combo in itertools.product(choices, repeat=len(members))
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_small_gangs_are_placed_whenever_a_placement_exists(data: Any) -> None:
+    nodes, used = [], {}
+    for i in range(data.draw(st.integers(2, 4))):
+        z, b, r = (data.draw(st.integers(0, 1)) for _ in range(3))
+        nodes.append(node(f"n{i}", f"z{z}", f"b{b}", f"r{r}"))
+        taken = data.draw(st.sampled_from([0, 0, 4, 8]))
+        if taken:
+            used[f"n{i}"] = {GPU: taken * 1000}
+    subgroups, constraints, pods = [], {}, []
+    for s in range(data.draw(st.integers(1, 2))):
+        count = data.draw(st.integers(1, 3))
+        subgroups.append({"name": f"s{s}", "minMember": data.draw(st.integers(0, count))})
+        if level := data.draw(st.sampled_from(LEVELS)):
+            constraints[f"s{s}"] = {"requiredTopologyLevel": level}
+        gpus = data.draw(st.sampled_from([4, 8]))
+        pods += [pod(f"s{s}-{i}", gpus=gpus, subgroup=f"s{s}") for i in range(count)]
+    spec: dict[str, Any] = {"minMember": data.draw(st.integers(0, len(subgroups))), "subGroups": subgroups}
+    spec["topologyConstraints"] = {"subGroups": constraints}
+    if level := data.draw(st.sampled_from(LEVELS)):
+        spec["topologyConstraints"]["global"] = {"requiredTopologyLevel": level}
+    built = build_gang(podgroup(spec), pods, {"default": TOPO})
+    assert built.gang is not None
+    result = plan(ClusterSnapshot.of(nodes, used), built.gang)
+    if not isinstance(result, Plan):
+        gpus_of = {p.key: p.requests[GPU] for p in pods}
+        assert not _exists(nodes, used, built.gang, gpus_of), f"missed a placement: {result.message}"
