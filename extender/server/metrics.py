@@ -153,3 +153,28 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def watch(
+    metrics: Metrics,
+    *,
+    reservations: Callable[[], Reading],
+    phases: Callable[[], Reading],
+    status_writes: Callable[[], Reading],
+    cache_ready: Callable[[], Reading],
+    relists: Callable[[], Reading],
+    leading: Callable[[], Reading],
+    transitions: Callable[[], Reading],
+) -> None:
+    """The metrics read at scrape time, each from the object that keeps the number."""
+    metrics.gauge("topogang_reservations", "Pods holding reserved room: planned, not bound yet.", reservations)
+    metrics.gauge("topogang_podgroups", "Gangs by phase, as the leader last computed them.", phases, "phase")
+    metrics.counter(
+        "topogang_podgroup_status_writes", "PodGroup status writes, by result (ok, failed).", status_writes, "result"
+    )
+    metrics.gauge("topogang_cache_ready", "1 when every informer of the cluster cache has synced.", cache_ready)
+    metrics.counter(
+        "topogang_informer_relists", "Lists after a watch expired (410 Gone), by watched resource.", relists, "resource"
+    )
+    metrics.gauge("topogang_leader", "1 while this replica is the leader (plans, binds, writes PodGroups).", leading)
+    metrics.counter("topogang_leader_transitions", "Times this replica became the leader.", transitions)

@@ -1,4 +1,10 @@
-"""`topogang serve`: the running server, wired to the cluster (settings in settings.py)."""
+"""`topogang serve`: the running server, wired to the cluster (settings in settings.py).
+
+Start-up: the cluster cache lists and watches everything; once it has synced, the replica
+campaigns for the Lease (or, without leader election, leads at once). The leader plans, binds
+and keeps PodGroups current (PodGroupWriter); losing the Lease drops every plan at once
+(Extender.demote) and stops the writer, and the replica campaigns again with a warm cache.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,9 @@ from extender.core.scheduler import GangScheduler
 from extender.kube.actions import KubeActions
 from extender.kube.cache import ClusterCache
 from extender.kube.client import KubeClient
+from extender.kube.lease import LeaderElector, LeaseConfig
+from extender.kube.podgroups import PodGroupWriter
+from extender.server import metrics as m
 from extender.server.app import create_app
 from extender.server.extender import Extender
 from extender.server.settings import Settings, SettingsError, settings_from
@@ -31,11 +40,55 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     client = await KubeClient.connect(settings.kubeconfig)
     scheduler = GangScheduler(ClusterState(), plan_ttl=settings.plan_ttl)
     cache = ClusterCache(client, scheduler)
-    extender = Extender(scheduler, KubeActions(client), bind_timeout=settings.bind_timeout)
-    app = create_app(extender, lambda: cache.ready, settings.prefix)
+    actions = KubeActions(client)
+    extender = Extender(scheduler, actions, bind_timeout=settings.bind_timeout)
+    writer = PodGroupWriter(client, scheduler, actions)
+    extender.changed = writer.touch
+
+    async def started() -> None:
+        writer.start()
+
+    async def stopped() -> None:
+        extender.demote()  # first, in the same step as `leading` turned false
+        await writer.stop()
+
+    elector = None
+    if settings.leader_elect:
+        config = LeaseConfig(
+            settings.lease_namespace,
+            settings.lease_name,
+            settings.identity,
+            settings.lease_duration,
+            settings.lease_renew_deadline,
+            settings.lease_retry_period,
+        )
+        elector = LeaderElector(client, config, on_started=started, on_stopped=stopped)
+
+    def leading() -> bool:
+        return elector.leading if elector is not None else True
+
+    app = create_app(extender, lambda: cache.ready, settings.prefix, leading=leading)
+    m.watch(
+        extender.metrics,
+        reservations=lambda: len(scheduler.state.reservations),
+        phases=writer.phase_counts,
+        status_writes=lambda: {"ok": writer.writes["ok"], "failed": writer.writes["failed"]},
+        cache_ready=lambda: float(cache.ready),
+        relists=lambda: {name: informer.relists for name, informer in cache.informers.items()},
+        leading=lambda: float(leading()),
+        transitions=lambda: elector.transitions if elector is not None else 0,
+    )
+
+    async def lead() -> None:
+        await cache.wait_ready()
+        if elector is not None:
+            await elector.run()
+        else:
+            await started()
 
     async def running(_: web.Application) -> AsyncIterator[None]:
         cache.start()
+        leader = asyncio.create_task(lead(), name="leader election")
 
         async def sweep() -> None:
             while True:
@@ -47,8 +100,13 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
             yield
         finally:
             sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sweeper
+            leader.cancel()
+            for task in (sweeper, leader):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if elector is not None:
+                await elector.release()  # the follower takes over at its next retry
+            await writer.stop()
             await extender.close()
             await cache.stop()
             await client.close()
@@ -65,7 +123,16 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> Non
     site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()
     log.info(
-        "serving", listen=f"{settings.host}:{settings.port}", prefix=settings.prefix, bind_timeout=settings.bind_timeout
+        "serving",
+        listen=f"{settings.host}:{settings.port}",
+        prefix=settings.prefix,
+        bind_timeout=settings.bind_timeout,
+        leader_elect=settings.leader_elect,
+        **(
+            {"lease": f"{settings.lease_namespace}/{settings.lease_name}", "identity": settings.identity}
+            if settings.leader_elect
+            else {}
+        ),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

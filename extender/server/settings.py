@@ -8,15 +8,33 @@ bind gate timeout   --bind-timeout    TOPOGANG_BIND_TIMEOUT   25 (seconds; keep 
                                                               scheduler-config/)
 plan lifetime       --plan-ttl        TOPOGANG_PLAN_TTL       300 (seconds without progress)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
+
+Leader election (two replicas; only the Lease holder plans, binds and writes PodGroups):
+on or off           --leader-elect    TOPOGANG_LEADER_ELECT   true in-cluster, false with a
+                                                              kubeconfig (a laptop, the e2e
+                                                              tests: one process, no Lease)
+Lease               --lease-namespace TOPOGANG_LEASE_NAMESPACE  POD_NAMESPACE, else the
+                                                              ServiceAccount's namespace, else
+                                                              default
+                    --lease-name      TOPOGANG_LEASE_NAME     topogang
+timing (seconds)    --lease-duration  TOPOGANG_LEASE_DURATION 15 (kube-scheduler's defaults)
+                    --lease-renew-deadline  TOPOGANG_LEASE_RENEW_DEADLINE  10
+                    --lease-retry-period    TOPOGANG_LEASE_RETRY_PERIOD    2
+identity            POD_NAME, else the hostname with a random suffix
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from extender import logs
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class SettingsError(ValueError):
@@ -33,6 +51,13 @@ class Settings:
     plan_ttl: float = 300.0
     log_level: str = "info"
     log_format: str = "auto"
+    leader_elect: bool = False
+    lease_namespace: str = "default"
+    lease_name: str = "topogang"
+    lease_duration: float = 15.0
+    lease_renew_deadline: float = 10.0
+    lease_retry_period: float = 2.0
+    identity: str = ""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +74,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plan-ttl", metavar="SECONDS", help="release a plan idle this long (TOPOGANG_PLAN_TTL; 300)")
     parser.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)")
     parser.add_argument("--log-format", metavar="FORMAT", help="json, console or auto (TOPOGANG_LOG_FORMAT; auto)")
+    parser.add_argument(
+        "--leader-elect",
+        metavar="BOOL",
+        help="elect a leader on a Lease (TOPOGANG_LEADER_ELECT; true in-cluster, false with a kubeconfig)",
+    )
+    parser.add_argument(
+        "--lease-namespace", metavar="NS", help="the Lease's namespace (TOPOGANG_LEASE_NAMESPACE; the pod's own)"
+    )
+    parser.add_argument("--lease-name", metavar="NAME", help="the Lease's name (TOPOGANG_LEASE_NAME; topogang)")
+    parser.add_argument("--lease-duration", metavar="SECONDS", help="(TOPOGANG_LEASE_DURATION; 15)")
+    parser.add_argument("--lease-renew-deadline", metavar="SECONDS", help="(TOPOGANG_LEASE_RENEW_DEADLINE; 10)")
+    parser.add_argument("--lease-retry-period", metavar="SECONDS", help="(TOPOGANG_LEASE_RETRY_PERIOD; 2)")
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -83,8 +120,41 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         log_level=pick(args.log_level, "TOPOGANG_LOG_LEVEL") or "info",
         log_format=pick(args.log_format, "TOPOGANG_LOG_FORMAT") or "auto",
     )
+    elect = pick(args.leader_elect, "TOPOGANG_LEADER_ELECT")
+    if elect is not None and elect.lower() not in ("true", "false", "1", "0"):
+        raise SettingsError(f"--leader-elect (TOPOGANG_LEADER_ELECT): expected true or false, got {elect!r}")
+    settings = replace(
+        settings,
+        leader_elect=settings.kubeconfig is None if elect is None else elect.lower() in ("true", "1"),
+        lease_namespace=pick(args.lease_namespace, "TOPOGANG_LEASE_NAMESPACE", "POD_NAMESPACE") or _own_namespace(),
+        lease_name=pick(args.lease_name, "TOPOGANG_LEASE_NAME") or "topogang",
+        lease_duration=seconds("--lease-duration", args.lease_duration, "TOPOGANG_LEASE_DURATION", 15.0),
+        lease_renew_deadline=seconds(
+            "--lease-renew-deadline",
+            args.lease_renew_deadline,
+            "TOPOGANG_LEASE_RENEW_DEADLINE",
+            10.0,
+        ),
+        lease_retry_period=seconds("--lease-retry-period", args.lease_retry_period, "TOPOGANG_LEASE_RETRY_PERIOD", 2.0),
+        identity=environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+    )
+    if settings.leader_elect and not (
+        settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
+    ):
+        raise SettingsError(
+            "--lease-duration, --lease-renew-deadline, --lease-retry-period: expected "
+            "duration > renew deadline > 1.2 x retry period"
+        )
     if settings.log_level not in logs.LEVELS:
         raise SettingsError(f"--log-level (TOPOGANG_LOG_LEVEL): expected one of {', '.join(logs.LEVELS)}")
     if settings.log_format not in ("json", "console", "auto"):
         raise SettingsError("--log-format (TOPOGANG_LOG_FORMAT): expected json, console or auto")
     return settings
+
+
+def _own_namespace() -> str:
+    """The namespace of the pod's ServiceAccount when running in a cluster, else default."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"

@@ -1,0 +1,63 @@
+"""`topogang serve` settings for leader election: defaults, flags over environment, bad values."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from extender.server.settings import Settings, SettingsError, add_arguments, settings_from
+
+
+def settings(*flags: str, **environ: str) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return settings_from(parser.parse_args(list(flags)), environ)
+
+
+def test_leader_election_is_on_in_cluster_and_off_with_a_kubeconfig() -> None:
+    in_cluster = settings(POD_NAME="topogang-7d9f-abcde", POD_NAMESPACE="topogang-system")
+    assert (in_cluster.leader_elect, in_cluster.lease_namespace, in_cluster.lease_name) == (
+        True,
+        "topogang-system",
+        "topogang",
+    )
+    assert in_cluster.identity == "topogang-7d9f-abcde"
+    assert (in_cluster.lease_duration, in_cluster.lease_renew_deadline, in_cluster.lease_retry_period) == (15, 10, 2)
+    assert not settings("--kubeconfig", "/tmp/kubeconfig").leader_elect
+
+
+def test_flags_win_over_the_environment() -> None:
+    s = settings(
+        "--kubeconfig=/tmp/k",
+        "--leader-elect=true",
+        "--lease-namespace=ops",
+        "--lease-name=tg",
+        "--lease-duration=3",
+        "--lease-renew-deadline=2s",
+        "--lease-retry-period=0.5",
+        TOPOGANG_LEADER_ELECT="false",
+        TOPOGANG_LEASE_NAMESPACE="other",
+    )
+    assert (s.leader_elect, s.lease_namespace, s.lease_name) == (True, "ops", "tg")
+    assert (s.lease_duration, s.lease_renew_deadline, s.lease_retry_period) == (3, 2, 0.5)
+    assert not settings(TOPOGANG_LEADER_ELECT="false").leader_elect
+
+
+def test_without_pod_name_the_identity_is_unique_per_process() -> None:
+    assert settings().identity != settings().identity
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--leader-elect=maybe"], "--leader-elect (TOPOGANG_LEADER_ELECT): expected true or false, got 'maybe'"),
+        (["--lease-duration=5", "--lease-renew-deadline=5"], "expected duration > renew deadline > 1.2 x retry period"),
+        (["--lease-retry-period=0"], "--lease-retry-period (TOPOGANG_LEASE_RETRY_PERIOD): expected a positive"),
+    ],
+    ids=["not-a-bool", "deadline-not-under-duration", "zero-retry"],
+)
+def test_bad_values_are_refused_naming_the_flag(flags: list[str], message: str) -> None:
+    with pytest.raises(SettingsError) as exc:
+        settings(*flags)
+    assert message in str(exc.value)
