@@ -1,0 +1,667 @@
+"""The install artefacts on the real control plane.
+
+- manifests/ and scheduler-config/second-scheduler/ rendered by the built kubectl (kustomize) and
+  applied server-side: every object accepted (the Deployments as a server-side dry run: there is
+  no image to run), the CRDs established, the Deployments within Pod Security "restricted";
+- the sample objects under examples/ and manifests/examples/, and every PodGroup the grouper
+  derives from the example workloads, accepted by the CRDs;
+- mistakes refused by the CRDs' schemas and CEL rules with their messages, and (where the
+  parser, extender/model, is the reference) refused by the parser too;
+- RBAC: the ClusterRole is exactly what the code reads and writes (extender/kube/resources.py),
+  the API server says the ServiceAccounts can do that and not more (SubjectAccessReview and
+  `kubectl auth can-i --as`), and `topogang serve` with only the ServiceAccount's token syncs
+  its caches;
+- scheduler-config/: the real kube-scheduler starts from each shipped configuration, and the
+  second scheduler, with its ServiceAccount's token, takes its own Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import ssl
+import subprocess
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.controlplane import Component, ControlPlane, SchedulerSwitch
+from e2e.controlplane.plane import free_ports
+from e2e.topogang import SHIPPED_CONFIG, Topogang
+from extender.grouping import ObjectIndex, can_synthesize, group_pods, synthesize
+from extender.grouping.resource_interface import index_resource_interfaces
+from extender.kube.resources import WATCHED
+from extender.model.errors import InvalidObject
+from extender.model.pod import parse_pod
+from extender.model.podgroup import parse_podgroup
+from extender.model.podgroup_body import podgroup_spec_body
+from extender.model.topology import parse_topology
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only]
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS = ROOT / "manifests"
+SECOND_SCHEDULER = ROOT / "scheduler-config" / "second-scheduler"
+SECOND_SCHEDULER_CONFIG = SECOND_SCHEDULER / "config.yaml"
+KUBEADM_CONFIG = ROOT / "scheduler-config" / "kubeadm" / "kube-scheduler-config.yaml"
+KIND = ROOT / "e2e" / "kind"
+NAMESPACE = "topogang-system"
+TOPOGANG_SA = f"system:serviceaccount:{NAMESPACE}:topogang"
+SCHEDULER_SA = f"system:serviceaccount:{NAMESPACE}:topogang-scheduler"
+FIELD_MANAGER = "e2e-test-manifests"
+RBAC_KINDS = ("ClusterRole", "Role")
+
+
+# -- kubectl ------------------------------------------------------------------------------------------
+
+
+def kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The built kubectl against PLANE as admin; the caller looks at the return code."""
+    return subprocess.run(
+        [str(plane.kubectl), "--kubeconfig", str(plane.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def ok(plane: ControlPlane, *args: str, stdin: str | None = None) -> str:
+    done = kubectl(plane, *args, stdin=stdin)
+    assert done.returncode == 0, f"kubectl {' '.join(args)}:\n{done.stderr}"
+    return done.stdout
+
+
+def render(plane: ControlPlane, path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(ok(plane, "kustomize", str(path))) if d]
+
+
+def dump(docs: list[dict[str, Any]]) -> str:
+    # JSON documents: every string quoted, so kubectl's YAML reader never takes "y" for a boolean.
+    return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+def dry_run(plane: ControlPlane, docs: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    """Server-side apply as a server-side dry run: every admission step and validation, no write."""
+    return kubectl(
+        plane, "apply", "--server-side", "--dry-run=server", f"--field-manager={FIELD_MANAGER}", "-f", "-",
+        stdin=dump(docs),
+    )  # fmt: skip
+
+
+def token_kubeconfig(plane: ControlPlane, service_account: str, path: Path) -> Path:
+    """A kubeconfig for PLANE that authenticates as NAMESPACE's SERVICE_ACCOUNT (a bound token)."""
+    token = ok(plane, "create", "token", service_account, "-n", NAMESPACE, "--duration=1h").strip()
+    admin = yaml.safe_load(plane.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": service_account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": cluster["name"], "user": service_account}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(doc))
+    path.chmod(0o600)
+    return path
+
+
+# -- the installation, once for the module -------------------------------------------------------------
+
+
+@dataclass
+class Installed:
+    topogang: list[dict[str, Any]]  # manifests/ as rendered
+    scheduler: list[dict[str, Any]]  # scheduler-config/second-scheduler/ as rendered
+    deployments_dry_run: subprocess.CompletedProcess[str]
+
+    def of(self, kind: str, name: str) -> dict[str, Any]:
+        (found,) = [d for d in self.topogang + self.scheduler if d["kind"] == kind and d["metadata"]["name"] == name]
+        return found
+
+
+@pytest.fixture(scope="module")
+def installed(control_plane: ControlPlane) -> Iterator[Installed]:
+    plane = control_plane
+    topogang = render(plane, MANIFESTS)
+    scheduler = render(plane, SECOND_SCHEDULER)
+    applied = [d for d in topogang + scheduler if d["kind"] != "Deployment"]
+    deployments = [d for d in topogang + scheduler if d["kind"] == "Deployment"]
+    # --force-conflicts: the e2e scenarios may have created the same CRDs already (with POST).
+    ok(plane, "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", "-",
+       stdin=dump(applied))  # fmt: skip
+    crds = [f"crd/{d['metadata']['name']}" for d in topogang if d["kind"] == "CustomResourceDefinition"]
+    ok(plane, "wait", "--for=condition=Established", "--timeout=60s", *crds)
+    try:
+        yield Installed(topogang, scheduler, dry_run(plane, deployments))
+    finally:
+        # The CRDs stay (other modules install the same ones); the rest goes.
+        leftovers = [d for d in applied if d["kind"] not in ("CustomResourceDefinition", "Namespace")]
+        kubectl(plane, "delete", "--ignore-not-found", "--wait=false", "-f", "-", stdin=dump(leftovers))
+        kubectl(plane, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+# -- objects ---------------------------------------------------------------------------------------------
+
+
+def test_every_object_is_accepted_and_the_crds_are_established(
+    control_plane: ControlPlane, installed: Installed
+) -> None:
+    kinds = sorted({d["kind"] for d in installed.topogang})
+    assert kinds == [
+        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Namespace",
+        "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
+    ]  # fmt: skip
+    # The Deployments pass every admission step, Pod Security "restricted" of the namespace included
+    # (it warns about pod templates that a pod could not be created from).
+    dry = installed.deployments_dry_run
+    assert dry.returncode == 0, dry.stderr
+    assert "deployment.apps/topogang serverside-applied (server dry run)" in dry.stdout
+    assert "deployment.apps/topogang-scheduler serverside-applied (server dry run)" in dry.stdout
+    assert "PodSecurity" not in dry.stderr
+    for name in ("podgroups", "topologies", "resourceinterfaces"):
+        crd = json.loads(ok(control_plane, "get", "crd", f"{name}.scheduling.topogang.io", "-o", "json"))
+        conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+        assert conditions["Established"] == conditions["NamesAccepted"] == "True"
+    # Kubernetes' recommended labels on every object; the image named in one place.
+    for doc in installed.topogang + installed.scheduler:
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "topogang", doc["metadata"]["name"]
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    (container,) = installed.of("Deployment", "topogang")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"topogang:{version}"
+
+
+def test_no_rbac_rule_uses_a_wildcard(installed: Installed) -> None:
+    for doc in installed.topogang + installed.scheduler:
+        if doc["kind"] in RBAC_KINDS:
+            for rule in doc["rules"]:
+                for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                    assert "*" not in rule.get(key, []), (doc["metadata"]["name"], rule)
+
+
+def sample_objects() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in sorted([*ROOT.glob("examples/**/*.yaml"), *MANIFESTS.glob("examples/*.yaml")]):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") in ("PodGroup", "Topology", "ResourceInterface"):
+                out.append((f"{path.relative_to(ROOT)}:{doc['kind']}/{doc['metadata']['name']}", doc))
+    return out
+
+
+SAMPLES = sample_objects()
+
+
+def in_default_namespace(doc: dict[str, Any]) -> dict[str, Any]:
+    if doc["kind"] != "PodGroup":
+        return doc
+    return {**doc, "metadata": {**doc["metadata"], "namespace": "default"}}
+
+
+@pytest.mark.parametrize("doc", [d for _, d in SAMPLES], ids=[i for i, _ in SAMPLES])
+def test_the_sample_objects_are_accepted(
+    control_plane: ControlPlane, installed: Installed, doc: dict[str, Any]
+) -> None:
+    done = dry_run(control_plane, [in_default_namespace(doc)])
+    assert done.returncode == 0, done.stderr
+    if doc["kind"] == "PodGroup":
+        parse_podgroup(doc)
+    elif doc["kind"] == "Topology":
+        parse_topology(doc)
+    else:
+        assert index_resource_interfaces([doc])[1] == []
+
+
+def derived_podgroups() -> list[dict[str, Any]]:
+    """Every gang the grouper makes of the example workloads, as the PodGroup object topogang
+    writes for it (extender/model/podgroup_body.py)."""
+    out = []
+    for path in sorted([*ROOT.glob("examples/workloads/*.yaml"), *ROOT.glob("examples/tfjob-segments/*.yaml")]):
+        objects: list[dict[str, Any]] = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        pods = []
+        for obj in list(objects):
+            if can_synthesize(str(obj.get("apiVersion")), str(obj.get("kind"))):
+                made = synthesize(obj)
+                objects.extend(made.owners)
+                pods.extend(parse_pod(p) for p in made.pods)
+        for grouping in group_pods(pods, ObjectIndex(objects), {}).groups.values():
+            spec = grouping.podgroup
+            assert spec is not None, grouping.errors
+            out.append({
+                "apiVersion": "scheduling.topogang.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": spec.name, "namespace": "default"},
+                "spec": podgroup_spec_body(spec),
+            })  # fmt: skip
+    return out
+
+
+def test_every_podgroup_the_grouper_derives_is_accepted(control_plane: ControlPlane, installed: Installed) -> None:
+    docs = derived_podgroups()
+    assert len(docs) >= 10
+    assert any(d["spec"].get("subGroups") for d in docs)
+    done = dry_run(control_plane, docs)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("serverside-applied (server dry run)") == len(docs)
+
+
+# -- mistakes --------------------------------------------------------------------------------------------
+
+
+def podgroup(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "bad", "namespace": "default"},
+        "spec": spec,
+    }
+
+
+def topology(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": "bad"},
+        "spec": spec,
+    }
+
+
+def resource_interface(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "ResourceInterface",
+        "metadata": {"name": "bad"},
+        "spec": spec,
+    }
+
+
+RACK = {"requiredTopologyLevel": "rack"}
+GVK = {"group": "ray.io", "version": "v1", "kind": "RayCluster"}
+
+
+@dataclass(frozen=True)
+class Mistake:
+    id: str
+    doc: dict[str, Any]
+    says: str  # in the API server's answer
+    # The parser's verdict on the same object: True it refuses it too; False the schema is
+    # deliberately stricter (an empty constraint is ignored by the parser, a mistyped label key
+    # matches no node); None: not a PodGroup or Topology.
+    parser_refuses: bool | None
+
+
+MISTAKES = [
+    # PodGroup
+    Mistake("duplicate-subgroup-names", podgroup({"subGroups": [{"name": "a"}, {"name": "a"}]}),
+            'duplicate entries for key [name="a"]', True),
+    Mistake("minmember-and-minsubgroup", podgroup({"minMember": 1, "minSubGroup": 1, "subGroups": [{"name": "a"}]}),
+            "spec.minSubGroup: Invalid value: set either minMember or minSubGroup on one level, not both", True),
+    Mistake("subgroup-minmember-and-minsubgroup",
+            podgroup({"subGroups": [{"name": "a"}, {"name": "b", "parent": "a", "minMember": 1, "minSubGroup": 1}]}),
+            "spec.subGroups[1].minSubGroup: Invalid value: set either minMember or minSubGroup", True),
+    Mistake("negative-minmember", podgroup({"minMember": -1}),
+            "spec.minMember in body should be greater than or equal to 0", True),
+    Mistake("minmember-not-a-number", podgroup({"minMember": "two"}),
+            ".spec.minMember: expected numeric (int or float), got string", True),
+    Mistake("misspelt-field", podgroup({"minMembers": 2}), ".spec.minMembers: field not declared in schema", None),
+    Mistake("parent-does-not-exist", podgroup({"subGroups": [{"name": "a", "parent": "nowhere"}]}),
+            "a SubGroup's parent must name another SubGroup of this PodGroup", True),
+    Mistake("own-parent", podgroup({"subGroups": [{"name": "a", "parent": "a"}]}),
+            "spec.subGroups[0].parent: Invalid value: a SubGroup cannot be its own parent", True),
+    Mistake("minmember-above-top-level-subgroups",
+            podgroup({"minMember": 3, "subGroups": [{"name": "a"}, {"name": "b"}]}),
+            "minMember counts the top-level SubGroups here and is larger than their number", True),
+    Mistake("minsubgroup-without-subgroups", podgroup({"minSubGroup": 1}),
+            "minSubGroup counts child SubGroups, but the PodGroup has none; use minMember", True),
+    Mistake("empty-constraint", podgroup({"topologyConstraints": {"global": {"topology": "default"}}}),
+            "a topology constraint needs requiredTopologyLevel, preferredTopologyLevel or both", False),
+    Mistake("constraint-for-an-unknown-subgroup",
+            podgroup({"subGroups": [{"name": "a"}], "topologyConstraints": {"subGroups": {"b": RACK}}}),
+            "every key of topologyConstraints.subGroups must name a SubGroup of this PodGroup", True),
+    Mistake("set-of-unknown-subgroups",
+            podgroup({"subGroups": [{"name": "a"}],
+                      "topologyConstraints": {"subGroupSets": [{"subGroups": ["a", "b"], "constraint": RACK}]}}),
+            "every name in topologyConstraints.subGroupSets[].subGroups must be a SubGroup of this PodGroup", True),
+    Mistake("singular-and-global-constraint",
+            podgroup({"topologyConstraint": RACK, "topologyConstraints": {"global": RACK}}),
+            "set either spec.topologyConstraint or spec.topologyConstraints.global, not both", True),
+    # Topology
+    Mistake("topology-without-levels", topology({}), "spec.levels: Required value", True),
+    Mistake("topology-with-no-level", topology({"levels": []}), "spec.levels in body should have at least 1 items",
+            True),
+    Mistake("level-label-twice", topology({"levels": [{"nodeLabel": "example.com/rack"}] * 2}),
+            "each node label can be one level only", True),
+    Mistake("alias-twice",
+            topology({"levels": [{"nodeLabel": "example.com/a", "alias": "x"},
+                                 {"nodeLabel": "example.com/b", "alias": "x"}]}),
+            "an alias can name one level only", True),
+    Mistake("hostname-not-last",
+            topology({"levels": [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": "example.com/rack"}]}),
+            "kubernetes.io/hostname must be the last (finest) level", True),
+    Mistake("not-a-label-key", topology({"levels": [{"nodeLabel": "example.com/topology rack"}]}),
+            "spec.levels[0].nodeLabel in body should match", False),
+    # ResourceInterface
+    Mistake("resourceinterface-without-target", resource_interface({"gangScheduling": {}}),
+            "spec.targetGVK: Required value", None),
+    Mistake("classifier-on-a-parent-entry",
+            resource_interface({"targetGVK": GVK, "gangScheduling": {"podGroups": [{"subgroups": [
+                {"componentName": "a", "podClassifier": {"matchLabels": {"x": "y"}},
+                 "subgroups": [{"componentName": "b", "minReplicas": 1}]}]}]}}),
+            "pods join leaf subgroups; an entry with subgroups cannot have a podClassifier", None),
+    Mistake("unknown-operator",
+            resource_interface({"targetGVK": GVK, "gangScheduling": {"podGroups": [{"subgroups": [
+                {"componentName": "a", "podClassifier": {"matchExpressions": [{"key": "x", "operator": "Is"}]}}]}]}}),
+            'Unsupported value: "Is"', None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.id for m in MISTAKES])
+def test_mistakes_are_refused_with_a_message_naming_them(
+    control_plane: ControlPlane, installed: Installed, mistake: Mistake
+) -> None:
+    done = dry_run(control_plane, [mistake.doc])
+    assert done.returncode != 0, f"accepted: {mistake.doc}"
+    assert mistake.says in done.stderr
+    if mistake.parser_refuses is None:
+        return
+    parse = parse_podgroup if mistake.doc["kind"] == "PodGroup" else parse_topology
+    if mistake.parser_refuses:
+        with pytest.raises(InvalidObject):
+            parse(mistake.doc)
+    else:
+        parse(mistake.doc)
+
+
+# -- RBAC ----------------------------------------------------------------------------------------------------
+
+READ = ("get", "list", "watch")
+WRITES = {
+    ("", "pods/binding", "create"),
+    ("", "pods", "patch"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+    ("", "events", "create"),
+    ("", "events", "patch"),
+    ("scheduling.topogang.io", "podgroups", "create"),
+    ("scheduling.topogang.io", "podgroups", "patch"),
+    ("scheduling.topogang.io", "podgroups", "update"),
+    ("scheduling.topogang.io", "podgroups/status", "patch"),
+    ("scheduling.topogang.io", "podgroups/status", "update"),
+}
+NEEDED = {(r.group, r.plural, verb) for r in WATCHED for verb in READ} | WRITES
+
+
+def rule_triples(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_cluster_role_is_exactly_what_the_code_reads_and_writes(installed: Installed) -> None:
+    granted = rule_triples(installed.of("ClusterRole", "topogang"))
+    assert sorted(granted - NEEDED) == []
+    assert sorted(NEEDED - granted) == []
+
+
+def allowed(plane: ControlPlane, user: str, group: str, resource: str, verb: str, namespace: str = "") -> bool:
+    """The API server's SubjectAccessReview for USER, a ServiceAccount (with its groups); it needs no
+    discovery, so it answers for kinds whose CRDs are not installed (KAI's, Kueue's, Ray's...)."""
+    plural, _, subresource = resource.partition("/")
+    attributes = {"group": group, "resource": plural, "verb": verb}
+    if subresource:
+        attributes["subresource"] = subresource
+    if namespace:
+        attributes["namespace"] = namespace
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}", "system:authenticated"],
+            "resourceAttributes": attributes,
+        },
+    }
+    answer = json.loads(ok(plane, "create", "-o", "json", "-f", "-", stdin=json.dumps(review)))
+    return bool(answer["status"].get("allowed"))
+
+
+def test_the_service_account_may_do_everything_topogang_does(control_plane: ControlPlane, installed: Installed) -> None:
+    refused = [
+        (group, resource, verb)
+        for group, resource, verb in sorted(NEEDED)
+        if not allowed(control_plane, TOPOGANG_SA, group, resource, verb, namespace="ml")
+    ]
+    assert refused == []
+
+
+CAN_I = [  # kubectl auth can-i ARGS --as=<the topogang ServiceAccount>, and the answer
+    ("list pods --all-namespaces", True),
+    ("watch nodes", True),
+    ("create pods --subresource=binding -n ml", True),
+    ("patch pods -n ml", True),
+    ("create events.events.k8s.io -n ml", True),
+    ("patch podgroups.scheduling.topogang.io --subresource=status -n ml", True),
+    ("get leases/topogang -n topogang-system", True),
+    ("update leases/topogang -n topogang-system", True),
+    ("create leases -n topogang-system", True),
+    ("delete pods -n ml", False),
+    ("create pods -n ml", False),
+    ("update pods -n ml", False),
+    ("get secrets -n ml", False),
+    ("list secrets --all-namespaces", False),
+    ("get secrets -n topogang-system", False),
+    ("list configmaps -n ml", False),
+    ("update nodes", False),
+    ("patch nodes --subresource=status", False),
+    ("delete podgroups.scheduling.topogang.io -n ml", False),
+    ("create topologies.scheduling.topogang.io", False),
+    ("update leases/topogang -n kube-system", False),
+    ("update leases/kube-scheduler -n kube-system", False),
+    ("update leases/another -n topogang-system", False),
+    ("delete leases/topogang -n topogang-system", False),
+    ("create clusterrolebindings", False),
+    ("impersonate users", False),
+    ("create deployments.apps -n topogang-system", False),
+]
+
+
+@pytest.mark.parametrize(("question", "answer"), CAN_I, ids=[q for q, _ in CAN_I])
+def test_kubectl_auth_can_i_as_the_service_account(
+    control_plane: ControlPlane, installed: Installed, question: str, answer: bool
+) -> None:
+    done = kubectl(control_plane, "auth", "can-i", *question.split(), f"--as={TOPOGANG_SA}")
+    assert done.stdout.strip() == ("yes" if answer else "no"), done.stderr
+
+
+SCHEDULER_CAN_I = [  # the second scheduler's ServiceAccount
+    ("create pods --subresource=binding -n ml", True),
+    ("list nodes", True),
+    ("get leases/topogang-scheduler -n topogang-system", True),
+    ("update leases/topogang-scheduler -n topogang-system", True),
+    ("get configmaps/extension-apiserver-authentication -n kube-system", True),
+    ("update leases/topogang -n topogang-system", False),  # topogang's Lease is not the scheduler's
+    ("get secrets -n ml", False),
+    ("delete nodes", False),
+]
+
+
+@pytest.mark.parametrize(("question", "answer"), SCHEDULER_CAN_I, ids=[q for q, _ in SCHEDULER_CAN_I])
+def test_kubectl_auth_can_i_as_the_second_schedulers_service_account(
+    control_plane: ControlPlane, installed: Installed, question: str, answer: bool
+) -> None:
+    done = kubectl(control_plane, "auth", "can-i", *question.split(), f"--as={SCHEDULER_SA}")
+    assert done.stdout.strip() == ("yes" if answer else "no"), done.stderr
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_topogang_serve_syncs_with_only_its_service_accounts_rights(
+    control_plane: ControlPlane, installed: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every informer lists and watches under the ClusterRole: a 403 would keep it from syncing."""
+    kubeconfig = token_kubeconfig(control_plane, "topogang", tmp_path / "topogang.kubeconfig")
+    # As manifests/deployment.yaml sets them (the downward API).
+    monkeypatch.setenv("POD_NAME", "topogang-e2e")
+    monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
+    async with Topogang.start(kubeconfig, tmp_path, ready_within=60) as server:
+        log = server.log_path.read_text()
+    assert "403" not in log
+    assert "forbidden" not in log.lower()
+
+
+# -- scheduler-config/ -----------------------------------------------------------------------------------
+
+
+def extender_settings(path: Path) -> dict[str, Any]:
+    (extender,) = yaml.safe_load(path.read_text())["extenders"]
+    return {k: v for k, v in extender.items() if k != "urlPrefix"}
+
+
+def test_the_shipped_scheduler_configs_agree(installed: Installed) -> None:
+    shipped = yaml.safe_load(SHIPPED_CONFIG.read_text())
+    second = yaml.safe_load(SECOND_SCHEDULER_CONFIG.read_text())
+    kubeadm = yaml.safe_load(KUBEADM_CONFIG.read_text())
+    for doc in (second, kubeadm):
+        assert doc["extenders"][0] | {"urlPrefix": None} == shipped["extenders"][0] | {"urlPrefix": None}
+        assert doc["percentageOfNodesToScore"] == 100
+    assert [p["schedulerName"] for p in second["profiles"]] == ["topogang-scheduler"]
+    assert [p["schedulerName"] for p in kubeadm["profiles"]] == ["default-scheduler"]
+    assert second["extenders"][0]["urlPrefix"] == "http://topogang.topogang-system.svc:8888/topogang"
+    # The second scheduler's Lease is the one its Role names; the ConfigMap holds this very file.
+    election = second["leaderElection"]
+    assert (election["resourceNamespace"], election["resourceName"]) == (NAMESPACE, "topogang-scheduler")
+    role = installed.of("Role", "topogang-scheduler-leader-election")
+    assert ["topogang-scheduler"] in [r.get("resourceNames") for r in role["rules"]]
+    (configmap,) = [d for d in installed.scheduler if d["kind"] == "ConfigMap"]
+    assert yaml.safe_load(configmap["data"]["config.yaml"]) == second
+    # topogang gives up on a gang before kube-scheduler gives up on the HTTP call.
+    args = installed.of("Deployment", "topogang")["spec"]["template"]["spec"]["containers"][0]["args"]
+    (bind_timeout,) = [float(a.split("=", 1)[1]) for a in args if a.startswith("--bind-timeout=")]
+    assert bind_timeout < float(shipped["extenders"][0]["httpTimeout"].removesuffix("s"))
+    # Its urlPrefix path is the one topogang serves.
+    (prefix,) = [a.split("=", 1)[1] for a in args if a.startswith("--url-prefix=")]
+    for doc in (shipped, second, kubeadm):
+        assert doc["extenders"][0]["urlPrefix"].endswith(f":8888{prefix}")
+
+
+CONFIGS = [SHIPPED_CONFIG, SECOND_SCHEDULER_CONFIG, KUBEADM_CONFIG]
+
+
+def load(path: Path) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+@pytest.mark.asyncio(loop_scope="session")
+@pytest.mark.parametrize("config", CONFIGS, ids=[str(p.relative_to(ROOT)) for p in CONFIGS])
+async def test_kube_scheduler_starts_healthy_from_each_shipped_config(
+    installed: Installed, scheduler: SchedulerSwitch, config: Path
+) -> None:
+    # The launcher sets only clientConnection.kubeconfig and turns leader election off.
+    written, shipped = load(await scheduler.use(config)), load(config)
+    assert (written["profiles"], written["extenders"]) == (shipped["profiles"], shipped["extenders"])
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def _insecure() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # kube-scheduler's self-signed serving certificate
+    return context
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_second_scheduler_takes_its_own_lease_with_its_service_accounts_token(
+    control_plane: ControlPlane, installed: Installed, tmp_path: Path
+) -> None:
+    """The shipped config.yaml as the Deployment runs it (leader election on), authenticated as
+    the topogang-scheduler ServiceAccount: its RBAC lets it run, delegate authentication and hold
+    topogang-system/topogang-scheduler, beside the cluster's own scheduler."""
+    kubeconfig = token_kubeconfig(control_plane, "topogang-scheduler", tmp_path / "scheduler.kubeconfig")
+    doc = load(SECOND_SCHEDULER_CONFIG)
+    doc["clientConnection"]["kubeconfig"] = str(kubeconfig)  # in the cluster: its in-cluster token
+    config = write(tmp_path / "config.yaml", yaml.safe_dump(doc))
+    (port,) = free_ports(1)
+
+    def ready() -> str | None:
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", timeout=2, context=_insecure()) as r:
+                return None if r.read() == b"ok" else "not ok"
+        except (OSError, urllib.error.URLError) as exc:
+            return str(exc)
+
+    component = Component(
+        "topogang-scheduler",
+        [
+            str(control_plane.binaries.path("kube-scheduler")),
+            f"--config={config}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "-v=2",
+        ],
+        control_plane.logs_dir / "topogang-scheduler.log",
+        probe=ready,
+    )
+    component.start()
+    try:
+        await component.wait_healthy_async(60)
+        deadline = time.monotonic() + 60
+        holder = ""
+        while not holder and time.monotonic() < deadline:
+            lease = await asyncio.to_thread(
+                kubectl, control_plane, "get", "lease", "topogang-scheduler", "-n", NAMESPACE, "-o", "json"
+            )
+            if lease.returncode == 0:
+                holder = json.loads(lease.stdout)["spec"].get("holderIdentity", "")
+            if not holder:
+                await asyncio.sleep(0.5)
+        assert holder, f"no holder of {NAMESPACE}/topogang-scheduler:\n{component.tail()}"
+        log = component.tail(400)
+        assert "forbidden" not in log.lower(), log
+    finally:
+        component.stop()
+
+
+# -- e2e/kind ----------------------------------------------------------------------------------------------
+
+
+def test_the_kind_overlay_pins_the_service_the_kind_scheduler_calls(control_plane: ControlPlane) -> None:
+    docs = render(control_plane, KIND)
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "topogang:e2e"
+    cluster = yaml.safe_load((KIND / "cluster.yaml").read_text())
+    subnet = ipaddress.ip_network(cluster["networking"]["serviceSubnet"])
+    assert ipaddress.ip_address(service["spec"]["clusterIP"]) in subnet
+    # The kubeadm example uses the same address; kube-scheduler's --config is in the mounted directory.
+    kubeadm = yaml.safe_load(KUBEADM_CONFIG.read_text())
+    assert kubeadm["extenders"][0]["urlPrefix"] == f"http://{service['spec']['clusterIP']}:8888/topogang"
+    (patch,) = [yaml.safe_load(p) for p in cluster["kubeadmConfigPatches"]]
+    (arg,) = patch["scheduler"]["extraArgs"]
+    (volume,) = patch["scheduler"]["extraVolumes"]
+    (mount,) = cluster["nodes"][0]["extraMounts"]
+    assert arg["value"].startswith(volume["mountPath"] + "/")
+    assert volume["hostPath"] == mount["containerPath"]
+    script = (KIND / "run.sh").read_text()
+    assert f"CONFIG=$CONFIG_DIR/{Path(arg['value']).name}" in script
+    assert f"CONFIG_DIR=$STATE/{Path(mount['hostPath']).relative_to('.cache/kind')}" in script
