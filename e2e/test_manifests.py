@@ -507,17 +507,30 @@ def test_kubectl_auth_can_i_as_the_second_schedulers_service_account(
     assert done.stdout.strip() == ("yes" if answer else "no"), done.stderr
 
 
+def lease_holder(plane: ControlPlane, name: str) -> str:
+    lease = kubectl(plane, "get", "lease", name, "-n", NAMESPACE, "-o", "json")
+    return str(json.loads(lease.stdout)["spec"].get("holderIdentity") or "") if lease.returncode == 0 else ""
+
+
 @pytest.mark.asyncio(loop_scope="session")
-async def test_topogang_serve_syncs_with_only_its_service_accounts_rights(
+async def test_topogang_serve_leads_with_only_its_service_accounts_rights(
     control_plane: ControlPlane, installed: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every informer lists and watches under the ClusterRole: a 403 would keep it from syncing."""
+    """As the Deployment runs it, on the ServiceAccount's token: every informer syncs under the
+    ClusterRole (a 403 would keep it from syncing) and it takes the Lease its Role allows; it is
+    Ready only as the leader."""
     kubeconfig = token_kubeconfig(control_plane, "topogang", tmp_path / "topogang.kubeconfig")
-    # As manifests/deployment.yaml sets them (the downward API).
-    monkeypatch.setenv("POD_NAME", "topogang-e2e")
+    args = installed.of("Deployment", "topogang")["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in args)
+    assert (flags["leader-elect"], flags["lease-name"]) == ("true", "topogang")
+    monkeypatch.setenv("TOPOGANG_LEADER_ELECT", flags["leader-elect"])
+    monkeypatch.setenv("TOPOGANG_LEASE_NAME", flags["lease-name"])
+    monkeypatch.setenv("POD_NAME", "topogang-e2e")  # the downward API's, as in the Deployment
     monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
-    async with Topogang.start(kubeconfig, tmp_path, ready_within=60) as server:
+    async with Topogang.start(kubeconfig, tmp_path, ready_within=90) as server:
+        holder = await asyncio.to_thread(lease_holder, control_plane, "topogang")
         log = server.log_path.read_text()
+    assert holder == "topogang-e2e"
     assert "403" not in log
     assert "forbidden" not in log.lower()
 
@@ -628,11 +641,7 @@ async def test_the_second_scheduler_takes_its_own_lease_with_its_service_account
         deadline = time.monotonic() + 60
         holder = ""
         while not holder and time.monotonic() < deadline:
-            lease = await asyncio.to_thread(
-                kubectl, control_plane, "get", "lease", "topogang-scheduler", "-n", NAMESPACE, "-o", "json"
-            )
-            if lease.returncode == 0:
-                holder = json.loads(lease.stdout)["spec"].get("holderIdentity", "")
+            holder = await asyncio.to_thread(lease_holder, control_plane, "topogang-scheduler")
             if not holder:
                 await asyncio.sleep(0.5)
         assert holder, f"no holder of {NAMESPACE}/topogang-scheduler:\n{component.tail()}"
