@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from extender.core.apply import apply_object
+from extender.core.apply import apply_object, delete_object
 from extender.core.cluster import ClusterState
 from extender.core.scheduler import GangScheduler
 from extender.grouping import synthesize
@@ -244,3 +244,24 @@ async def test_only_a_running_writer_listens(running: bool) -> None:
     status = api.objects[G_PATH].get("status")
     assert (status["pods"] if status else None) == (3 if running else None)
     await writer.stop()
+
+
+async def test_the_podgroup_of_a_deleted_workload_is_not_written_again() -> None:
+    scheduler, api, events = tfjob_cluster(), FakeApi(), Events()
+    path = f"{BASE}/ml/podgroups/tfjob-train"
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01)
+    writer.start()
+    try:
+        await until(lambda: phase(api, path) is not None, "the derived PodGroup")
+        delete_object(
+            scheduler,
+            {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "train", "namespace": "ml"}},
+        )
+        del api.objects[path]  # the garbage collector took it; the pods are still terminating
+        calls = len(api.calls)
+        writer.touch("ml/tfjob-train")
+        await asyncio.sleep(0.05)
+        assert api.calls[calls:] == []
+        assert path not in api.objects
+    finally:
+        await writer.stop()

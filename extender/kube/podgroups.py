@@ -7,8 +7,10 @@ the hot path, in a background task:
   - gangs derived from workloads (TFJob, Job, LeaderWorkerSet, ...) are written as
     `scheduling.topogang.io/v1alpha1` PodGroups with server-side apply (field manager
     `topogang`), owned by the workload (controller, blockOwnerDeletion false) so the garbage
-    collector deletes them with it, and labelled `app.kubernetes.io/managed-by: topogang`. A
-    PodGroup of that name that topogang does not manage is left alone (and said once in the log);
+    collector deletes them with it, and labelled `app.kubernetes.io/managed-by: topogang`; only
+    while the workload is in the cache, so a deleted one's PodGroup is not written again while
+    its pods terminate. A PodGroup of that name that topogang does not manage is left alone (and
+    said once in the log);
   - every gang that has a topogang PodGroup object, derived or written by a user, gets its
     `status` subresource applied (podgroup_status.status_body), only when it differs from what
     was last written, at most once per `interval` seconds per gang, with at most `concurrency`
@@ -37,6 +39,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from extender.core.cluster import object_key
 from extender.core.decisions import INVALID, PENDING, SCHEDULED, GroupStatus
 from extender.core.scheduler import GangScheduler
 from extender.kube.client import ApiError, JSONDict
@@ -53,7 +56,7 @@ from extender.kube.resources import PODGROUPS
 
 FIELD_MANAGER = "topogang"
 TOPOGANG_PODGROUPS = next(r for r in PODGROUPS if r.api_version(r.versions[0]) == API_VERSION)
-YIELD_EVERY = 64  # gangs whose status is computed between two yields to the event loop
+SLICE = 0.002  # seconds of status computing between two yields to the event loop (requests go first)
 
 
 class Client(Protocol):
@@ -177,6 +180,8 @@ class PodGroupWriter:
             del self._written[gone]
         for gone in set(self.phases) - groups:
             del self.phases[gone]
+        for gone in set(self._said) - groups:
+            del self._said[gone]
         return groups
 
     async def flush(self) -> None:
@@ -189,9 +194,11 @@ class PodGroupWriter:
         self._dirty_pods.clear()
         groups, self._dirty = sorted(self._dirty), set()
         work = []
-        for i, group in enumerate(groups):
-            if i and i % YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # many gangs: let requests in between
+        since = time.perf_counter()
+        for group in groups:
+            if time.perf_counter() - since > SLICE:
+                await asyncio.sleep(0)  # many gangs: let kube-scheduler's calls in between
+                since = time.perf_counter()
             if not (membership.has(group) or group in state.podgroups or group in state.invalid_podgroups):
                 self.phases.pop(group, None)  # neither pods nor an object: gone
                 continue
@@ -246,6 +253,10 @@ class PodGroupWriter:
         view = membership.view(group) if membership.has(group) else None
         written = self._written.get(group)
         if view is not None and view.owner is not None:  # derived from a workload
+            owner = view.owner
+            seen = state.objects.get(object_key(owner.api_version, owner.kind, namespace, owner.name))
+            if seen is None or (seen.get("metadata") or {}).get("uid") != owner.uid:
+                return None  # the workload is gone (its PodGroup goes with it) or not visible
             existing = state.podgroups.get(group)
             if existing is not None and existing.labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
                 self._say(group, "PodGroup of this name exists and is not managed by topogang; not writing it")

@@ -1,0 +1,259 @@
+"""Operations on the real control plane: PodGroup objects and their status, Events, /metrics, and
+two replicas electing a leader on a Lease.
+
+Setup (once for the module): the CRDs of topogang and of the workload kinds, the Topology
+`e2e-dc` over the fake nodes' labels, `topogang serve` (no leader election: one process) and
+kube-scheduler restarted from scheduler-config/extender.yaml pointed at it. The leader-election
+test starts two more servers of its own against the same API server, with short Lease timings.
+Each test has its own namespace and fake GPU nodes (8 GPUs each), drawn in the test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
+from e2e.scenario import apply_crds, create, create_podgroup, eventually, gpu_pod, wait_all_bound
+from e2e.test_extender import RACK, TOPOLOGY, create_tfjob
+from e2e.topogang import CRDS, Topogang, scheduler_config
+from extender.kube.client import ApiError, KubeClient
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane]
+
+PODGROUPS = "/apis/scheduling.topogang.io/v1alpha1/namespaces/{ns}/podgroups"
+NOT_LEADER = "topogang: not the leader"
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def topogang(kubeconfig: Path, control_plane: ControlPlane) -> AsyncIterator[Topogang]:
+    async with await KubeClient.connect(kubeconfig) as kube:
+        await apply_crds(kube, CRDS)
+        try:
+            await create(kube, TOPOLOGY)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    async with Topogang.start(kubeconfig, control_plane.logs_dir) as server:
+        await control_plane.restart_scheduler_async(scheduler_config(server.url))
+        try:
+            yield server
+        finally:
+            await control_plane.restart_scheduler_async(None)
+
+
+async def podgroup(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return await kube.get(f"{PODGROUPS.format(ns=namespace)}/{name}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def condition(pg: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in pg.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+async def podgroup_events(kube: KubeClient, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    """(type, reason, note) of the events.k8s.io Events about PodGroup NAME."""
+    listing = await kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    return [
+        (e.get("type", ""), e.get("reason", ""), e.get("note", ""))
+        for e in listing.get("items", [])
+        if e.get("regarding", {}).get("kind") == "PodGroup" and e.get("regarding", {}).get("name") == name
+    ]
+
+
+async def metrics(server: Topogang) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, body = await server.request("GET", "/metrics")
+    assert status == 200
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+# -- a TFJob's PodGroup: owner, spec, status, Events, garbage collection, metrics ----------------------
+
+
+async def test_a_tfjob_gets_a_podgroup_that_shows_where_it_landed_and_goes_with_it(
+    topogang: Topogang, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 .. z0-b0-r3, 4 nodes each: the 16 workers take one rack per segment of 4
+    await fake_gpu_nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=4, nodes_per_rack=4))
+    names = await create_tfjob(kube, namespace, zone_required=False)
+    await wait_all_bound(kube, namespace, len(names))
+    tfjob = await kube.get(f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/train")
+
+    async def scheduled() -> dict[str, Any] | None:
+        pg = await podgroup(kube, namespace, "tfjob-train")
+        status = (pg or {}).get("status", {})
+        return pg if status.get("phase") == "Scheduled" and status.get("bound") == len(names) else None
+
+    pg = await eventually(scheduled, within=60, what="PodGroup tfjob-train to be Scheduled with every pod bound")
+    assert pg["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "TFJob",
+            "name": "train",
+            "uid": tfjob["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+    ]
+    assert pg["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "topogang"
+    managers = {f["manager"] for f in pg["metadata"].get("managedFields", [])}
+    assert "topogang" in managers
+    spec = pg["spec"]
+    segments = [f"worker-seg-{k}" for k in range(4)]
+    assert {sg["name"]: sg.get("minMember") for sg in spec["subGroups"] if sg["name"] in segments} == dict.fromkeys(
+        segments, 4
+    )
+    assert {
+        k: v["requiredTopologyLevel"] for k, v in spec["topologyConstraints"]["subGroups"].items()
+    } == dict.fromkeys(segments, RACK)
+
+    status = pg["status"]
+    assert (status["pods"], status["planned"], status["bound"]) == (17, 17, 17)
+    per_subgroup = {sg["name"]: sg for sg in status["subGroups"]}
+    racks = set()
+    for seg in segments:
+        assert (per_subgroup[seg]["minMember"], per_subgroup[seg]["bound"]) == (4, 4)
+        assert per_subgroup[seg]["domain"].startswith("rack z0/")
+        assert status["domains"][seg] == per_subgroup[seg]["domain"]
+        racks.add(per_subgroup[seg]["domain"])
+    assert len(racks) == 4  # one rack per segment
+    assert (condition(pg, "Scheduled")["status"], condition(pg, "Scheduled")["reason"]) == ("True", "Scheduled")
+    assert condition(pg, "Unschedulable")["status"] == "False"
+    assert condition(pg, "Scheduled")["observedGeneration"] == pg["metadata"]["generation"]
+
+    async def scheduled_event() -> bool:
+        return any(e[:2] == ("Normal", "Scheduled") for e in await podgroup_events(kube, namespace, "tfjob-train"))
+
+    await eventually(scheduled_event, within=30, what="a Normal Scheduled Event on PodGroup tfjob-train")
+
+    seen = await metrics(topogang)
+    assert seen[("topogang_extender_request_duration_seconds_count", (("code", "200"), ("verb", "filter")))] >= 17
+    assert seen[("topogang_extender_request_duration_seconds_count", (("code", "200"), ("verb", "bind")))] >= 17
+    assert seen[("topogang_plan_duration_seconds_count", (("outcome", "planned"),))] >= 1
+    assert seen[("topogang_gang_wait_seconds_count", ())] >= 1
+    assert ("topogang_binds_failed_total", (("reason", "api_error"),)) in seen
+    assert seen[("topogang_podgroups", (("phase", "Scheduled"),))] >= 1
+    assert seen[("topogang_podgroup_status_writes_total", (("result", "ok"),))] >= 1
+    assert seen[("topogang_cache_ready", ())] == 1
+    assert seen[("topogang_leader", ())] == 1
+
+    # The workload goes: kube-controller-manager's garbage collector takes its PodGroup with it.
+    await kube.delete(f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/train", {"propagationPolicy": "Background"})
+
+    async def collected() -> bool:
+        return await podgroup(kube, namespace, "tfjob-train") is None
+
+    await eventually(collected, within=90, what="PodGroup tfjob-train to be garbage-collected with its TFJob")
+
+
+# -- a gang that cannot fit ---------------------------------------------------------------------------
+
+
+async def test_an_infeasible_gang_shows_unschedulable_with_its_reason_and_an_event(
+    topogang: Topogang, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (4 nodes): 5 pods of 8 GPUs required in one rack never fit
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=4)
+    await create_podgroup(
+        kube, namespace, "big", {"minMember": 5, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
+    )
+    for i in range(5):
+        await create(kube, gpu_pod(f"big-{i}", annotations={"pod-group-name": "big"}), namespace)
+
+    async def unschedulable() -> dict[str, Any] | None:
+        pg = await podgroup(kube, namespace, "big")
+        return pg if pg is not None and condition(pg, "Unschedulable").get("reason") == "NoDomain" else None
+
+    pg = await eventually(unschedulable, within=60, what="PodGroup big to be Unschedulable for want of a rack")
+    assert pg["status"]["phase"] == "Pending"
+    assert condition(pg, "Unschedulable")["status"] == "True"
+    assert condition(pg, "Scheduled")["status"] == "False"
+    assert "in one rack" in pg["status"]["message"]
+    assert (pg["status"]["pods"], pg["status"]["bound"]) == (5, 0)
+
+    async def warned() -> list[tuple[str, str, str]] | None:
+        events = [e for e in await podgroup_events(kube, namespace, "big") if e[:2] == ("Warning", "Unschedulable")]
+        return events if any("in one rack" in e[2] for e in events) else None
+
+    await eventually(warned, within=30, what="a Warning Unschedulable Event on PodGroup big naming the rack")
+
+
+# -- two replicas, one leader ---------------------------------------------------------------------------
+
+
+async def test_two_replicas_elect_one_leader_and_the_follower_takes_over(
+    kubeconfig: Path, control_plane: ControlPlane, kube: KubeClient, namespace: str
+) -> None:
+    lease = f"topogang-{uuid.uuid4().hex[:6]}"
+    timing = ["--lease-duration=4", "--lease-renew-deadline=3", "--lease-retry-period=0.5"]
+    args = ["--leader-elect=true", f"--lease-namespace={namespace}", f"--lease-name={lease}", *timing]
+
+    async def ready(server: Topogang) -> bool:
+        return (await server.request("GET", "/readyz"))[0] == 200
+
+    async def holder() -> str:
+        return str(
+            (await kube.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease}"))["spec"].get(
+                "holderIdentity"
+            )
+            or ""
+        )
+
+    logs = control_plane.logs_dir
+    async with (
+        Topogang.start(kubeconfig, logs, args=args, env={"POD_NAME": "replica-a"}, wait="healthy") as a,
+        Topogang.start(kubeconfig, logs, args=args, env={"POD_NAME": "replica-b"}, wait="healthy") as b,
+    ):
+        replicas = {"replica-a": a, "replica-b": b}
+
+        async def one_leader() -> str | None:
+            states = [await ready(a), await ready(b)]
+            return await holder() if states.count(True) == 1 else None
+
+        leader_name = await eventually(one_leader, within=60, what="exactly one ready replica")
+        leader = replicas[leader_name]
+        follower_name, follower = next((n, s) for n, s in replicas.items() if s is not leader)
+        assert await ready(leader)
+        status, text = await follower.request("GET", "/readyz")
+        assert (status, text) == (503, b"not the leader")
+
+        # A call that reaches the follower anyway is refused, saying why.
+        pod = {"metadata": {"name": "p", "namespace": namespace}, "spec": {}}
+        status, reply = await follower.request(
+            "POST", "/topogang/filter", orjson.dumps({"Pod": pod, "NodeNames": ["n1"]})
+        )
+        assert status == 200
+        assert orjson.loads(reply)["Error"].startswith(NOT_LEADER)
+        status, reply = await follower.request(
+            "POST", "/topogang/prioritize", orjson.dumps({"Pod": pod, "NodeNames": []})
+        )
+        assert status == 503
+        assert orjson.loads(reply)["Error"].startswith(NOT_LEADER)
+        assert (await metrics(follower))[("topogang_leader", ())] == 0
+
+        # The leader dies without releasing its Lease: the follower takes over once it expires.
+        leader.process.kill()
+        await leader.process.wait()
+
+        async def took_over() -> bool:
+            return await ready(follower) and await holder() == follower_name
+
+        await eventually(took_over, within=30, what=f"{follower_name} to take the Lease and become ready")
+        seen = await metrics(follower)
+        assert seen[("topogang_leader", ())] == 1
+        assert seen[("topogang_leader_transitions_total", ())] == 1
