@@ -26,7 +26,7 @@ from e2e.test_extender import RACK, TOPOLOGY, create_tfjob
 from e2e.topogang import CRDS, Topogang, scheduler_config
 from extender.kube.client import ApiError, KubeClient
 
-pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane, pytest.mark.controlplane_only]
 
 PODGROUPS = "/apis/scheduling.topogang.io/v1alpha1/namespaces/{ns}/podgroups"
 NOT_LEADER = "topogang: not the leader"
