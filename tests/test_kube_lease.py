@@ -15,7 +15,7 @@ from extender.kube.client import ApiError
 from extender.kube.lease import LeaderElector, LeaseConfig
 from tests.kube_fakes import until
 
-FAST = {"lease_duration": 0.3, "renew_deadline": 0.15, "retry_period": 0.02}
+FAST = {"lease_duration": 0.5, "renew_deadline": 0.15, "retry_period": 0.02}
 
 
 class Store:
