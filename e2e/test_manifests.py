@@ -3,6 +3,9 @@
 - manifests/ and scheduler-config/second-scheduler/ rendered by the built kubectl (kustomize) and
   applied server-side: every object accepted (the Deployments as a server-side dry run: there is
   no image to run), the CRDs established, the Deployments within Pod Security "restricted";
+- the leader's traffic: the Service selects the leader label topogang puts on its own pod, the
+  Deployment is Ready on /synced (both replicas) with a surge-only rollout, the PDB allows one
+  pod down;
 - the sample objects under examples/ and manifests/examples/, and every PodGroup the grouper
   derives from the example workloads, accepted by the CRDs;
 - mistakes refused by the CRDs' schemas and CEL rules with their messages, and (where the
@@ -10,7 +13,7 @@
 - RBAC: the ClusterRole is exactly what the code reads and writes (extender/kube/resources.py),
   the API server says the ServiceAccounts can do that and not more (SubjectAccessReview and
   `kubectl auth can-i --as`), and `topogang serve` with only the ServiceAccount's token syncs
-  its caches;
+  its caches, leads, labels its own pod as the leader and removes the label when it stops;
 - scheduler-config/: the real kube-scheduler starts from each shipped configuration, and the
   second scheduler, with its ServiceAccount's token, takes its own Lease.
 """
@@ -39,6 +42,7 @@ from e2e.controlplane.plane import free_ports
 from e2e.topogang import SHIPPED_CONFIG, Topogang
 from extender.grouping import ObjectIndex, can_synthesize, group_pods, synthesize
 from extender.grouping.resource_interface import index_resource_interfaces
+from extender.kube.leader_label import LEADER_LABEL
 from extender.kube.resources import WATCHED
 from extender.model.errors import InvalidObject
 from extender.model.pod import parse_pod
@@ -180,6 +184,32 @@ def test_every_object_is_accepted_and_the_crds_are_established(
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     (container,) = installed.of("Deployment", "topogang")["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"topogang:{version}"
+
+
+def test_the_service_selects_the_leader_and_every_synced_replica_is_ready(installed: Installed) -> None:
+    """Readiness is /synced (leader or follower), so a rollout surges a new pod and removes an
+    old one once it is Ready, and a drain may evict either replica; the Service's selector is the
+    pods' plus the label the leader puts on its own pod (POD_NAME, POD_NAMESPACE)."""
+    deployment = installed.of("Deployment", "topogang")
+    template = deployment["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/synced"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in container["env"]}
+    assert (env["POD_NAME"], env["POD_NAMESPACE"]) == ("metadata.name", "metadata.namespace")
+
+    pods = deployment["spec"]["selector"]["matchLabels"]
+    service = installed.of("Service", "topogang")
+    assert service["spec"]["selector"] == {**pods, LEADER_LABEL: "true"}
+    assert LEADER_LABEL not in template["metadata"]["labels"]  # only the leader, at run time, has it
+
+    pdb = installed.of("PodDisruptionBudget", "topogang")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": pods}}
 
 
 def test_no_rbac_rule_uses_a_wildcard(installed: Installed) -> None:
@@ -453,6 +483,8 @@ CAN_I = [  # kubectl auth can-i ARGS --as=<the topogang ServiceAccount>, and the
     ("watch nodes", True),
     ("create pods --subresource=binding -n ml", True),
     ("patch pods -n ml", True),
+    ("get pods/topogang-e2e -n topogang-system", True),  # its own pod: the leader label
+    ("patch pods/topogang-e2e -n topogang-system", True),
     ("create events.events.k8s.io -n ml", True),
     ("patch podgroups.scheduling.topogang.io --subresource=status -n ml", True),
     ("get leases/topogang -n topogang-system", True),
@@ -507,6 +539,31 @@ def test_kubectl_auth_can_i_as_the_second_schedulers_service_account(
     assert done.stdout.strip() == ("yes" if answer else "no"), done.stderr
 
 
+# The pod `topogang serve` is told it runs in (POD_NAME, POD_NAMESPACE), within Pod Security
+# "restricted"; its scheduling gate keeps it from ever being scheduled.
+OWN_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "topogang-e2e", "namespace": NAMESPACE, "labels": {"app.kubernetes.io/name": "topogang"}},
+    "spec": {
+        "schedulingGates": [{"name": "e2e.topogang.io/never"}],
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [
+            {
+                "name": "topogang",
+                "image": "topogang",
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }
+        ],
+    },
+}
+
+
+def own_pod_labels(plane: ControlPlane) -> dict[str, str]:
+    pod = json.loads(ok(plane, "get", "pod", OWN_POD["metadata"]["name"], "-n", NAMESPACE, "-o", "json"))
+    return dict(pod["metadata"].get("labels") or {})
+
+
 def lease_holder(plane: ControlPlane, name: str) -> str:
     lease = kubectl(plane, "get", "lease", name, "-n", NAMESPACE, "-o", "json")
     return str(json.loads(lease.stdout)["spec"].get("holderIdentity") or "") if lease.returncode == 0 else ""
@@ -517,8 +574,10 @@ async def test_topogang_serve_leads_with_only_its_service_accounts_rights(
     control_plane: ControlPlane, installed: Installed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As the Deployment runs it, on the ServiceAccount's token: every informer syncs under the
-    ClusterRole (a 403 would keep it from syncing) and it takes the Lease its Role allows; it is
-    Ready only as the leader."""
+    ClusterRole (a 403 would keep it from syncing), it takes the Lease its Role allows and
+    answers /readyz 200 as the leader, labels its own pod (a Pod object standing for it, gated so
+    it never runs) as the leader, and removes the label when it stops."""
+    await asyncio.to_thread(ok, control_plane, "apply", "-f", "-", stdin=json.dumps(OWN_POD))
     kubeconfig = token_kubeconfig(control_plane, "topogang", tmp_path / "topogang.kubeconfig")
     args = installed.of("Deployment", "topogang")["spec"]["template"]["spec"]["containers"][0]["args"]
     flags = dict(a.removeprefix("--").split("=", 1) for a in args)
@@ -527,10 +586,19 @@ async def test_topogang_serve_leads_with_only_its_service_accounts_rights(
     monkeypatch.setenv("TOPOGANG_LEASE_NAME", flags["lease-name"])
     monkeypatch.setenv("POD_NAME", "topogang-e2e")  # the downward API's, as in the Deployment
     monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
-    async with Topogang.start(kubeconfig, tmp_path, ready_within=90) as server:
-        holder = await asyncio.to_thread(lease_holder, control_plane, "topogang")
+    try:
+        async with Topogang.start(kubeconfig, tmp_path, ready_within=90) as server:
+            holder = await asyncio.to_thread(lease_holder, control_plane, "topogang")
+            deadline = time.monotonic() + 30
+            while (await asyncio.to_thread(own_pod_labels, control_plane)).get(LEADER_LABEL) != "true":
+                assert time.monotonic() < deadline, f"its pod was not labelled:\n{server.tail()}"
+                await asyncio.sleep(0.2)
         log = server.log_path.read_text()
+        labels = await asyncio.to_thread(own_pod_labels, control_plane)
+    finally:
+        kubectl(control_plane, "delete", "pod", OWN_POD["metadata"]["name"], "-n", NAMESPACE, "--wait=false")
     assert holder == "topogang-e2e"
+    assert LEADER_LABEL not in labels  # removed on SIGTERM, before the Lease was released
     assert "403" not in log
     assert "forbidden" not in log.lower()
 
@@ -659,6 +727,9 @@ def test_the_kind_overlay_pins_the_service_the_kind_scheduler_calls(control_plan
     (service,) = [d for d in docs if d["kind"] == "Service"]
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "topogang:e2e"
+    assert service["spec"]["selector"][LEADER_LABEL] == "true"  # the overlay keeps the leader's selector
+    script = (KIND / "run.sh").read_text()
+    assert "rollout status deployment/topogang" in script  # both replicas become Ready (/synced)
     cluster = yaml.safe_load((KIND / "cluster.yaml").read_text())
     subnet = ipaddress.ip_network(cluster["networking"]["serviceSubnet"])
     assert ipaddress.ip_address(service["spec"]["clusterIP"]) in subnet
@@ -671,6 +742,5 @@ def test_the_kind_overlay_pins_the_service_the_kind_scheduler_calls(control_plan
     (mount,) = cluster["nodes"][0]["extraMounts"]
     assert arg["value"].startswith(volume["mountPath"] + "/")
     assert volume["hostPath"] == mount["containerPath"]
-    script = (KIND / "run.sh").read_text()
     assert f"CONFIG=$CONFIG_DIR/{Path(arg['value']).name}" in script
     assert f"CONFIG_DIR=$STATE/{Path(mount['hostPath']).relative_to('.cache/kind')}" in script

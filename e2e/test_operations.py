@@ -4,12 +4,15 @@ two replicas electing a leader on a Lease.
 Setup (once for the module): the CRDs of topogang and of the workload kinds, the Topology
 `e2e-dc` over the fake nodes' labels, `topogang serve` (no leader election: one process) and
 kube-scheduler restarted from scheduler-config/extender.yaml pointed at it. The leader-election
-test starts two more servers of its own against the same API server, with short Lease timings.
+test starts two more servers of its own against the same API server, with short Lease timings,
+each told (POD_NAME, POD_NAMESPACE) it runs in a gated Pod object that stands for its replica.
 Each test has its own namespace and fake GPU nodes (8 GPUs each), drawn in the test.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,6 +28,7 @@ from e2e.scenario import apply_crds, create, create_podgroup, eventually, gpu_po
 from e2e.test_extender import RACK, TOPOLOGY, create_tfjob
 from e2e.topogang import CRDS, Topogang, scheduler_config
 from extender.kube.client import ApiError, KubeClient
+from extender.kube.leader_label import LEADER_LABEL
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane, pytest.mark.controlplane_only]
 
@@ -196,15 +200,45 @@ async def test_an_infeasible_gang_shows_unschedulable_with_its_reason_and_an_eve
 # -- two replicas, one leader ---------------------------------------------------------------------------
 
 
-async def test_two_replicas_elect_one_leader_and_the_follower_takes_over(
+def replica_pod(name: str) -> dict[str, Any]:
+    """A Pod object standing for one replica (its POD_NAME): gated, so nothing ever schedules it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "topogang"}},
+        "spec": {
+            "schedulingGates": [{"name": "e2e.topogang.io/stands-for-a-replica"}],
+            "containers": [{"name": "topogang", "image": "topogang"}],
+        },
+    }
+
+
+def log_events(server: Topogang) -> list[str]:
+    """The `event` of each JSON line of SERVER's log, in order."""
+    out = []
+    for raw in server.log_path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            line = orjson.loads(raw)
+            if isinstance(line, dict):
+                out.append(str(line.get("event", "")))
+    return out
+
+
+async def test_two_replicas_elect_one_leader_that_labels_its_pod_and_the_follower_takes_over(
     kubeconfig: Path, control_plane: ControlPlane, kube: KubeClient, namespace: str
 ) -> None:
     lease = f"topogang-{uuid.uuid4().hex[:6]}"
     timing = ["--lease-duration=4", "--lease-renew-deadline=3", "--lease-retry-period=0.5"]
     args = ["--leader-elect=true", f"--lease-namespace={namespace}", f"--lease-name={lease}", *timing]
+    names = ("replica-a", "replica-b")
+    for name in names:
+        await create(kube, replica_pod(name), namespace)
+
+    async def status(server: Topogang, path: str) -> int:
+        return (await server.request("GET", path))[0]
 
     async def ready(server: Topogang) -> bool:
-        return (await server.request("GET", "/readyz"))[0] == 200
+        return await status(server, "/readyz") == 200
 
     async def holder() -> str:
         return str(
@@ -214,46 +248,89 @@ async def test_two_replicas_elect_one_leader_and_the_follower_takes_over(
             or ""
         )
 
+    async def labelled() -> set[str]:
+        """The replicas' pods that carry the leader label."""
+        listing = await kube.get(f"/api/v1/namespaces/{namespace}/pods", {"labelSelector": f"{LEADER_LABEL}=true"})
+        return {p["metadata"]["name"] for p in listing.get("items", [])}
+
     logs = control_plane.logs_dir
-    async with (
-        Topogang.start(kubeconfig, logs, args=args, env={"POD_NAME": "replica-a"}, wait="healthy") as a,
-        Topogang.start(kubeconfig, logs, args=args, env={"POD_NAME": "replica-b"}, wait="healthy") as b,
-    ):
-        replicas = {"replica-a": a, "replica-b": b}
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def start(name: str) -> Topogang:
+            env = {"POD_NAME": name, "POD_NAMESPACE": namespace}
+            return await stack.enter_async_context(Topogang.start(kubeconfig, logs, args=args, env=env, wait="healthy"))
+
+        replicas = {name: await start(name) for name in names}
 
         async def one_leader() -> str | None:
-            states = [await ready(a), await ready(b)]
-            return await holder() if states.count(True) == 1 else None
+            states = [await ready(s) for s in replicas.values()]
+            leader = await holder() if states.count(True) == 1 else ""
+            return leader if leader and await labelled() == {leader} else None
 
-        leader_name = await eventually(one_leader, within=60, what="exactly one ready replica")
+        leader_name = await eventually(one_leader, within=60, what="exactly one ready replica, its pod labelled")
         leader = replicas[leader_name]
         follower_name, follower = next((n, s) for n, s in replicas.items() if s is not leader)
+
+        async def both_synced() -> bool:
+            return all([await status(s, "/synced") == 200 for s in replicas.values()])
+
+        await eventually(both_synced, within=60, what="/synced 200 on both replicas")
         assert await ready(leader)
-        status, text = await follower.request("GET", "/readyz")
-        assert (status, text) == (503, b"not the leader")
+        status_code, text = await follower.request("GET", "/readyz")
+        assert (status_code, text) == (503, b"not the leader")
+        assert await labelled() == {leader_name}  # the follower's pod is not labelled
 
         # A call that reaches the follower anyway is refused, saying why.
         pod = {"metadata": {"name": "p", "namespace": namespace}, "spec": {}}
-        status, reply = await follower.request(
+        status_code, reply = await follower.request(
             "POST", "/topogang/filter", orjson.dumps({"Pod": pod, "NodeNames": ["n1"]})
         )
-        assert status == 200
+        assert status_code == 200
         assert orjson.loads(reply)["Error"].startswith(NOT_LEADER)
-        status, reply = await follower.request(
+        status_code, reply = await follower.request(
             "POST", "/topogang/prioritize", orjson.dumps({"Pod": pod, "NodeNames": []})
         )
-        assert status == 503
+        assert status_code == 503
         assert orjson.loads(reply)["Error"].startswith(NOT_LEADER)
         assert (await metrics(follower))[("topogang_leader", ())] == 0
 
-        # The leader dies without releasing its Lease: the follower takes over once it expires.
+        # The leader dies without releasing its Lease or removing its label: the follower takes
+        # over once the Lease expires and labels its own pod. The dead leader's label stays (the
+        # transient state: in a cluster its pod is not Ready, and is replaced by the Deployment).
         leader.process.kill()
         await leader.process.wait()
 
         async def took_over() -> bool:
-            return await ready(follower) and await holder() == follower_name
+            return (
+                await ready(follower)
+                and await holder() == follower_name
+                and await labelled() == {leader_name, follower_name}
+            )
 
-        await eventually(took_over, within=30, what=f"{follower_name} to take the Lease and become ready")
+        await eventually(took_over, within=30, what=f"{follower_name} to take the Lease, be ready and labelled")
         seen = await metrics(follower)
         assert seen[("topogang_leader", ())] == 1
         assert seen[("topogang_leader_transitions_total", ())] == 1
+
+        # The dead leader comes back on the same pod, as a follower: it removes its stale label.
+        restarted = replicas[leader_name] = await start(leader_name)
+
+        async def stale_label_removed() -> bool:
+            return await labelled() == {follower_name} and await status(restarted, "/synced") == 200
+
+        await eventually(stale_label_removed, within=60, what=f"{leader_name}, restarted, to remove its stale label")
+        assert await status(restarted, "/readyz") == 503
+        assert "leader label removed" in log_events(restarted)
+
+        # SIGTERM to the leader: it removes its label before it releases the Lease, and the
+        # restarted replica takes over (at its next retry, not after the lease duration).
+        follower.process.terminate()
+        assert await asyncio.wait_for(follower.process.wait(), 30) == 0
+        events = log_events(follower)
+        assert events.index("leader label removed") < events.index("released the Lease"), events
+        assert follower_name not in await labelled()
+
+        async def back() -> bool:
+            return await ready(restarted) and await labelled() == {leader_name}
+
+        await eventually(back, within=15, what=f"{leader_name} to take the released Lease and label its pod")

@@ -211,8 +211,11 @@ async def test_health_and_readiness(aiohttp_client: Any) -> None:
     client = await aiohttp_client(create_app(extender, lambda: ready))
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/readyz")).status == 503
+    synced = await client.get("/synced")
+    assert (synced.status, await synced.text()) == (503, "caches not synced")
     ready = True
     assert (await client.get("/readyz")).status == 200
+    assert (await client.get("/synced")).status == 200
 
 
 async def test_the_sweep_forgets_finished_plans_and_pods_that_are_gone(setup: Any) -> None:

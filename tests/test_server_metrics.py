@@ -71,13 +71,15 @@ async def test_a_gate_that_times_out_counts_the_gang_and_each_failed_bind(aiohtt
     assert sample(m, "topogang_binds_failed_total", reason="rejected") == 1
 
 
-async def test_a_follower_is_not_ready_and_refuses_every_extender_call(aiohttp_client: Any) -> None:
+async def test_a_follower_is_synced_not_readyz_and_refuses_every_extender_call(aiohttp_client: Any) -> None:
     scheduler, recorder, extender = make()
     client = await aiohttp_client(create_app(extender, lambda: True, "/topogang", leading=lambda: False))
     p = member(0)
     scheduler.observe_pod(p)
     ready = await client.get("/readyz")
     assert (ready.status, await ready.text()) == (503, "not the leader")
+    synced = await client.get("/synced")  # the Deployment's readiness: a synced follower is Ready
+    assert (synced.status, await synced.text()) == (200, "ok")
     assert (await client.get("/healthz")).status == 200
     assert await call(client, "filter", args(p)) == {"Error": NOT_LEADER}
     assert await call(client, "bind", bind_body(p, "z1-b1-r1-n1")) == {"Error": NOT_LEADER}

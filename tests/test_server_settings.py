@@ -23,6 +23,7 @@ def test_leader_election_is_on_in_cluster_and_off_with_a_kubeconfig() -> None:
         "topogang",
     )
     assert in_cluster.identity == "topogang-7d9f-abcde"
+    assert (in_cluster.pod_namespace, in_cluster.pod_name) == ("topogang-system", "topogang-7d9f-abcde")
     assert (in_cluster.lease_duration, in_cluster.lease_renew_deadline, in_cluster.lease_retry_period) == (15, 10, 2)
     assert not settings("--kubeconfig", "/tmp/kubeconfig").leader_elect
 
@@ -46,6 +47,12 @@ def test_flags_win_over_the_environment() -> None:
 
 def test_without_pod_name_the_identity_is_unique_per_process() -> None:
     assert settings().identity != settings().identity
+
+
+def test_without_both_pod_variables_there_is_no_pod_to_label() -> None:
+    assert (settings().pod_namespace, settings().pod_name) == (None, None)
+    assert settings(POD_NAME="a").pod_namespace is None
+    assert settings(POD_NAMESPACE="ns").pod_name is None
 
 
 @pytest.mark.parametrize(

@@ -100,8 +100,8 @@ if ! "$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
 fi
 "$KIND" get kubeconfig --name "$CLUSTER" > "$STATE/kubeconfig"
 export KUBECONFIG=$ROOT/$STATE/kubeconfig
-# A cluster kept from an earlier run has topogang in its scheduling path; topogang's own new
-# pods could not be scheduled while it is replaced below, so go back to the plain scheduler first.
+# A cluster kept from an earlier run has topogang in its scheduling path; go back to the plain
+# scheduler first, so topogang's own new pods below never depend on the build being replaced.
 if grep -q extenders "$CONFIG" 2>/dev/null; then
     write_scheduler_config plain
     restart_scheduler
@@ -131,8 +131,18 @@ k apply --server-side -k e2e/kind
 if [[ -n $existed ]]; then
     k -n topogang-system rollout restart deployment/topogang   # the same tag, a new image
 fi
-# Only the Lease holder is Ready (see manifests/deployment.yaml): wait for exactly that one.
-k -n topogang-system wait deployment/topogang --for=jsonpath='{.status.readyReplicas}'=1 --timeout=5m
+# Both replicas are Ready once synced (/synced); the Service has its one endpoint once the
+# leader has labelled its pod scheduling.topogang.io/leader=true (manifests/service.yaml).
+k -n topogang-system rollout status deployment/topogang --timeout=5m
+leader_endpoints=""
+for _ in $(seq 120); do
+    leader_endpoints=$(k -n topogang-system get endpointslices -l kubernetes.io/service-name=topogang \
+        -o jsonpath='{.items[*].endpoints[?(@.conditions.ready==true)].addresses[0]}')
+    [[ $(wc -w <<<"$leader_endpoints") -eq 1 ]] && break
+    sleep 1
+done
+[[ $(wc -w <<<"$leader_endpoints") -eq 1 ]] ||
+    die "the topogang Service has no single leader endpoint (ready: '$leader_endpoints'); k -n topogang-system get pods -L scheduling.topogang.io/leader"
 
 say "kube-scheduler with scheduler-config/extender.yaml"
 cluster_ip=$(k -n topogang-system get service topogang -o jsonpath='{.spec.clusterIP}')

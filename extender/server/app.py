@@ -5,10 +5,13 @@ serve` (serve.py) builds those from a kubeconfig. Handlers decode, call the Exte
 encode; a malformed body is a 400 whose JSON `Error` names the field; a bug is a 500 with the
 error logged. Every extender call is timed into `topogang_extender_request_duration_seconds`.
 
-A replica that is not the leader answers `/readyz` with 503 (so the Service sends kube-scheduler
-to the leader) and refuses extender calls that reach it anyway: filter and bind with their
-result's `Error` ("topogang: not the leader ..."), prioritize and preempt, whose results have no
-such field, with a 503 carrying the same `Error`.
+Two readiness answers: `/synced` is 200 once the caches have synced, leader or follower (the
+Deployment's readinessProbe: both replicas Ready, so rollouts and the PDB work); `/readyz` is
+200 only on a synced leader (for people and scripts asking "is this the one that schedules?").
+The Service finds the leader by its pod label (kube/leader_label.py), not by readiness. A
+replica that is not the leader refuses extender calls that reach it anyway: filter and bind
+with their result's `Error` ("topogang: not the leader ..."), prioritize and preempt, whose
+results have no such field, with a 503 carrying the same `Error`.
 """
 
 from __future__ import annotations
@@ -96,6 +99,12 @@ async def _healthz(_: web.Request) -> web.StreamResponse:
     return web.Response(text="ok")
 
 
+async def _synced(request: web.Request) -> web.StreamResponse:
+    if not request.app[READY]():
+        return web.Response(text="caches not synced", status=503)
+    return web.Response(text="ok")
+
+
 async def _readyz(request: web.Request) -> web.StreamResponse:
     if not request.app[READY]():
         return web.Response(text="caches not synced", status=503)
@@ -129,5 +138,6 @@ def create_app(
     app.router.add_post(f"{prefix}/preempt", _guarded("preempt", _preempt))
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/synced", _synced)
     app.router.add_get("/metrics", _metrics)
     return app

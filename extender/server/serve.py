@@ -4,6 +4,8 @@ Start-up: the cluster cache lists and watches everything; once it has synced, th
 campaigns for the Lease (or, without leader election, leads at once). The leader plans, binds
 and keeps PodGroups current (PodGroupWriter); losing the Lease drops every plan at once
 (Extender.demote) and stops the writer, and the replica campaigns again with a warm cache.
+The leader labels its own pod (LeaderLabel), which is how the Service finds it; the label goes
+when leadership does, and on shutdown before the Lease is released.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from extender.core.scheduler import GangScheduler
 from extender.kube.actions import KubeActions
 from extender.kube.cache import ClusterCache
 from extender.kube.client import KubeClient
+from extender.kube.leader_label import LeaderLabel
 from extender.kube.lease import LeaderElector, LeaseConfig
 from extender.kube.podgroups import PodGroupWriter
 from extender.server import metrics as m
@@ -44,12 +47,15 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     extender = Extender(scheduler, actions, bind_timeout=settings.bind_timeout)
     writer = PodGroupWriter(client, scheduler, actions)
     extender.changed = writer.touch
+    label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
 
     async def started() -> None:
+        label.want(True)  # patched in the background: planning never waits for it
         writer.start()
 
     async def stopped() -> None:
         extender.demote()  # first, in the same step as `leading` turned false
+        label.want(False)
         await writer.stop()
 
     elector = None
@@ -87,6 +93,7 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
             await started()
 
     async def running(_: web.Application) -> AsyncIterator[None]:
+        label.start()
         cache.start()
         leader = asyncio.create_task(lead(), name="leader election")
 
@@ -104,8 +111,11 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
             for task in (sweeper, leader):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            # The label first: once the Lease is free the follower takes over at its next
+            # retry and labels its own pod; two labelled pods would split kube-scheduler's calls.
+            await label.close()
             if elector is not None:
-                await elector.release()  # the follower takes over at its next retry
+                await elector.release()
             await writer.stop()
             await extender.close()
             await cache.stop()

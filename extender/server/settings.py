@@ -21,6 +21,9 @@ timing (seconds)    --lease-duration  TOPOGANG_LEASE_DURATION 15 (kube-scheduler
                     --lease-renew-deadline  TOPOGANG_LEASE_RENEW_DEADLINE  10
                     --lease-retry-period    TOPOGANG_LEASE_RETRY_PERIOD    2
 identity            POD_NAME, else the hostname with a random suffix
+own pod             POD_NAME in POD_NAMESPACE (the downward API): the leader labels it
+                    scheduling.topogang.io/leader=true, which the Service selects; either unset
+                    (a laptop, the e2e tests): no label
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class Settings:
     lease_renew_deadline: float = 10.0
     lease_retry_period: float = 2.0
     identity: str = ""
+    pod_name: str | None = None  # the pod the leader labels; None: not in a pod
+    pod_namespace: str | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +142,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         ),
         lease_retry_period=seconds("--lease-retry-period", args.lease_retry_period, "TOPOGANG_LEASE_RETRY_PERIOD", 2.0),
         identity=environ.get("POD_NAME") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+        pod_name=environ.get("POD_NAME") or None,
+        pod_namespace=environ.get("POD_NAMESPACE") or None,
     )
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
