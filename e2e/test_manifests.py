@@ -40,15 +40,14 @@ import yaml
 from e2e.controlplane import Component, ControlPlane, SchedulerSwitch
 from e2e.controlplane.plane import free_ports
 from e2e.topogang import SHIPPED_CONFIG, Topogang
-from extender.grouping import ObjectIndex, can_synthesize, group_pods, synthesize
 from extender.grouping.resource_interface import index_resource_interfaces
 from extender.kube.leader_label import LEADER_LABEL
 from extender.kube.resources import WATCHED
 from extender.model.errors import InvalidObject
-from extender.model.pod import parse_pod
 from extender.model.podgroup import parse_podgroup
 from extender.model.podgroup_body import podgroup_spec_body
 from extender.model.topology import parse_topology
+from tests.grouping_builders import group_file
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only]
 
@@ -257,14 +256,7 @@ def derived_podgroups() -> list[dict[str, Any]]:
     writes for it (extender/model/podgroup_body.py)."""
     out = []
     for path in sorted([*ROOT.glob("examples/workloads/*.yaml"), *ROOT.glob("examples/tfjob-segments/*.yaml")]):
-        objects: list[dict[str, Any]] = [d for d in yaml.safe_load_all(path.read_text()) if d]
-        pods = []
-        for obj in list(objects):
-            if can_synthesize(str(obj.get("apiVersion")), str(obj.get("kind"))):
-                made = synthesize(obj)
-                objects.extend(made.owners)
-                pods.extend(parse_pod(p) for p in made.pods)
-        for grouping in group_pods(pods, ObjectIndex(objects), {}).groups.values():
+        for grouping in group_file(path)[0].groups.values():
             spec = grouping.podgroup
             assert spec is not None, grouping.errors
             out.append({

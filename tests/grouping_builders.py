@@ -10,9 +10,12 @@ trees rendered one SubGroup a line so that tests compare whole trees at a glance
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
-from extender.grouping import GroupingResult, ObjectIndex, group_pods, synthesize
+import yaml
+
+from extender.grouping import GroupingResult, ObjectIndex, can_synthesize, group_pods, synthesize
 from extender.grouping.types import Grouping
 from extender.model.pod import PodInfo, parse_pod
 from extender.model.podgroup import PodGroupSpec, TopologyConstraint
@@ -186,6 +189,15 @@ def group(
     made, owners = pods_of(*workloads)
     index = ObjectIndex([*workloads, *owners, *objects])
     return group_pods([*made, *pods], index, podgroups or {})
+
+
+def group_file(path: Path) -> tuple[GroupingResult, list[PodInfo]]:
+    """The gangs of an example file: its workloads' synthesized pods, grouped seeing every object
+    of the file; also the pods."""
+    docs: list[JSON] = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    workloads = [d for d in docs if can_synthesize(str(d.get("apiVersion")), str(d.get("kind")))]
+    pods, owners = pods_of(*workloads)
+    return group_pods(pods, ObjectIndex([*docs, *owners]), {}), pods
 
 
 def only(result: GroupingResult) -> Grouping:

@@ -14,13 +14,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 
-from extender.grouping import GroupingResult, ObjectIndex, can_synthesize, group_pods, synthesize
+from extender.grouping import GroupingResult, ObjectIndex, group_pods, synthesize
 from extender.model.pod import PodInfo, parse_pod
 from extender.placement import ClusterSnapshot, Plan, build_gang, plan
 from tests.builders import GPU, TOPO, grid, racks_of
-from tests.grouping_builders import group, kubeflow, template
+from tests.grouping_builders import group, group_file, kubeflow, template
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples" / "workloads").glob("*.yaml"))
 STORY_2 = kubeflow(
@@ -91,15 +90,7 @@ def test_story_2_segment_members_follow_the_replica_index() -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_example_groups_cleanly_and_places(path: Path) -> None:
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    pods: list[PodInfo] = []
-    objects = list(docs)
-    for d in docs:
-        if can_synthesize(d["apiVersion"], d["kind"]):
-            s = synthesize(d)
-            pods.extend(parse_pod(p) for p in s.pods)
-            objects.extend(s.owners)
-    result = group_pods(pods, ObjectIndex(objects), {})
+    result, pods = group_file(path)
     assert result.groups
     assert not result.waiting
     assert all(not g.warnings and not g.errors for g in result.groups.values())

@@ -5,30 +5,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from extender.grouping import ObjectIndex, can_synthesize, group_pods, synthesize
-from extender.model.pod import parse_pod
 from extender.model.podgroup import PodGroupSpec, TopologyConstraint, parse_podgroup
 from extender.model.podgroup_body import podgroup_spec_body
 from tests.builders import podgroup
+from tests.grouping_builders import group_file
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = sorted((ROOT / "examples" / "workloads").glob("*.yaml"))
 
 
 def derived(path: Path) -> list[PodGroupSpec]:
-    objects: list[dict[str, Any]] = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    pods = []
-    for obj in list(objects):
-        if can_synthesize(str(obj.get("apiVersion")), str(obj.get("kind"))):
-            made = synthesize(obj)
-            objects.extend(made.owners)
-            pods.extend(parse_pod(p) for p in made.pods)
-    result = group_pods(pods, ObjectIndex(objects), {})
+    result, _ = group_file(path)
     return [g.podgroup for g in result.groups.values() if g.podgroup is not None]
 
 

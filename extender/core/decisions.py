@@ -49,6 +49,7 @@ class FilterResult:
     unresolvable: dict[str, str] = field(default_factory=dict)  # node -> reason; it would not
     event: PlanEvent | None = None  # a plan made (or refused) during this call
     wake: tuple[str, ...] = ()  # pods to requeue now: they have a planned node waiting
+    reason: str = ""  # why the nodes left out were left out (refusals give every node one reason)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def _exclusive(gang: Gang | None) -> bool:
 def snapshot_for(state: ClusterState, membership: Membership, group: str, gang: Gang) -> ClusterSnapshot:
     base = state.snapshot()
     others = []
-    for other in membership.groups():
+    for other in membership.exclusive_groups():  # known from specs: no other gang is built here
         if other == group:
             continue
         view = membership.view(other)

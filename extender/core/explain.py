@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from extender.core.scheduler import GangScheduler
 from extender.placement import Plan, Scope, Unplaceable, plan
@@ -72,17 +72,22 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
     planned_on = {**reserved, **node_of}
     lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))
+    base = Explanation(
+        group,
+        view.source,
+        status.phase,
+        status.message,
+        f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
+        tuple(lines),
+        notes=tuple(notes),
+    )
+    if all(m.key in node_of for m in gang.members()):
+        return replace(base, outcome="nothing to plan: every pod is bound")
     # The dry run: this gang's own reservations go back; its bound pods stay where they are.
     give_back: dict[str, Counter[str]] = {}
     for pod_key, node in reserved.items():
         give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
     snapshot = state.snapshot(give_back)
-    if all(m.key in node_of for m in gang.members()):
-        return Explanation(
-            group, view.source, status.phase, status.message,
-            f"{gang.topology.name or '(none)'}: {gang.topology.describe()}", tuple(lines),
-            "nothing to plan: every pod is bound", {}, tuple(notes),
-        )  # fmt: skip
     result = plan(snapshot, gang)
     if isinstance(result, Plan):
         levels = "; ".join(f"{lv} {', '.join(d)}" for lv, d in result.levels.items() if d)
@@ -92,17 +97,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         assert isinstance(result, Unplaceable)
         outcome = f"does not fit: {result.message}"
     shapes = {s.describe(): left_out(snapshot, s) for s in gang.shapes}
-    return Explanation(
-        group,
-        view.source,
-        status.phase,
-        status.message,
-        f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
-        tuple(lines),
-        outcome,
-        {k: v for k, v in shapes.items() if v},
-        tuple(notes),
-    )
+    return replace(base, outcome=outcome, left_out={k: v for k, v in shapes.items() if v})
 
 
 def _lines(

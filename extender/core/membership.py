@@ -78,6 +78,7 @@ class Membership:
         self._readers: dict[tuple[str, str, str], set[str]] = {}  # owner read -> pods whose chain read it
         self._reads: dict[str, tuple[tuple[str, str, str], ...]] = {}
         self._groupings: dict[str, list[Grouping]] = {}  # family -> its gangs
+        self._exclusive: set[str] = set()  # gangs with an exclusive constraint, read from their specs
         self._family_waiting: dict[str, dict[str, str]] = {}
         self._group_of: dict[str, str] = {}
         self._group_family: dict[str, str] = {}
@@ -146,6 +147,7 @@ class Membership:
 
     def _regroup(self, family: str) -> None:
         for grouping in self._groupings.pop(family, []):
+            self._exclusive.discard(grouping.key)
             self._group_family.pop(grouping.key, None)
             self._views.pop(grouping.key, None)
         for pod_key in self._family_waiting.pop(family, {}):
@@ -174,6 +176,8 @@ class Membership:
         self._groupings[family] = groupings
         self._family_waiting[family] = waiting
         for g in groupings:
+            if g.podgroup is not None and _has_exclusive(g.podgroup):
+                self._exclusive.add(g.key)
             self._group_family[g.key] = family
             self._views.pop(g.key, None)
             for pod_key in pods.get(g.key, ()):
@@ -200,6 +204,11 @@ class Membership:
     def groups(self) -> list[str]:
         self._sync()
         return sorted(self._group_family)
+
+    def exclusive_groups(self) -> list[str]:
+        """Gangs with an exclusive constraint (LeaderWorkerSet), known without building them."""
+        self._sync()
+        return sorted(self._exclusive)
 
     def has(self, group: str) -> bool:
         """Whether some pod belongs to GROUP."""
@@ -260,6 +269,15 @@ class Membership:
         if not assumed:
             self._views[group] = view
         return view
+
+
+def _has_exclusive(spec: PodGroupSpec) -> bool:
+    constraints = [
+        spec.global_constraint,
+        *spec.subgroup_constraints.values(),
+        *(s.constraint for s in spec.subgroup_sets),
+    ]
+    return any(c is not None and c.exclusive for c in constraints)
 
 
 def _assume(pod: PodInfo, node: str | None) -> PodInfo:

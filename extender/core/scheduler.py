@@ -126,15 +126,14 @@ class GangScheduler:
     def _filter_plain(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
         """Plain pods pass, except onto nodes where they would take a gang's reserved room."""
         reserved = self.state.reserved_nodes
-        if not reserved:
-            return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
         failed = {}
-        for node in nodes:
-            if node in reserved and any(self.state.free_on(node, r) < v for r, v in pod.requests.items()):
-                failed[node] = RESERVED
+        if reserved:
+            for node in nodes:
+                if node in reserved and any(self.state.free_on(node, r) < v for r, v in pod.requests.items()):
+                    failed[node] = RESERVED
         if not failed:
-            return FilterResult(list(nodes))
-        return FilterResult([n for n in nodes if n not in failed], failed=failed)
+            return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
+        return FilterResult([n for n in nodes if n not in failed], failed=failed, reason=RESERVED)
 
     def _still_fits(self, node: str) -> bool:
         info = self.state.nodes.get(node)
@@ -397,4 +396,4 @@ class GangScheduler:
 
 def _refuse(nodes: Sequence[str], reason: str, event: PlanEvent | None = None) -> FilterResult:
     """No node will do and preemption would not help: the gang as a whole is the problem."""
-    return FilterResult([], unresolvable=dict.fromkeys(nodes, reason), event=event)
+    return FilterResult([], unresolvable=dict.fromkeys(nodes, reason), event=event, reason=reason)

@@ -102,12 +102,6 @@ def annotations_of(body: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def meta_str(body: Mapping[str, Any], key: str) -> str:
-    meta = body.get("metadata")
-    value = meta.get(key) if isinstance(meta, Mapping) else None
-    return value if isinstance(value, str) else ""
-
-
 def controller_ref(body: Mapping[str, Any]) -> OwnerRef | None:
     """The ownerReference with controller: true of a raw object."""
     meta = body.get("metadata")

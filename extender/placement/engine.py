@@ -215,14 +215,7 @@ class _Placer:
             if not candidates:
                 self.fail(self.no_domain(scope, region, level), region, scope)
                 return False
-            for domain in candidates:
-                self._tick()
-                cp = self.checkpoint()
-                self.pin(scope, domain, domain)
-                if self.place_soft(scope, domain):
-                    return True
-                self.rollback(cp)
-            return False
+            return any(self._try(scope, domain, domain) for domain in candidates)
         if not self._fixed_inside(scope, region):
             return False
         if level is not None:
@@ -231,6 +224,10 @@ class _Placer:
                 return False  # the region sits on nodes without this level's label
             if held.level > hard.level:
                 hard = held  # the constraint holds the scope tighter than its parents do
+        return self._try(scope, hard, region)
+
+    def _try(self, scope: Scope, hard: Domain, region: Domain) -> bool:
+        """One candidate: pin the scope there and place it, or leave no trace."""
         self._tick()
         cp = self.checkpoint()
         self.pin(scope, hard, region)
@@ -246,7 +243,7 @@ class _Placer:
         dom = self.tree.levels[region.level].domain_of_node
         return all(int(dom[n]) == region.index for n in fixed)
 
-    def _fits(self, scope: Scope, level: int, lo: int, hi: int, demand: Sequence[int]) -> BoolArray:
+    def _fits(self, level: int, lo: int, hi: int, demand: Sequence[int]) -> BoolArray:
         ok: BoolArray = self.tree.levels[level].labeled[lo:hi].copy()
         for s, need in enumerate(demand):
             if need > 0:
@@ -258,7 +255,7 @@ class _Placer:
         lo, hi = self.tree.descendants(region, level)
         if lo == hi:
             return []
-        ok = self._fits(scope, level, lo, hi, self.min_demand[scope.id])
+        ok = self._fits(level, lo, hi, self.min_demand[scope.id])
         if scope.rule is not None and scope.rule.exclusive:
             ok &= self._free_of_others(level, lo, hi)
         fixed = self.fixed[scope.id]
@@ -307,7 +304,7 @@ class _Placer:
         demand = self.min_demand[scope.id]
         for finer in range(level + 1, preferred + 1):
             li = self.tree.levels[finer]
-            fits = self._fits(scope, finer, 0, len(li.starts), demand)
+            fits = self._fits(finer, 0, len(li.starts), demand)
             owners = self.tree.levels[level].domain_of_pos[li.starts[fits]]
             rank[np.isin(cand, owners)] = preferred - finer
         return rank
@@ -336,7 +333,7 @@ class _Placer:
         lo, hi = self.tree.descendants(region, level)
         if lo == hi:
             return []
-        ok = self._fits(scope, level, lo, hi, self.min_demand[scope.id])
+        ok = self._fits(level, lo, hi, self.min_demand[scope.id])
         fixed = self.fixed[scope.id]
         if fixed:
             dom = self.tree.levels[level].domain_of_node

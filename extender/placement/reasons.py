@@ -31,7 +31,7 @@ class Shortfall:
     best: int = 0  # the most pods of that shape one domain (or the region) could take
     source: str = ""  # the constraint's field
     excluded: Mapping[str, int] = field(default_factory=dict)  # reason -> nodes left out
-    tried: int = 0  # domains tried and abandoned
+    tried: int = 0  # SEARCH_LIMIT: candidate domains tried before giving up
     progress: int = 0  # pods placed when this failed: the deepest failure explains best
     present: int = 0  # for INCOMPLETE: pods that exist
     exclusive: bool = False  # the level had to be free of other gangs' pods
@@ -50,8 +50,6 @@ class Shortfall:
             text += f" fits {self.best}"
         else:
             text = f"{self.scope}: {need}{where or ' in the cluster'}; only {self.best} fit"
-        if self.tried:
-            text += f" (tried {self.tried} {self.level or 'domain'}{'s' if self.tried != 1 else ''})"
         if self.excluded:
             parts = sorted(self.excluded.items(), key=lambda kv: (-kv[1], kv[0]))
             text += "; nodes left out: " + ", ".join(f"{n} {why}" for why, n in parts)

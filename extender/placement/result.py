@@ -17,7 +17,6 @@ class Plan:
     minimum: frozenset[str] = frozenset()  # the pods of `assignments` that form the minimum tree
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
     attempts: int = 0  # candidate domains tried: how hard the search had to work
-    notes: tuple[str, ...] = field(default=())
 
 
 @dataclass(frozen=True)

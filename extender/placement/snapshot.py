@@ -17,7 +17,7 @@ import numpy as np
 
 from extender.model.node import NodeInfo
 from extender.model.pod import Placement
-from extender.model.selectors import tolerates_all
+from extender.model.selectors import term_list_matches, tolerates_all
 from extender.model.topology import TopologySpec
 from extender.placement.tree import BoolArray, IntArray, TopologyTree
 
@@ -92,7 +92,9 @@ class NodeTable:
                 if code[i] != ELIGIBLE:
                     continue
                 labels = node.labels
-                if any(labels.get(k) != v for k, v in selector.items()) or not _affinity_ok(placement, node):
+                if any(labels.get(k) != v for k, v in selector.items()) or not term_list_matches(
+                    placement.affinity, labels, node.name
+                ):
                     code[i] = NOT_SELECTED
         mask: BoolArray = code == ELIGIBLE
         result = Eligibility(mask, code, taint)
@@ -100,11 +102,6 @@ class NodeTable:
         if len(self._eligibility) > _ELIGIBILITY_CACHE:
             self._eligibility.popitem(last=False)
         return result
-
-
-def _affinity_ok(placement: Placement, node: NodeInfo) -> bool:
-    terms = placement.affinity
-    return not terms or any(t.matches(node.labels, node.name) for t in terms)
 
 
 class Usage(Protocol):

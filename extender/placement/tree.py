@@ -125,9 +125,6 @@ class TopologyTree:
         """The node index of a node-level domain."""
         return int(self.pos_to_node[self.levels[self.node_level].starts[domain.index]])
 
-    def contains(self, outer: Domain, inner: Domain) -> bool:
-        return inner.level >= outer.level and self.ancestor(inner, outer.level) == outer
-
     def labeled(self, domain: Domain) -> bool:
         return bool(self.levels[domain.level].labeled[domain.index])
 

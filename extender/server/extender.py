@@ -99,7 +99,7 @@ class Extender:
         if result.nodes:
             self._refused.pop(pod.key, None)
         else:
-            reason = next(iter({**result.unresolvable, **result.failed}.values()), "")
+            reason = result.reason
             if self._refused.get(pod.key) != reason:
                 self._refused[pod.key] = reason
                 self._emit(pod, "GangNotScheduled", reason, "Warning")

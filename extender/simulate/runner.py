@@ -122,7 +122,7 @@ class Simulation:
                 if result.event is not None:
                     events.append(result.event)
                 if not result.nodes:
-                    reasons[key] = next(iter({**result.failed, **result.unresolvable}.values()), "no node")
+                    reasons[key] = result.reason or "no node"
                     continue
                 node = self._pick(pod, result.nodes, self.scheduler.prioritize(pod, result.nodes))
                 decision = self.scheduler.bind(key, node, now)
