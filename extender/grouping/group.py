@@ -20,13 +20,13 @@ from dataclasses import replace
 from typing import Any
 
 from extender.grouping import names as n
-from extender.grouping.draft import GangDraft, Member, Part
+from extender.grouping.assemble import assemble
+from extender.grouping.grouper import ClaimedPod, GangDraft, Grouper, Link, Part, WorkloadDraft
 from extender.grouping.kinds import BUILTIN
+from extender.grouping.objects import ObjectLookup
 from extender.grouping.resource_interface import ResourceInterface, group_with, index_resource_interfaces
-from extender.grouping.tree import assemble
-from extender.grouping.types import Grouping, GroupingResult, ObjectLookup
+from extender.grouping.result import Grouping, GroupingResult
 from extender.grouping.values import annotations_of, controller_ref
-from extender.grouping.workload import Grouper, Link, WorkloadDraft
 from extender.model.errors import FieldError
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
 from extender.model.pod import PodInfo
@@ -121,7 +121,7 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
     waiting: dict[str, str] = {}
     explicit: dict[str, list[PodInfo]] = {}
     drafts: dict[tuple[str, str, str, str, str], WorkloadDraft | None] = {}
-    members: dict[tuple[tuple[str, str, str, str, str], str], list[Member]] = {}
+    members: dict[tuple[tuple[str, str, str, str, str], str], list[ClaimedPod]] = {}
     orphans: dict[tuple[str, str, str, str], tuple[Link, list[PodInfo]]] = {}
 
     def handlers(link: Link) -> list[tuple[str, Grouper]]:
@@ -162,7 +162,7 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
                 draft = drafts[dkey]
                 claim = draft.classify(pod, chain[:i]) if draft is not None else None
                 if claim is not None:
-                    members.setdefault((dkey, claim.gang), []).append(Member(pod, claim.part, claim.error))
+                    members.setdefault((dkey, claim.gang), []).append(ClaimedPod(pod, claim.part, claim.error))
                     claimed = True
                     break
             if claimed:
@@ -199,7 +199,7 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
         )
         add(assemble(gang, ms), [m.pod.key for m in ms])
     for top, ps in orphans.values():
-        add(assemble(_fallback(top, ps), [Member(p, top.ref.kind.lower()) for p in ps]), [p.key for p in ps])
+        add(assemble(_fallback(top, ps), [ClaimedPod(p, top.ref.kind.lower()) for p in ps]), [p.key for p in ps])
     return GroupingResult(groups, pod_group, waiting, tuple(warnings))
 
 

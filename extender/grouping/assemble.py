@@ -21,13 +21,13 @@ from collections.abc import Iterable
 
 from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, layout_of, merge, placement
-from extender.grouping.draft import GangDraft, Member, Part
-from extender.grouping.types import Grouping
+from extender.grouping.grouper import ClaimedPod, GangDraft
+from extender.grouping.result import Grouping
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
 from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint, validate_structure
 
-__all__ = ["GangDraft", "Member", "Part", "assemble"]
+__all__ = ["assemble"]
 
 
 def _segment_subgroups(
@@ -58,7 +58,7 @@ def _segment_subgroups(
     return count
 
 
-def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
+def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     """The Grouping of one gang: its PodGroup tree from the draft, and where each pod goes."""
     errors = list(draft.errors)
     warnings = list(draft.warnings)
