@@ -21,10 +21,11 @@ Synthesized: LWS -> StatefulSet `<lws>` -> leader Pod `<lws>-<g>`; leader Pod ->
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from extender.grouping import names as n
-from extender.grouping.grouper import Claim, GangDraft, Link, Part, WorkloadDraft
+from extender.grouping.grouper import Claim, Classifier, GangDraft, Link, Part, WorkloadDraft
 from extender.grouping.kinds.common import body, gang, spec, template
 from extender.grouping.kinds.kind import WorkloadKind, owner
 from extender.grouping.synthesis import Synthesis, owner_ref, uid_for
@@ -52,6 +53,8 @@ ACCELERATOR_RESOURCES = frozenset(
 )
 
 LEADER, WORKERS = "leader", "workers"
+_WHERE = "spec.leaderWorkerTemplate"
+_SGS_FIELD = f"{_WHERE}.subGroupPolicy.subGroupSize"
 _TEMPLATE_ANNOTATIONS = (
     n.KAI_REQUIRED,
     n.KAI_PREFERRED,
@@ -87,6 +90,58 @@ def subgroup_index(worker: int, size: int, sgs: int, shift: bool, excluded: bool
     return (worker - 1) // sgs if shift or excluded else worker // sgs
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """How a group's pods are cut: by worker index into leader/workers, or into subgroups."""
+
+    replicas: int  # groups
+    size: int  # pods per group, the leader included
+    sgs: int | None  # subGroupSize, when the group is cut into subgroups
+    shift: bool = False  # worker indexes shifted by the leader (seed 002)
+    excluded: bool = False  # LeaderExcluded: the leader is outside every subgroup
+
+    def part_of(self, worker: int) -> str:
+        if self.sgs is None:
+            return LEADER if worker == 0 else WORKERS
+        i = subgroup_index(worker, self.size, self.sgs, self.shift, self.excluded)
+        return LEADER if i is None else f"subgroup-{i}"
+
+
+def _subgroup_size(lwt: Mapping[str, Any], size: int, obj: str, errors: list[FieldError]) -> int | None:
+    """subGroupPolicy.subGroupSize, when LWS can cut a group of `size` pods by it."""
+    policy = mapping_at(lwt, "subGroupPolicy", obj, _WHERE, errors)
+    sgs = positive_int(policy.get("subGroupSize"), obj, _SGS_FIELD, errors)
+    excluded = policy.get("subGroupPolicyType") == "LeaderExcluded"
+    if sgs is not None and sgs > size:
+        errors.append(FieldError(obj, _SGS_FIELD, f"is {sgs}, more than the group size {size}"))
+        return None
+    if sgs is not None and size % sgs and (size - 1) % sgs:
+        errors.append(FieldError(obj, _SGS_FIELD, f"{sgs} divides neither the size {size} nor size - 1"))
+        return None
+    if sgs is not None and excluded and (size - 1) % sgs:
+        errors.append(FieldError(obj, _SGS_FIELD, f"LeaderExcluded needs size - 1 = {size - 1} divisible by {sgs}"))
+        return None
+    return sgs
+
+
+def _classifier(link: Link, shape: _Shape) -> Classifier:
+    replicas, size = shape.replicas, shape.size
+
+    def classify(pod: PodInfo, below: Sequence[Link]) -> Claim:
+        raw_group = pod.labels.get(GROUP_INDEX)
+        if raw_group is None or not raw_group.isdigit() or int(raw_group) >= replicas:
+            why = "missing" if raw_group is None else f"{raw_group!r} is not a group index 0..{replicas - 1}"
+            return Claim(link.key(), None, FieldError(f"Pod {pod.key}", label_field(GROUP_INDEX), why))
+        key = link.key(f"-{raw_group}")
+        raw_worker = pod.labels.get(WORKER_INDEX)
+        if raw_worker is None or not raw_worker.isdigit() or int(raw_worker) >= size:
+            why = "missing" if raw_worker is None else f"{raw_worker!r} is not a worker index 0..{size - 1}"
+            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(WORKER_INDEX), why))
+        return Claim(key, shape.part_of(int(raw_worker)))
+
+    return classify
+
+
 def group_lws(link: Link) -> WorkloadDraft:
     obj = link.label
     errors: list[FieldError] = []
@@ -94,47 +149,33 @@ def group_lws(link: Link) -> WorkloadDraft:
     s = spec(link, errors)
     replicas = count(s, "replicas", 1, obj, "spec", errors)
     lwt = mapping_at(s, "leaderWorkerTemplate", obj, "spec", errors)
-    where = "spec.leaderWorkerTemplate"
-    size = count(lwt, "size", 1, obj, where, errors)
+    size = count(lwt, "size", 1, obj, _WHERE, errors)
     if size < 1:
-        errors.append(FieldError(obj, f"{where}.size", f"expected an integer >= 1, got {size}"))
+        errors.append(FieldError(obj, f"{_WHERE}.size", f"expected an integer >= 1, got {size}"))
         size = 1
-    worker_raw, worker_ann, worker_where = template(lwt, "workerTemplate", obj, where, errors)
+    worker_raw, worker_ann, worker_where = template(lwt, "workerTemplate", obj, _WHERE, errors)
     if "leaderTemplate" in lwt:
-        leader_raw, leader_ann, leader_where = template(lwt, "leaderTemplate", obj, where, errors)
+        leader_raw, leader_ann, leader_where = template(lwt, "leaderTemplate", obj, _WHERE, errors)
     else:  # the leader is made from the worker template; its annotations are the workers'
         leader_raw, leader_ann, leader_where = worker_raw, {}, worker_where
 
     meta = annotations_of(body(link))
     exclusive = level(meta.get(EXCLUSIVE), obj, ann_field("", EXCLUSIVE), errors)
     sub_level = level(meta.get(SUBGROUP_EXCLUSIVE), obj, ann_field("", SUBGROUP_EXCLUSIVE), errors)
-    policy = mapping_at(lwt, "subGroupPolicy", obj, where, errors)
-    sgs_field = f"{where}.subGroupPolicy.subGroupSize"
-    sgs = positive_int(policy.get("subGroupSize"), obj, sgs_field, errors)
-    excluded = policy.get("subGroupPolicyType") == "LeaderExcluded"
-    if sub_level is not None and sgs is None and policy.get("subGroupSize") is None:
-        warnings.append(f"{obj}: {SUBGROUP_EXCLUSIVE}={sub_level} ignored: no {sgs_field}")
+    written = mapping_at(lwt, "subGroupPolicy", obj, _WHERE, []).get("subGroupSize")
+    if sub_level is not None and written is None:
+        warnings.append(f"{obj}: {SUBGROUP_EXCLUSIVE}={sub_level} ignored: no {_SGS_FIELD}")
         sub_level = None
-    if sgs is not None and sgs > size:
-        errors.append(FieldError(obj, sgs_field, f"is {sgs}, more than the group size {size}"))
-        sgs = None
-    elif sgs is not None and size % sgs and (size - 1) % sgs:
-        errors.append(FieldError(obj, sgs_field, f"{sgs} divides neither the size {size} nor size - 1"))
-        sgs = None
-    elif sgs is not None and excluded and (size - 1) % sgs:
-        errors.append(FieldError(obj, sgs_field, f"LeaderExcluded needs size - 1 = {size - 1} divisible by {sgs}"))
-        sgs = None
+    sgs = _subgroup_size(lwt, size, obj, errors)
 
     parts: list[Part]
-    subgroups = sub_level is not None and sgs is not None
-    if subgroups:
-        assert sgs is not None
-        assert sub_level is not None
+    if sub_level is not None and sgs is not None:
+        excluded = mapping_at(lwt, "subGroupPolicy", obj, _WHERE, []).get("subGroupPolicyType") == "LeaderExcluded"
         shift = not requests_accelerator(leader_raw) or ((size - 1) % sgs == 0 and size % sgs != 0)
+        shape = _Shape(replicas, size, sgs, shift, excluded)
         members: dict[str, int] = {}
         for w in range(size):
-            i = subgroup_index(w, size, sgs, shift, excluded)
-            name = LEADER if i is None else f"subgroup-{i}"
+            name = shape.part_of(w)
             members[name] = members.get(name, 0) + 1
         parts = [Part(name, c, c) for name, c in members.items()]
         for t_ann, t_where in ((leader_ann, leader_where), (worker_ann, worker_where)):
@@ -143,7 +184,7 @@ def group_lws(link: Link) -> WorkloadDraft:
                 why = f"{SUBGROUP_EXCLUSIVE} cuts the group into subgroups"
                 warnings.append(f"{obj} {t_where}: {', '.join(ignored)} ignored: {why}")
     else:
-        shift = False
+        shape = _Shape(replicas, size, None)
         parts = [Part(LEADER, 1, 1, leader_ann, leader_where, index_label=WORKER_INDEX)]
         if size > 1:
             offset = LEADER_COUNT
@@ -156,31 +197,13 @@ def group_lws(link: Link) -> WorkloadDraft:
         if exclusive is not None:
             field = ann_field("", EXCLUSIVE)
             draft.global_constraint = TopologyConstraint(required=exclusive, field=field, exclusive=True)
-        if subgroups:
+        if shape.sgs is not None:
             field = ann_field("", SUBGROUP_EXCLUSIVE)
             for p in parts:
                 if p.name != LEADER:
                     draft.constraints[p.name] = TopologyConstraint(required=sub_level, field=field, exclusive=True)
         gangs[draft.key] = draft
-
-    def classify(pod: PodInfo, below: Sequence[Link]) -> Claim:
-        raw_group = pod.labels.get(GROUP_INDEX)
-        if raw_group is None or not raw_group.isdigit() or int(raw_group) >= replicas:
-            why = "missing" if raw_group is None else f"{raw_group!r} is not a group index 0..{replicas - 1}"
-            return Claim(link.key(), None, FieldError(f"Pod {pod.key}", label_field(GROUP_INDEX), why))
-        key = link.key(f"-{raw_group}")
-        raw_worker = pod.labels.get(WORKER_INDEX)
-        if raw_worker is None or not raw_worker.isdigit() or int(raw_worker) >= size:
-            why = "missing" if raw_worker is None else f"{raw_worker!r} is not a worker index 0..{size - 1}"
-            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(WORKER_INDEX), why))
-        worker = int(raw_worker)
-        if subgroups:
-            assert sgs is not None
-            i = subgroup_index(worker, size, sgs, shift, excluded)
-            return Claim(key, LEADER if i is None else f"subgroup-{i}")
-        return Claim(key, LEADER if worker == 0 else WORKERS)
-
-    return WorkloadDraft(gangs, classify, obj, obj, link.ref)
+    return WorkloadDraft(gangs, _classifier(link, shape), obj, obj, link.ref)
 
 
 def synthesize_lws(out: Synthesis) -> None:
