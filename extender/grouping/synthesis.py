@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,18 @@ class Synthesis:
             self.errors.append(FieldError(self.obj, "metadata.name", "expected a non-empty string"))
         if not isinstance(spec, Mapping):
             self.errors.append(FieldError(self.obj, "spec", "expected an object"))
+
+    def named(self, items: Sequence[Any], key: str, where: str) -> Iterator[tuple[int, str, Mapping[str, Any], str]]:
+        """The items of a list that carry a non-empty `key` as (position, field path, item, name);
+        an item without one is reported and skipped."""
+        for i, raw in enumerate(items):
+            at = f"{where}[{i}]"
+            item: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+            name = str(item.get(key) or "")
+            if not name:
+                self.errors.append(FieldError(self.obj, f"{at}.{key}", "expected a non-empty name"))
+                continue
+            yield i, at, item, name
 
     def ref(self) -> JSON:
         return owner_ref(self.api_version, self.kind, self.name, self.uid)

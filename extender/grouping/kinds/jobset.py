@@ -15,7 +15,6 @@ Synthesized: JobSet -> Job `<js>-<rjob>-<j>` -> Pod `<js>-<rjob>-<j>-<i>`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from extender.grouping.grouper import Claim, Link, Part, WorkloadDraft, single
 from extender.grouping.kinds.common import gang, spec, template
@@ -103,13 +102,7 @@ def synthesize_jobset(out: Synthesis) -> None:
         for i, r in enumerate(rjobs)
     ]
     global_index = 0
-    for i, raw in enumerate(rjobs):
-        where = f"spec.replicatedJobs[{i}]"
-        rjob: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        name = str(rjob.get("name") or "")
-        if not name:
-            out.errors.append(FieldError(out.obj, f"{where}.name", "expected a non-empty name"))
-            continue
+    for i, where, rjob, name in out.named(rjobs, "name", "spec.replicatedJobs"):
         job_template = mapping_at(rjob, "template", out.obj, where, out.errors)
         job_spec = mapping_at(job_template, "spec", out.obj, f"{where}.template", out.errors)
         for j in range(replicas_of[i]):

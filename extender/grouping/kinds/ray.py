@@ -111,13 +111,8 @@ def _ray_pods(out: Synthesis, cluster: str, cluster_ref: JSON, spec: Mapping[str
         cluster_ref,
         {**base, NODE_TYPE: "head", GROUP: HEAD_GROUP, IDENTIFIER: f"{cluster}-head"},
     )
-    for i, raw in enumerate(list_at(spec, "workerGroupSpecs", out.obj, where, out.errors)):
-        at = f"{where}.workerGroupSpecs[{i}]"
-        wg: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        group = str(wg.get("groupName") or "")
-        if not group:
-            out.errors.append(FieldError(out.obj, f"{at}.groupName", "expected a non-empty name"))
-            continue
+    groups = list_at(spec, "workerGroupSpecs", out.obj, where, out.errors)
+    for _, at, wg, group in out.named(groups, "groupName", f"{where}.workerGroupSpecs"):
         if wg.get("suspend") is True:
             continue
         minimum = count(wg, "minReplicas", 0, out.obj, at, out.errors)
