@@ -27,6 +27,8 @@ def uid_for(kind: str, namespace: str, name: str) -> str:
 
 
 class Synthesis:
+    """One workload being synthesized: what was read of it, and the pods, owners and errors made."""
+
     def __init__(self, workload: Mapping[str, Any], default_namespace: str) -> None:
         meta = workload.get("metadata")
         self.meta: Mapping[str, Any] = meta if isinstance(meta, Mapping) else {}

@@ -101,8 +101,8 @@ def group_rayjob(link: Link) -> WorkloadDraft | None:
     return single(draft, classify)
 
 
-def _ray_pods(out: Synthesis, cluster: str, cluster_ref: JSON, spec: Mapping[str, Any], where: str) -> None:
-    head = mapping_at(spec, "headGroupSpec", out.obj, where, out.errors)
+def _ray_pods(out: Synthesis, cluster: str, cluster_ref: JSON, cluster_spec: Mapping[str, Any], where: str) -> None:
+    head = mapping_at(cluster_spec, "headGroupSpec", out.obj, where, out.errors)
     head_t = mapping_at(head, "template", out.obj, f"{where}.headGroupSpec", out.errors)
     base = {CLUSTER: cluster, IS_NODE: "yes"}
     out.pod(
@@ -111,17 +111,17 @@ def _ray_pods(out: Synthesis, cluster: str, cluster_ref: JSON, spec: Mapping[str
         cluster_ref,
         {**base, NODE_TYPE: "head", GROUP: HEAD_GROUP, IDENTIFIER: f"{cluster}-head"},
     )
-    groups = list_at(spec, "workerGroupSpecs", out.obj, where, out.errors)
+    groups = list_at(cluster_spec, "workerGroupSpecs", out.obj, where, out.errors)
     for _, at, wg, group in out.named(groups, "groupName", f"{where}.workerGroupSpecs"):
         if wg.get("suspend") is True:
             continue
         minimum = count(wg, "minReplicas", 0, out.obj, at, out.errors)
         replicas = count(wg, "replicas", minimum, out.obj, at, out.errors)
         hosts = max(count(wg, "numOfHosts", 1, out.obj, at, out.errors), 1)
-        template = mapping_at(wg, "template", out.obj, at, out.errors)
+        worker_t = mapping_at(wg, "template", out.obj, at, out.errors)
         labels = {**base, NODE_TYPE: "worker", GROUP: group, IDENTIFIER: f"{cluster}-worker"}
         for k in range(replicas * hosts):
-            out.pod(f"{cluster}-{group}-worker-{k}", template, cluster_ref, labels)
+            out.pod(f"{cluster}-{group}-worker-{k}", worker_t, cluster_ref, labels)
 
 
 def synthesize_raycluster(out: Synthesis) -> None:
@@ -133,11 +133,11 @@ def synthesize_rayjob(out: Synthesis) -> None:
         msg = "has no rayClusterSpec (it uses an existing cluster): give that cluster's pods instead"
         out.errors.append(FieldError(out.obj, "spec.rayClusterSpec", msg))
         return
-    spec = mapping_at(out.spec, "rayClusterSpec", out.obj, "spec", out.errors)
+    cluster_spec = mapping_at(out.spec, "rayClusterSpec", out.obj, "spec", out.errors)
     cluster = f"{out.name}-raycluster"
     labels = {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": out.name}
-    cluster_ref = out.owner(RAY_V1, "RayCluster", cluster, out.ref(), labels, spec)
-    _ray_pods(out, cluster, cluster_ref, spec, "spec.rayClusterSpec")
+    cluster_ref = out.owner(RAY_V1, "RayCluster", cluster, out.ref(), labels, cluster_spec)
+    _ray_pods(out, cluster, cluster_ref, cluster_spec, "spec.rayClusterSpec")
 
 
 KINDS = (
