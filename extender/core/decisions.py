@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT
+from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT
 
 # Phases of a group (PodGroup status.phase).
 PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"

@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from extender.core.scheduler import GangScheduler
-from extender.placement import Plan, Scope, Unplaceable, plan
-from extender.placement.leftout import left_out
-from extender.placement.tree import TopologyTree
+from extender.placement import Plan, Scope, TopologyTree, Unplaceable, left_out, plan
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from extender.grouping import Grouping, family_key, group_pods
 from extender.model.errors import FieldError
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import PodGroupSpec
-from extender.placement.build import BuiltGang, build_gang
+from extender.placement import BuiltGang, build_gang
 
 PODGROUP_FAMILY = "PodGroup "
 

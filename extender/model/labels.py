@@ -1,4 +1,8 @@
-"""Every label and annotation topogang reads or writes, in one place (the README lists them too)."""
+"""The labels and annotations by which pods and PodGroups name their gang and Topology.
+
+Workload kinds keep the labels they read with their grouper (extender/grouping), and the
+labels topogang writes live with their writer (extender/kube); the README lists them all.
+"""
 
 # A pod joins a PodGroup object by name through either of these.
 POD_GROUP_ANNOTATION = "pod-group-name"
