@@ -43,13 +43,13 @@ class Explanation:
 
 def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
     """Gangs named NAME ("ns/name"): the PodGroup itself, or the gangs of the workload NAME."""
-    groups = scheduler.membership.groups()
+    groups = scheduler.groups()
     if name in groups:
         return [name]
     ns, _, short = name.partition("/")
     out = []
     for g in groups:
-        source = scheduler.membership.view(g).source  # "TFJob ml/train", "PodGroup ml/pg", ...
+        source = scheduler.view(g).source  # "TFJob ml/train", "PodGroup ml/pg", ...
         _, _, ident = source.partition(" ")
         if ident.split(" ")[0] == f"{ns}/{short}" or (g.startswith(f"{ns}/") and g.endswith(f"-{short}")):
             out.append(g)
@@ -57,7 +57,7 @@ def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
 
 
 def explain(scheduler: GangScheduler, group: str) -> Explanation:
-    view = scheduler.membership.view(group)
+    view = scheduler.view(group)
     status = scheduler.status(group)
     notes = [*view.warnings, *(f"{pod}: {why}" for pod, why in sorted(view.waiting.items()))]
     gang = view.built.gang if view.built is not None else None
@@ -65,8 +65,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         return Explanation(group, view.source, status.phase, status.message, notes=tuple(notes))
     state = scheduler.state
     tree = state.table.tree(gang.topology)
-    gp = scheduler.plans.get(group)
-    reserved = gp.reserved if gp else {}
+    reserved = scheduler.reserved(group)
     node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
     planned_on = {**reserved, **node_of}
     lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))

@@ -76,7 +76,7 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     app = create_app(extender, lambda: cache.ready, settings.prefix, leading=leading)
     m.watch(
         extender.metrics,
-        reservations=lambda: len(scheduler.state.reservations),
+        reservations=scheduler.reservation_count,
         phases=writer.phase_counts,
         status_writes=lambda: {"ok": writer.writes["ok"], "failed": writer.writes["failed"]},
         cache_ready=lambda: float(cache.ready),
