@@ -164,5 +164,5 @@ def test_story_2_tfjob_segments_on_racks_inside_one_zone() -> None:
         assert len({got[f"default/worker-{i}"] for i in range(4 * s, 4 * s + 4)}) == 1, f"segment {s} split"
     assert {r.split("-")[0] for r in got.values()} == {"z1"}
     assert isinstance(result, Plan)
-    assert result.domains["PodGroup default/pg"] == "zone z1"
-    assert result.domains["SubGroup worker-0"] == "rack z1/b1/r1"
+    assert str(result.domains["default/pg"]) == "zone z1"
+    assert str(result.domains["worker-0"]) == "rack z1/b1/r1"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
+from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, DomainRef, Shortfall
 
 # Phases of a group (PodGroup status.phase).
 PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"
@@ -113,7 +113,7 @@ class PlanEvent:
     outcome: str  # "planned", "replanned", "extended", "pending", "invalid"
     pods: int  # pods placed by this decision (or needed, when pending)
     nodes: tuple[str, ...] = ()
-    domains: Mapping[str, str] = field(default_factory=dict)  # scope -> domain
+    domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
     reason: str = ""
     attempts: int = 0
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
@@ -123,7 +123,7 @@ class PlanEvent:
         if self.nodes:
             out["nodes"] = sorted(set(self.nodes))
         if self.domains:
-            out["domains"] = dict(self.domains)
+            out["domains"] = {scope: str(domain) for scope, domain in self.domains.items()}
         if self.levels:
             out["levels"] = {level: list(doms) for level, doms in self.levels.items()}
         if self.reason:
@@ -140,7 +140,7 @@ class SubGroupStatus:
     pods: int  # pods that exist
     planned: int  # pods with a planned node (reserved or bound)
     bound: int
-    domain: str = ""
+    domain: DomainRef | None = None
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ class GroupStatus:
     planned: int = 0
     bound: int = 0
     subgroups: tuple[SubGroupStatus, ...] = ()
-    domains: Mapping[str, str] = field(default_factory=dict)  # constrained scope label -> domain
+    domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
     reason: str = ""  # one of the R_* reasons above, or a Shortfall kind
 
     @property

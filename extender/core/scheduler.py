@@ -51,7 +51,7 @@ from extender.core.membership import GroupView, Membership
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
-from extender.placement import Plan, Unplaceable, build_gang, incomplete, meets_minimum, plan
+from extender.placement import DomainRef, Plan, Unplaceable, build_gang, incomplete, meets_minimum, plan
 
 RESERVED = "topogang: capacity reserved for a gang"
 MAX_SCORE = 10
@@ -78,7 +78,7 @@ class GangScheduler:
         self.plan_ttl = plan_ttl
         self.plans: dict[str, GroupPlan] = {}
         self.reasons: dict[str, Reason] = {}  # group -> why it is where it is (pending, left over)
-        self.domains: dict[str, Mapping[str, str]] = {}  # group -> where its last plan put each constrained scope
+        self.domains: dict[str, Mapping[str, DomainRef]] = {}  # group -> where its last plan put each constrained scope
         self.dropped: list[tuple[str, Reason]] = []  # (pod, why): binds waiting at a gate that closed
         self._generation = 0
 
@@ -456,7 +456,7 @@ class GangScheduler:
                 len(keys),
                 bound + sum(1 for k in keys if k in reserved),
                 bound,
-                domains.get(scope.label, ""),
+                domains.get(scope.key),
             )
 
 

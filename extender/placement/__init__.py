@@ -10,7 +10,7 @@ from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.gang_from_podgroup import BuiltGang, build_gang
 from extender.placement.leftout import left_out
 from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
-from extender.placement.result import Plan, PlanResult, Unplaceable
+from extender.placement.result import DomainRef, Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, DictUsage, NodeTable
 from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
 
@@ -24,6 +24,7 @@ __all__ = [
     "ClusterSnapshot",
     "DictUsage",
     "Domain",
+    "DomainRef",
     "Gang",
     "IntArray",
     "Member",

@@ -104,7 +104,7 @@ class _Placer:
         for scope in self.gang.scopes:
             pin = self.state.pins.get(scope.id)
             if pin is not None and (scope.rule is not None or scope is self.gang.root):
-                domains[scope.label] = self.tree.describe(pin.required if pin.required.level else pin.preferred)
+                domains[scope.key] = self.tree.ref(pin.required if pin.required.level else pin.preferred)
         unplaced = tuple(m.key for m in self.gang.members() if m.node is None and m.key not in assignments)
         levels: dict[str, tuple[str, ...]] = {}
         for level in range(1, self.tree.node_level):

@@ -119,8 +119,9 @@ class _GangBuilder:
         if pg.subgroups:
             children = self.children(None)
             minimum = _first(pg.min_subgroup, pg.min_member, sum(c.weight for c in children))
-            return Scope(root_id, self.obj, minimum, children, rule=rule)
-        return Scope(root_id, self.obj, _first(pg.min_member, 1), members=self.to_members(None), rule=rule)
+            return Scope(root_id, self.obj, minimum, children, rule=rule, key=pg.key)
+        own = self.to_members(None)
+        return Scope(root_id, self.obj, _first(pg.min_member, 1), members=own, rule=rule, key=pg.key)
 
     def rule(self, c: TopologyConstraint | None) -> Rule | None:
         if c is None or self.topology is None:
@@ -167,7 +168,8 @@ class _GangBuilder:
                 sid = next(self._ids)
                 inner = tuple(self.subgroup(k) for k in kids if k.name in s.subgroups)
                 label = "SubGroupSet [" + ", ".join(k.name for k in kids if k.name in s.subgroups) + "]"
-                built.append(Scope(sid, label, len(inner), inner, rule=self.rule(s.constraint), weight=len(inner)))
+                rule = self.rule(s.constraint)
+                built.append(Scope(sid, label, len(inner), inner, rule=rule, weight=len(inner), key=label))
         return tuple(built)
 
     def subgroup(self, sg: SubGroupSpec) -> Scope:
@@ -178,9 +180,10 @@ class _GangBuilder:
         if children:
             n = sum(c.weight for c in children)
             minimum = _first(sg.min_subgroup, sg.min_member, n)
-            return Scope(sid, label, minimum, children, rule=rule, name=sg.name)
+            return Scope(sid, label, minimum, children, rule=rule, name=sg.name, key=sg.name)
         minimum = _first(sg.min_member, 1)
-        return Scope(sid, label, minimum, members=self.to_members(sg.name), rule=rule, name=sg.name)
+        members = self.to_members(sg.name)
+        return Scope(sid, label, minimum, members=members, rule=rule, name=sg.name, key=sg.name)
 
 
 def _first(*values: int | None) -> int:

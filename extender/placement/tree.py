@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from extender.model.node import NodeInfo
 from extender.model.topology import TopologySpec
+from extender.placement.result import DomainRef
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -149,6 +150,14 @@ class TopologyTree:
         if domain.level == self.node_level:
             return f"node {self.levels[domain.level].values[domain.index][-1]}"
         return f"{self.level_name(domain.level)} {self.path(domain)}"
+
+    def ref(self, domain: Domain) -> DomainRef:
+        """The domain by value, for results that outlive the tree."""
+        if domain.level == 0:
+            return DomainRef(self.level_name(0), "")
+        if domain.level == self.node_level:
+            return DomainRef(self.level_name(domain.level), self.value(domain))
+        return DomainRef(self.level_name(domain.level), self.path(domain))
 
     def path(self, domain: Domain) -> str:
         """The label values from the coarsest level down to the domain's own: 'z1/b2/r3'."""
