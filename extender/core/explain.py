@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from extender.core.scheduler import GangScheduler
+from extender.model.keys import GroupKey
 from extender.placement import Plan, Scope, TopologyTree, Unplaceable, left_out, plan
 
 
@@ -46,12 +47,14 @@ def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
     groups = scheduler.groups()
     if name in groups:
         return [name]
-    ns, _, short = name.partition("/")
+    wanted = GroupKey.parse(name)
     out = []
     for g in groups:
-        source = scheduler.view(g).source  # "TFJob ml/train", "PodGroup ml/pg", ...
-        _, _, ident = source.partition(" ")
-        if ident.split(" ")[0] == f"{ns}/{short}" or (g.startswith(f"{ns}/") and g.endswith(f"-{short}")):
+        key = GroupKey.parse(g)
+        if key.namespace != wanted.namespace:
+            continue
+        owner = scheduler.view(g).owner  # the workload a derived gang comes from
+        if (owner is not None and owner.name == wanted.name) or key.name.endswith(f"-{wanted.name}"):
             out.append(g)
     return sorted(out)
 

@@ -52,6 +52,7 @@ from extender.kube.podgroup_status import (
     transition,
 )
 from extender.kube.resources import PODGROUPS
+from extender.model.keys import GroupKey
 
 FIELD_MANAGER = "topogang"
 TOPOGANG_PODGROUPS = next(r for r in PODGROUPS if r.api_version(r.versions[0]) == API_VERSION)
@@ -208,7 +209,7 @@ class PodGroupWriter:
     # -- writing --------------------------------------------------------------------------------
 
     async def _write(self, group: str, status: GroupStatus) -> None:
-        namespace, _, name = group.partition("/")
+        namespace, name = (key := GroupKey.parse(group)).namespace, key.name
         path = TOPOGANG_PODGROUPS.object_path(TOPOGANG_PODGROUPS.versions[0], name, namespace)
         async with self._slots:
             try:

@@ -18,6 +18,7 @@ import structlog
 from extender.core.decisions import BIND, R_NOT_LEADER, REJECT, WAIT, PlanEvent, Released
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
+from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
 from extender.server import wire
 from extender.server.metrics import (
@@ -274,8 +275,8 @@ class Extender:
             return
         for p in parked:
             self._refused.pop(p, None)
-        names = [tuple(p.split("/", 1)) for p in parked]
-        self._spawn(self.actions.wake([(ns, name) for ns, name in names], self.scheduler.generation(group)), "wake")
+        names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
+        self._spawn(self.actions.wake(names, self.scheduler.generation(group)), "wake")
 
     def _emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
