@@ -398,7 +398,8 @@ def test_two_attempts_on_one_shared_tree_do_not_see_each_other() -> None:
     second_pg, second_pods = gang(4, {"requiredTopologyLevel": "rack"})
     first = build_gang(first_pg, first_pods, topologies).gang
     second = build_gang(second_pg, second_pods, topologies).gang
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     alone = placed(plan(ClusterSnapshot.of(CLUSTER), second))
     tree = snapshot.table.tree(TOPO)
     starts = [li.starts.copy() for li in tree.levels]
@@ -419,8 +420,10 @@ def test_a_rolled_back_attempt_leaves_its_counts_and_pins_as_they_were() -> None
     cp = one.checkpoint()
     one.pin(0, tree.root, Domain(1, 0))
     one.place(0, 0, "default/p-0")
-    assert one.counts[0][0][0] == before[0][0] - 1 and one.pins
+    assert one.counts[0][0][0] == before[0][0] - 1
+    assert one.pins
     assert [c.tolist() for c in other.counts[0]] == [c.tolist() for c in before]  # not shared
     one.rollback(cp)
     assert [c.tolist() for c in one.counts[0]] == [c.tolist() for c in before]
-    assert not one.pins and not one.where
+    assert not one.pins
+    assert not one.where
