@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
-from extender.placement import Plan, Scope, TopologyTree, Unplaceable, left_out, plan
+from extender.placement import Excluded, Plan, Scope, TopologyTree, Unplaceable, left_out, plan
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Explanation:
     topology: str = ""
     lines: tuple[ScopeLine, ...] = ()
     outcome: str = ""  # the dry run: "fits: ..." or "does not fit: <reason>"
-    left_out: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # shape -> reason -> nodes
+    left_out: Mapping[str, Mapping[Excluded, int]] = field(default_factory=dict)  # shape -> why -> nodes
     notes: tuple[str, ...] = ()  # warnings, pods waiting outside the gang
 
 
@@ -162,7 +162,8 @@ def render(explanations: Sequence[Explanation]) -> str:
         if e.outcome:
             out.append(f"  Planning it now: {e.outcome}")
         for shape, reasons in e.left_out.items():
-            shown = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+            texts = sorted(((str(why), n) for why, n in reasons.items()), key=lambda kv: (-kv[1], kv[0]))
+            shown = ", ".join(f"{n} {why}" for why, n in texts)
             out.append(f"  Nodes left out for pods of {shape}: {shown}")
         for note in e.notes:
             out.append(f"  Note: {note}")

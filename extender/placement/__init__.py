@@ -8,7 +8,7 @@ packages import placement through this module only.
 from extender.placement.engine import incomplete, meets_minimum, plan
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.gang_from_podgroup import BuiltGang, build_gang
-from extender.placement.leftout import left_out
+from extender.placement.leftout import Excluded, Exclusion, left_out
 from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
 from extender.placement.result import DomainRef, Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, DictUsage, NodeTable
@@ -25,6 +25,8 @@ __all__ = [
     "DictUsage",
     "Domain",
     "DomainRef",
+    "Excluded",
+    "Exclusion",
     "Gang",
     "IntArray",
     "Member",

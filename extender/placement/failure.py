@@ -15,7 +15,7 @@ import numpy as np
 from extender.placement.candidates import Candidates
 from extender.placement.demand import Demand
 from extender.placement.gang import Gang, Scope
-from extender.placement.leftout import left_out
+from extender.placement.leftout import Excluded, left_out
 from extender.placement.reasons import NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.state import AttemptState
@@ -99,7 +99,7 @@ class Failures:
             shown += f" and {others} other pod{'s' if others != 1 else ''}"
         return (demand[s] if demand else 0), shown
 
-    def _excluded(self, region: Domain, shape: int) -> dict[str, int]:
+    def _excluded(self, region: Domain, shape: int) -> dict[Excluded, int]:
         """Nodes in `region` that could not take even one pod of `shape` before this gang, by why."""
         if not self.gang.shapes:
             return {}
