@@ -6,21 +6,21 @@
            of the resources the gang asks for and count, per pod shape, how many pods fit on
            each node and in each domain (bottom up).
   phase 2  the minimum tree, a recursion from the PodGroup down (KAI's job -> SubGroup -> pods):
-           2a  a scope with a required level finer than its region picks one domain of that
-               level: the candidates that can hold its minimum, tightest fit first (ties by
-               path), those where its preferred level also holds it in one domain before the
-               others (candidates.py); a checkpoint before each candidate, a rollback when its
-               subtree fails.
-           2b  inside that domain the scope climbs from its preferred level (or, for compactness,
-               from the node level) to the first level where one domain holds it, and tries
-               the best few of those before spreading over the whole region.
-           2c  its children are placed one unit at a time (a SubGroupSet is one unit) until
-               `minMember` of them stand; a leaf places its minimum pods by descending the tree
-               through the fewest domains (Kueue's greedy: the tightest child that holds the
-               rest, else the largest child first).
-  phase 3  optional members, never at the cost of the minimum: pods beyond each leaf's minimum,
-           SubGroups not needed for the minimum (whole or not at all) and elastic SubGroups
-           (minMember 0), each inside the domains its constraints already hold.
+           2a  place_scope: a scope with a required level finer than its region picks one
+               domain of that level: the candidates that can hold its minimum, tightest fit
+               first (ties by path), those where its preferred level also holds it in one
+               domain before the others (candidates.py); a checkpoint before each candidate,
+               a rollback when its subtree fails.
+           2b  place_preferred: inside that domain the scope climbs from its preferred level
+               (or, for compactness, from the node level) to the first level where one domain
+               holds it, and tries the best few of those before spreading over the region.
+           2c  place_children: its children are placed one unit at a time (a SubGroupSet is
+               one unit) until `minMember` of them stand; a leaf (place_members, place_pods)
+               places its minimum by descending the tree through the fewest domains (Kueue's
+               greedy: the tightest child that holds the rest, else the largest child first).
+  phase 3  place_optional: optional members, never at the cost of the minimum: pods beyond
+           each leaf's minimum, SubGroups not needed for the minimum (whole or not at all) and
+           elastic SubGroups (minMember 0), each inside the domains its constraints hold.
   phase 4  the plan: pod -> node, the domain of each constrained scope; or the deepest
            failure of phase 2 as a Shortfall (failure.py).
 
