@@ -203,6 +203,21 @@ def decode_victims(body: bytes) -> tuple[str, dict[str, Any]]:
     return key, out
 
 
+@dataclass(frozen=True)
+class PreemptArgs:
+    pod_key: str
+    victims: dict[str, Any]  # node -> MetaVictims, as kube-scheduler proposes them
+
+
+def decode_preempt(body: bytes) -> PreemptArgs:
+    return PreemptArgs(*decode_victims(body))
+
+
 def encode_victims(victims: Mapping[str, Any]) -> bytes:
     result: ExtenderPreemptionResult = {"NodeNameToMetaVictims": dict(victims)}
     return orjson.dumps(result)
+
+
+def encode_error(message: str) -> bytes:
+    """The Error field every extender result type has: a refusal, a bad request, a failure."""
+    return orjson.dumps({"Error": message})

@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import orjson
 
+from extender.model.keys import GroupKey
 from extender.model.node import NodeInfo
 from extender.model.topology import TopologySpec
 from extender.simulate.runner import SimResult
@@ -18,7 +19,7 @@ def to_json(result: SimResult) -> str:
                 "namespace": p.namespace,
                 "name": p.name,
                 "labels": p.labels,
-                "podGroup": p.group.partition("/")[2] if p.group else None,
+                "podGroup": GroupKey.parse(p.group).name if p.group else None,
                 "subGroup": p.subgroup,
                 "node": p.node,
             }
@@ -26,8 +27,8 @@ def to_json(result: SimResult) -> str:
         ],
         "podGroups": [
             {
-                "namespace": g.key.partition("/")[0],
-                "name": g.key.partition("/")[2],
+                "namespace": GroupKey.parse(g.key).namespace,
+                "name": GroupKey.parse(g.key).name,
                 "phase": g.phase,
                 "message": g.message,
             }
