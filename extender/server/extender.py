@@ -35,6 +35,10 @@ from extender.server.metrics import (
 
 log = structlog.get_logger("topogang")
 
+# API statuses after which no retry can bind the pod: it is gone (404), or its namespace is being
+# deleted (403 "being terminated"); its reservation is dropped instead of held for a retry.
+BIND_HOPELESS = frozenset({403, 404})
+
 
 class Actions(Protocol):
     """What the extender asks of the API server (extender.kube.actions.KubeActions)."""
@@ -178,6 +182,8 @@ class Extender:
             await self.actions.bind(pod.namespace, pod.name, pod.uid, node)
         except Exception as exc:  # an API error: this pod's call fails, kube-scheduler retries it
             self.metrics.bind_failed(BIND_API_ERROR)
+            if getattr(exc, "status", None) in BIND_HOPELESS:
+                self.scheduler.forget_pod(pod_key)  # no retry can bind it: its room goes back
             return f"topogang: binding {pod_key} to {node} failed: {exc}"
         self.scheduler.observe_pod(replace(pod, node_name=node))
         return ""
