@@ -85,9 +85,11 @@ class Topogang:
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         wait: str = "ready",
+        port: int = 0,
     ) -> AsyncIterator[Topogang]:
-        """WAIT: "ready" (/readyz 200: synced, and the leader) or "healthy" (/healthz 200)."""
-        port = _free_port()
+        """WAIT: "ready" (/readyz 200: synced, and the leader) or "healthy" (/healthz 200). PORT:
+        0 for a free one; a process restarted in place passes the one it had."""
+        port = port or _free_port()
         log_path = log_dir / f"topogang-{port}.log"
         log = log_path.open("wb")
         environ = {**os.environ, "TOPOGANG_LOG_FORMAT": "json", "TOPOGANG_LOG_LEVEL": "info", **(env or {})}
