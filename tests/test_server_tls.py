@@ -9,6 +9,8 @@ gets no HTTP answer. Bad files are refused at start with the flag named.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import shutil
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -21,7 +23,7 @@ from aiohttp import web
 
 from e2e.controlplane.pki import ClientIdentity, Pki, make_pki
 from extender.server.app import create_app
-from extender.server.tls import TlsError, TlsFiles, server_context
+from extender.server.tls import TlsError, TlsFiles, reload_on_change, server_context
 from tests.test_server_app import make
 
 
@@ -55,8 +57,8 @@ class Served:
         self.requests = 0
 
 
-@pytest.fixture
-async def served(pkis: tuple[Pki, Pki]) -> AsyncIterator[Served]:
+@contextlib.asynccontextmanager
+async def serving(context: ssl.SSLContext) -> AsyncIterator[Served]:
     _, _, extender = make()
     app = create_app(extender, lambda: True, "/topogang")
     box: list[Served] = []
@@ -69,14 +71,18 @@ async def served(pkis: tuple[Pki, Pki]) -> AsyncIterator[Served]:
     app.middlewares.append(count)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_context(files(pkis[0])))
-    await site.start()
-    port = int(runner.addresses[0][1])
-    box.append(Served(port))
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    box.append(Served(int(runner.addresses[0][1])))
     try:
         yield box[0]
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def served(pkis: tuple[Pki, Pki]) -> AsyncIterator[Served]:
+    async with serving(server_context(files(pkis[0]))) as server:
+        yield server
 
 
 FILTER = orjson.dumps(
@@ -131,3 +137,34 @@ def test_unusable_files_are_refused_naming_the_flag(pkis: tuple[Pki, Pki], tmp_p
     empty.write_text("not a certificate\n")
     with pytest.raises(TlsError, match=r"^--client-ca: cannot load"):
         server_context(TlsFiles(good.cert, good.key, str(empty)))
+
+
+async def test_renewed_files_are_served_without_a_restart(pkis: tuple[Pki, Pki], tmp_path: Path) -> None:
+    """cert-manager renews the Secret and the kubelet swaps the files: new connections get the
+    new certificate and the new CA's clients, the process keeps running."""
+    ours, other = pkis
+    paths = TlsFiles(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"), str(tmp_path / "ca.crt"))
+
+    def install(pki: Pki) -> None:
+        for source, target in zip(
+            (pki.serving.cert, pki.serving.key, pki.ca.cert), (paths.cert, paths.key, paths.client_ca), strict=True
+        ):
+            shutil.copyfile(source, target)
+
+    install(ours)
+    context = server_context(paths)
+    async with serving(context) as server:
+        reloads = asyncio.create_task(reload_on_change(context, paths, every=0.05))
+        try:
+            assert await post(server.port, client_context(ours, ours)) == 200
+            await asyncio.sleep(0.01)  # a later modification time
+            install(other)
+            for _ in range(100):
+                await asyncio.sleep(0.05)
+                with contextlib.suppress(aiohttp.ClientError, ssl.SSLError, ConnectionError):
+                    if await post(server.port, client_context(other, other)) == 200:
+                        break
+            else:
+                pytest.fail("the renewed certificate was not served")
+        finally:
+            reloads.cancel()

@@ -34,7 +34,7 @@ from extender.server import metrics as m
 from extender.server.app import LEADING, METRICS, create_app, create_health_app
 from extender.server.extender import Extender
 from extender.server.settings import Settings, SettingsError, settings_from
-from extender.server.tls import TlsError, server_context
+from extender.server.tls import TlsError, reload_on_change, server_context
 
 log = structlog.get_logger("topogang")
 EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progress
@@ -153,6 +153,9 @@ async def serve(settings: Settings, context: ssl.SSLContext | None = None) -> No
             else {}
         ),
     )
+    reloads = None
+    if context is not None and settings.tls is not None:
+        reloads = asyncio.create_task(reload_on_change(context, settings.tls), name="TLS reload")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -161,6 +164,8 @@ async def serve(settings: Settings, context: ssl.SSLContext | None = None) -> No
         await stop.wait()
     finally:
         log.info("stopping")
+        if reloads is not None:
+            reloads.cancel()
         if health is not None:
             await health.cleanup()
         await runner.cleanup()

@@ -5,15 +5,24 @@ certificates, and requires a client certificate from that CA: a client without o
 from another CA, is refused in the TLS handshake, before any HTTP is read. TLS 1.2 is the floor
 (kube-scheduler's Go client offers 1.2 and 1.3).
 
-The files are read once at start; a certificate renewed on disk (cert-manager rewrites the
-Secret, the kubelet the mounted files) is picked up by the next restart of the pod.
+The files are read at start and again whenever one of them changes (`reload_on_change`, every
+30 s): cert-manager renews the Secret, the kubelet swaps the mounted files, and new connections
+get the new certificate without a restart. Files that changed but cannot be loaded are logged
+and the old ones kept.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger("topogang")
+RELOAD_EVERY = 30.0  # seconds between looks at the files' modification times
 
 
 class TlsError(ValueError):
@@ -32,6 +41,11 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.verify_mode = ssl.CERT_REQUIRED
+    _load(context, files)
+    return context
+
+
+def _load(context: ssl.SSLContext, files: TlsFiles) -> None:
     for flag, path in (("--tls-cert", files.cert), ("--tls-key", files.key)):
         if not Path(path).is_file():
             raise TlsError(f"{flag}: no such file: {path}")
@@ -50,4 +64,27 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
         raise TlsError(f"--client-ca: cannot load {files.client_ca} (expected PEM CA certificates): {exc}") from None
     if not context.get_ca_certs():
         raise TlsError(f"--client-ca: {files.client_ca} holds no CA certificate")
-    return context
+
+
+def _stamp(files: TlsFiles) -> tuple[int, ...]:
+    try:
+        return tuple(os.stat(path).st_mtime_ns for path in (files.cert, files.key, files.client_ca))
+    except OSError:
+        return ()  # mid-swap: look again next time
+
+
+async def reload_on_change(context: ssl.SSLContext, files: TlsFiles, every: float = RELOAD_EVERY) -> None:
+    """Load FILES into CONTEXT again whenever they change; runs until cancelled."""
+    seen = _stamp(files)
+    while True:
+        await asyncio.sleep(every)
+        now = _stamp(files)
+        if not now or now == seen:
+            continue
+        try:
+            _load(context, files)
+        except TlsError as exc:
+            log.error("TLS files changed but cannot be loaded; serving with the previous ones", error=str(exc))
+        else:
+            log.info("TLS files reloaded", cert=files.cert, client_ca=files.client_ca)
+        seen = now
