@@ -64,7 +64,7 @@ async def topogang(kubeconfig: Path, request: pytest.FixtureRequest) -> AsyncIte
         return
     plane: ControlPlane = request.getfixturevalue("control_plane")
     async with Topogang.start(kubeconfig, plane.logs_dir) as server:
-        await plane.restart_scheduler_async(scheduler_config(server.url))
+        await plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
         try:
             yield server
         finally:

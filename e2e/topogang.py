@@ -98,9 +98,7 @@ def _free_port() -> int:
 
 
 class Topogang:
-    def __init__(
-        self, process: asyncio.subprocess.Process, url: str, log_path: Path, tls: ExtenderPki | None
-    ) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, url: str, log_path: Path, tls: ExtenderPki | None) -> None:
         self.process = process
         self.url = url  # the extender's urlPrefix
         self.base = url.rsplit("/topogang", 1)[0]  # https://127.0.0.1:<port>
