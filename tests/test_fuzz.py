@@ -36,7 +36,7 @@ from extender.model.labels import POD_GROUP_ANNOTATION, TOPOLOGY_ANNOTATION
 from extender.model.podgroup import parse_podgroup
 from extender.model.topology import parse_topology
 from extender.server.app import create_app
-from tests.builders import TOPO, grid
+from tests.builders import TOPO, grid, pod
 from tests.grouping_builders import job, jobset, kubeflow, lws, pods_of
 from tests.test_server_app import make
 
@@ -364,3 +364,29 @@ def test_a_bad_resource_interface_never_raises_nor_blocks_other_workloads(ri: An
     alone = group_pods(pods_of(other)[0], ObjectIndex([other, *pods_of(other)[1]]), {})
     (key,) = alone.groups
     assert result.groups[key] == alone.groups[key]
+
+
+@FUZZ
+@given(spec=podgroup_spec)
+def test_a_bad_podgroup_never_blocks_another_gang(spec: Any) -> None:
+    """A fuzzed PodGroup and three pods naming it go through the scheduler first (Invalid,
+    incomplete, pending or placed); the valid Job's gang is planned after them."""
+    scheduler = cluster()
+    body = {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "bad", "namespace": "ml"},
+    }
+    apply_object(scheduler, {**body, "spec": spec})
+    nodes = [node.name for node in grid(nodes=4)]
+    for i in range(3):
+        member = pod(f"bad-{i}", gpus=1, namespace="ml", group="bad", subgroup=f"s{i % 2}")
+        scheduler.observe_pod(member)
+        scheduler.filter(member, nodes, now=1.0)
+    pods, owners = pods_of(GOOD)
+    for obj in (GOOD, *owners):
+        apply_object(scheduler, obj)
+    for p in pods:
+        scheduler.observe_pod(p)
+    planned = scheduler.filter(pods[0], nodes, now=1.0)
+    assert len(planned.nodes) == 1, planned.reason
