@@ -24,7 +24,10 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from extender import logs
     from extender.core.explain import explain, find_groups, render
+
+    logs.configure(args.log_level, "console")  # on stderr: stdout carries the explanation alone
 
     if args.file:
         from extender.simulate.loader import InputError, load
@@ -105,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exp.add_argument("--kubeconfig", metavar="PATH", help="the cluster to read (default: KUBECONFIG, else in-cluster)")
     exp.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster's objects (60)")
+    exp.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="logs (to stderr) at this level and above (warning)",
+    )
     exp.set_defaults(func=_explain)
     return parser
 
