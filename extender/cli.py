@@ -91,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the scheduler extender that kube-scheduler calls",
         description="Serve kube-scheduler's extender API (filter, prioritize, bind, preempt) over a live cache "
-        "of the cluster. Every flag has an environment variable; see docs/architecture.md.",
+        "of the cluster, over mTLS (--tls-cert, --tls-key, --client-ca) or, for local runs, plain HTTP "
+        "(--insecure-http). Every flag can be set instead by the environment variable named in its help "
+        "(in parentheses, with the default); a flag wins over its variable.",
+        epilog="Also read: POD_NAME and POD_NAMESPACE (the downward API: the Lease identity and namespace, and "
+        "the pod the leader labels scheduling.topogang.io/leader=true).",
     )
     add_arguments(srv)
     srv.set_defaults(func=_serve)

@@ -4,6 +4,8 @@ defaults, flags over environment, bad values."""
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +118,18 @@ def test_probe_listener_and_body_limit() -> None:
         parse(*TLS, "--health-listen=8889")
     with pytest.raises(SettingsError, match=r"--max-body \(TOPOGANG_MAX_BODY\): expected a positive number"):
         parse(*TLS, TOPOGANG_MAX_BODY="1.5")
+
+
+def test_serve_help_names_every_flags_environment_variable() -> None:
+    """`topogang serve --help` names each flag's variable (leader election and TLS included), and
+    the README's table lists each flag with its variable."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert len(flags) == 19
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for action in flags:
+        env = re.search(r"TOPOGANG_[A-Z_]+", action.help or "")
+        assert env is not None, f"{action.option_strings[0]}: no environment variable in its help"
+        assert f"`{action.option_strings[0]}`" in readme, action.option_strings[0]
+        assert f"`{env.group(0)}`" in readme, env.group(0)

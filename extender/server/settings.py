@@ -106,9 +106,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lease-namespace", metavar="NS", help="the Lease's namespace (TOPOGANG_LEASE_NAMESPACE; the pod's own)"
     )
     parser.add_argument("--lease-name", metavar="NAME", help="the Lease's name (TOPOGANG_LEASE_NAME; topogang)")
-    parser.add_argument("--lease-duration", metavar="SECONDS", help="(TOPOGANG_LEASE_DURATION; 15)")
-    parser.add_argument("--lease-renew-deadline", metavar="SECONDS", help="(TOPOGANG_LEASE_RENEW_DEADLINE; 10)")
-    parser.add_argument("--lease-retry-period", metavar="SECONDS", help="(TOPOGANG_LEASE_RETRY_PERIOD; 2)")
+    parser.add_argument(
+        "--lease-duration", metavar="SECONDS", help="how long a Lease holds unrenewed (TOPOGANG_LEASE_DURATION; 15)"
+    )
+    parser.add_argument(
+        "--lease-renew-deadline",
+        metavar="SECONDS",
+        help="the leader steps down after failing to renew this long (TOPOGANG_LEASE_RENEW_DEADLINE; 10)",
+    )
+    parser.add_argument(
+        "--lease-retry-period",
+        metavar="SECONDS",
+        help="between renewals and between attempts (TOPOGANG_LEASE_RETRY_PERIOD; 2)",
+    )
     parser.add_argument("--tls-cert", metavar="PATH", help="PEM serving certificate (TOPOGANG_TLS_CERT)")
     parser.add_argument("--tls-key", metavar="PATH", help="PEM key of --tls-cert (TOPOGANG_TLS_KEY)")
     parser.add_argument(
