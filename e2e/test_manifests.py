@@ -419,6 +419,27 @@ def test_mistakes_are_refused_with_a_message_naming_them(
         parse(mistake.doc)
 
 
+def test_the_min_column_shows_min_member_or_min_sub_group(control_plane: ControlPlane, installed: Installed) -> None:
+    """`kubectl get podgroups`: the API server's table (the CRD's printer columns) has one Min
+    column, filled from whichever of minMember and minSubGroup the PodGroup sets."""
+    by_member = podgroup({"minMember": 3}) | {"metadata": {"name": "min-member", "namespace": "default"}}
+    by_subgroup = podgroup(
+        {"minSubGroup": 2, "subGroups": [{"name": "a", "minMember": 1}, {"name": "b", "minMember": 1}]}
+    ) | {"metadata": {"name": "min-subgroup", "namespace": "default"}}
+    ok(control_plane, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", "-",
+       stdin=dump([by_member, by_subgroup]))  # fmt: skip
+    try:
+        table = ok(control_plane, "get", "podgroups.scheduling.topogang.io", "-n", "default", "min-member",
+                   "min-subgroup")  # fmt: skip
+    finally:
+        kubectl(control_plane, "delete", "podgroups.scheduling.topogang.io", "-n", "default", "min-member",
+                "min-subgroup", "--wait=false")  # fmt: skip
+    header, *rows = table.strip().splitlines()
+    assert header.split().count("MIN") == 1, table
+    start = header.index("MIN")  # columns are aligned; Phase before it is blank without a status
+    assert {row.split()[0]: row[start:].split()[0] for row in rows} == {"min-member": "3", "min-subgroup": "2"}, table
+
+
 # -- RBAC ----------------------------------------------------------------------------------------------------
 
 READ = ("get", "list", "watch")
