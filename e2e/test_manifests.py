@@ -440,6 +440,26 @@ def test_the_min_column_shows_min_member_or_min_sub_group(control_plane: Control
     assert {row.split()[0]: row[start:].split()[0] for row in rows} == {"min-member": "3", "min-subgroup": "2"}, table
 
 
+@pytest.mark.asyncio(loop_scope="session")
+async def test_make_cluster_installs_the_crds_and_a_topology_of_its_nodes_labels(
+    control_plane: ControlPlane, installed: Installed
+) -> None:
+    """What `make cluster` adds after its fake nodes: topogang's CRDs and a Topology whose levels
+    are the labels those nodes carry, so a new user can create a PodGroup at once."""
+    from e2e.controlplane.__main__ import install_crds
+    from e2e.controlplane.fakenodes import HOSTNAME_LABEL, TopologyLabels
+
+    name = await install_crds(control_plane.kubeconfig)
+    try:
+        body = json.loads(ok(control_plane, "get", "topologies.scheduling.topogang.io", name, "-o", "json"))
+    finally:
+        # Other tests count on the Topologies they make being the only ones.
+        kubectl(control_plane, "delete", "topologies.scheduling.topogang.io", name, "--wait=false")
+    labels = TopologyLabels()
+    assert [lv["nodeLabel"] for lv in body["spec"]["levels"]] == [labels.zone, labels.block, labels.rack, HOSTNAME_LABEL]
+    parse_topology(body)
+
+
 # -- RBAC ----------------------------------------------------------------------------------------------------
 
 READ = ("get", "list", "watch")
