@@ -456,7 +456,8 @@ async def test_make_cluster_installs_the_crds_and_a_topology_of_its_nodes_labels
         # Other tests count on the Topologies they make being the only ones.
         kubectl(control_plane, "delete", "topologies.scheduling.topogang.io", name, "--wait=false")
     labels = TopologyLabels()
-    assert [lv["nodeLabel"] for lv in body["spec"]["levels"]] == [labels.zone, labels.block, labels.rack, HOSTNAME_LABEL]
+    want = [labels.zone, labels.block, labels.rack, HOSTNAME_LABEL]
+    assert [lv["nodeLabel"] for lv in body["spec"]["levels"]] == want
     parse_topology(body)
 
 
