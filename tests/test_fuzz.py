@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from extender.core.apply import apply_object
@@ -150,6 +150,10 @@ def http() -> Iterator[Http]:
 
 @FUZZ
 @given(verb=st.sampled_from(["filter", "prioritize", "bind", "preempt"]), body=bodies)
+# Found by this test (victims that are not objects made decode_victims raise):
+@example(verb="preempt", body=b'{"NodeNameToVictims":{"":null},"Pod":{"metadata":{"name":""}}}')
+@example(verb="preempt", body=b'{"NodeNameToVictims":{"n":[1]},"Pod":{"metadata":{"name":"p"}}}')
+@example(verb="preempt", body=b'{"NodeNameToVictims":{"n":{"Pods":[{"metadata":[]}]}},"Pod":{"metadata":{"name":"p"}}}')
 def test_no_request_body_makes_a_5xx(http: Http, verb: str, body: bytes) -> None:
     status, answer = http.post(verb, body)
     assert status < 500, (status, answer)
@@ -206,7 +210,7 @@ GOOD_ALONE = group_pods(pods_of(GOOD)[0], ObjectIndex([GOOD, *pods_of(GOOD)[1]])
 
 def cluster() -> GangScheduler:
     state = ClusterState()
-    for node in grid(nodes=4):
+    for node in grid(racks=2, nodes=4):
         state.upsert_node(node)
     state.set_topology("default", TOPO)
     return GangScheduler(state)
@@ -231,12 +235,17 @@ def test_bad_annotations_never_raise_and_never_block_another_gang(
     for p in pods:
         scheduler.observe_pod(p)
     good_pods = [p for p in pods if result.pod_group.get(p.key) == good_key]
-    nodes = [node.name for node in grid(nodes=4)]
+    nodes = [node.name for node in grid(racks=2, nodes=4)]
     for p in pods:
         if p not in good_pods:
             scheduler.filter(p, nodes, now=1.0)  # the bad gang first: refused or placed, never raising
     planned = scheduler.filter(good_pods[0], nodes, now=1.0)
-    assert len(planned.nodes) == 1, planned.reason
+    # Two racks of 4 nodes x 8 GPUs: room for the good gang beside any placed gang, except one
+    # that validly asked for a whole zone (or rack) to itself.
+    exclusive = {n.LWS_EXCLUSIVE, n.LWS_SUBGROUP_EXCLUSIVE, n.JS_EXCLUSIVE} & {*on_template, *on_workload}
+    placed_bad = any(g != good_key for g in scheduler.plans)
+    if not (placed_bad and exclusive):
+        assert len(planned.nodes) == 1, planned.reason
 
 
 # -- PodGroup, Topology, ResourceInterface parsing ----------------------------------------------------
@@ -354,6 +363,8 @@ resource_interfaces = st.fixed_dictionaries(
 
 @FUZZ
 @given(ri=resource_interfaces)
+# Found by this test (a metadata that is not an object stopped all grouping):
+@example(ri={"apiVersion": n.RESOURCE_INTERFACE_API, "kind": n.RESOURCE_INTERFACE_KIND, "metadata": True})
 def test_a_bad_resource_interface_never_raises_nor_blocks_other_workloads(ri: Any) -> None:
     """The fuzzed ResourceInterface targets batch/v1 Job (when it names a target at all): the Job
     it takes over is Invalid or grouped by it; the TFJob beside it is grouped as ever."""
@@ -378,7 +389,7 @@ def test_a_bad_podgroup_never_blocks_another_gang(spec: Any) -> None:
         "metadata": {"name": "bad", "namespace": "ml"},
     }
     apply_object(scheduler, {**body, "spec": spec})
-    nodes = [node.name for node in grid(nodes=4)]
+    nodes = [node.name for node in grid(racks=2, nodes=4)]
     for i in range(3):
         member = pod(f"bad-{i}", gpus=1, namespace="ml", group="bad", subgroup=f"s{i % 2}")
         scheduler.observe_pod(member)
