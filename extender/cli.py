@@ -27,7 +27,7 @@ def _explain(args: argparse.Namespace) -> int:
     from extender import logs
     from extender.core.explain import explain, find_groups, render
 
-    logs.configure(args.log_level, "console")  # on stderr: stdout carries the explanation alone
+    logs.configure(args.log_level, "console", cache=False)  # on stderr: stdout carries the explanation alone
 
     if args.file:
         from extender.simulate.loader import InputError, load

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from extender.cli import main
 
@@ -26,6 +28,13 @@ spec:
           annotations: {kai.scheduler/segment-size: "8", kai.scheduler/segment-topology-required-placement: rack}
         spec: {containers: [{name: t, resources: {requests: {nvidia.com/gpu: "8"}}}]}
 """
+
+
+@pytest.fixture(autouse=True)
+def structlog_defaults() -> Iterator[None]:
+    """`explain` configures logging for its process; the next tests get structlog's defaults."""
+    yield
+    structlog.reset_defaults()
 
 
 def test_a_placed_workload_shows_where_each_scope_landed(capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,8 +84,6 @@ def test_a_gang_never_tried_is_headlined_by_the_dry_runs_reason(tmp_path: Path) 
 
 
 def test_logs_go_to_stderr_and_stdout_is_the_explanation(capsys: pytest.CaptureFixture[str]) -> None:
-    import structlog
-
     assert main(["explain", "default/distributed-training", "-f", str(ROOT / "examples" / "tfjob-segments")]) == 0
     structlog.get_logger("topogang").warning("a log line")  # as configured by explain
     captured = capsys.readouterr()
