@@ -127,7 +127,9 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     return app, cache
 
 
-async def serve(settings: Settings, context: ssl.SSLContext | None = None) -> None:
+async def serve(
+    settings: Settings, context: ssl.SSLContext | None = None, started: asyncio.Event | None = None
+) -> None:
     """Serve until SIGINT or SIGTERM: mTLS with CONTEXT, plain HTTP without (--insecure-http)."""
     app, cache = await build(settings)
     runner = web.AppRunner(app, access_log=None)
@@ -160,6 +162,8 @@ async def serve(settings: Settings, context: ssl.SSLContext | None = None) -> No
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if started is not None:
+        started.set()
     try:
         await stop.wait()
     finally:
