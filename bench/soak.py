@@ -257,7 +257,7 @@ class Soak:
 
     async def _chaos_scheduler(self, restarted: asyncio.Queue[float]) -> None:
         assert self.server is not None
-        await self.plane.restart_scheduler_async(scheduler_config(self.server.url))
+        await self.plane.restart_scheduler_async(scheduler_config(self.server.url, self.server.tls))
 
     async def _chaos_cordon(self, restarted: asyncio.Queue[float]) -> None:
         name = self.rng.choice(self.nodes.names)
@@ -438,7 +438,7 @@ async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, 
     server_task = asyncio.ensure_future(run.run_topogang(stop_server, restarted))
     await restarted.get()
     assert run.server is not None
-    await plane.start_scheduler_async(scheduler_config(run.server.url))
+    await plane.start_scheduler_async(scheduler_config(run.server.url, run.server.tls))
     chaos_task = asyncio.ensure_future(run.chaos(stop_chaos, restarted))
     start = time.monotonic()
     end = start + args.minutes * 60

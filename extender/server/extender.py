@@ -119,6 +119,12 @@ class Extender:
 
     async def bind(self, args: wire.BindArgs) -> bytes:
         key = args.pod_key
+        cached = self.scheduler.pod(key)
+        if cached is not None and args.uid and cached.uid and cached.uid != args.uid:
+            # The default binder's uid precondition: a call for a pod since replaced binds nothing.
+            log.info("bind refused", pod=key, node=args.node, reason="uid changed", uid=args.uid, now=cached.uid)
+            self.metrics.bind_failed(BIND_REJECTED)
+            return wire.encode_binding(f"topogang: pod {key} is now another pod (uid {cached.uid}, not {args.uid})")
         decision = self.scheduler.bind(key, args.node, time.monotonic())
         if decision.action == REJECT:
             log.info("bind refused", pod=key, node=args.node, reason=decision.error)
