@@ -249,7 +249,7 @@ class Soak:
             return
         killed = time.monotonic()
         self.server.process.send_signal(sig)
-        back = await restarted.get()
+        back = await asyncio.wait_for(restarted.get(), 120)  # a server that cannot restart ends the soak
         self.down.append((killed, back))
 
     async def _chaos_term(self, restarted: asyncio.Queue[float]) -> None:
@@ -291,6 +291,16 @@ class Soak:
         gang = self.gangs.get(pod["metadata"].get("labels", {}).get("soak/gang", ""))
         if gang is not None:
             gang.damaged = True
+
+    def progress(self, elapsed: float) -> None:
+        """A line on stderr every 30 s, so a long soak shows it is alive."""
+        if int(elapsed) // 30 != int(elapsed - self.args.sample) // 30:
+            c = self.counts
+            print(
+                f"soak {elapsed:.0f}s: {c.gangs_created} gangs created, {c.gangs_completed} completed, "
+                f"{c.partial_gang_seconds:.0f} partial-gang s, {c.broken_constraints} broken, chaos {c.chaos}",
+                file=sys.stderr,
+            )
 
     # -- sampling -----------------------------------------------------------------------------
 
@@ -436,7 +446,11 @@ async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, 
     stop_chaos, stop_server = asyncio.Event(), asyncio.Event()
     restarted: asyncio.Queue[float] = asyncio.Queue()
     server_task = asyncio.ensure_future(run.run_topogang(stop_server, restarted))
-    await restarted.get()
+    first = asyncio.ensure_future(restarted.get())
+    await asyncio.wait({first, server_task}, return_when=asyncio.FIRST_COMPLETED)
+    if server_task.done():  # topogang could not start: say why rather than wait for it
+        first.cancel()
+        server_task.result()
     assert run.server is not None
     await plane.start_scheduler_async(scheduler_config(run.server.url, run.server.tls))
     chaos_task = asyncio.ensure_future(run.chaos(stop_chaos, restarted))
@@ -450,6 +464,9 @@ async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, 
         pods = await run.sample(now)
         await run.replace_missing(pods)
         await run.retire(now)
+        if chaos_task.done():
+            chaos_task.result()  # a fault the soak could not carry out (or topogang not restarting)
+        run.progress(now - start)
         await asyncio.sleep(args.sample)
     stop_chaos.set()
     await chaos_task
