@@ -45,7 +45,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,7 @@ class Soak:
         self.port = 0
         self.serial = 0
         self.node_labels: dict[str, Mapping[str, str]] = {}
+        self.undoing: set[asyncio.Future[None]] = set()  # faults to be undone (uncordon, re-add)
 
     # -- topogang, restarted in place on the same port ----------------------------------------
 
@@ -263,9 +264,7 @@ class Soak:
         name = self.rng.choice(self.nodes.names)
         path = f"/api/v1/nodes/{name}"
         await self.kube.patch(path, {"spec": {"unschedulable": True}})
-        await asyncio.sleep(self.rng.uniform(2, 8))
-        with contextlib.suppress(ApiError):
-            await self.kube.patch(path, {"spec": {"unschedulable": None}})
+        self._later(self.rng.uniform(2, 8), self.kube.patch(path, {"spec": {"unschedulable": None}}))
 
     async def _chaos_node(self, restarted: asyncio.Queue[float]) -> None:
         name = self.rng.choice(self.nodes.names)
@@ -274,9 +273,17 @@ class Soak:
             if pod["spec"].get("nodeName") == name:
                 self._damage(pod)
         await self._delete(f"/api/v1/nodes/{name}")
-        await asyncio.sleep(self.rng.uniform(2, 8))
-        with contextlib.suppress(ApiError):
-            await self.kube.post("/api/v1/nodes", _again(body))
+        self._later(self.rng.uniform(2, 8), self.kube.post("/api/v1/nodes", _again(body)))
+
+    def _later(self, seconds: float, undo: Awaitable[Any]) -> None:
+        """Undo a fault after SECONDS, while the chaos goes on (the drain waits for it)."""
+
+        async def run() -> None:
+            await asyncio.sleep(seconds)
+            with contextlib.suppress(ApiError):
+                await undo
+
+        self.undoing.add(asyncio.ensure_future(run()))
 
     async def _chaos_pod(self, restarted: asyncio.Queue[float]) -> None:
         pods = [p for p in await self._pods() if "soak/gang" in p["metadata"].get("labels", {})]
@@ -470,6 +477,7 @@ async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, 
         await asyncio.sleep(args.sample)
     stop_chaos.set()
     await chaos_task
+    await asyncio.gather(*run.undoing)
     # Settle: no more chaos or arrivals; everything that can run should now be placed.
     settle_end = time.monotonic() + args.settle
     while (now := time.monotonic()) < settle_end:
@@ -487,8 +495,11 @@ async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, 
     drain_end = time.monotonic() + 60
     while await run._pods() and time.monotonic() < drain_end:  # noqa: ASYNC110 (polling the API server)
         await asyncio.sleep(1)
-    await asyncio.sleep(2)  # the watch delivers the last deletions
-    run.counts.leaked_reservations = await reservations(run.server)
+    # The watch delivers the last deletions a little later: a leak is what is still held then.
+    held_until = time.monotonic() + 30
+    while (held := await reservations(run.server)) and time.monotonic() < held_until:  # noqa: ASYNC110
+        await asyncio.sleep(1)
+    run.counts.leaked_reservations = held
     stop_server.set()
     await server_task
     return run.counts
