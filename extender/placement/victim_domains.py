@@ -38,9 +38,11 @@ def rank_domains(
     units: UnitTable,
     needed: Mapping[str, int],
     eligible: BoolArray,
+    allowed: BoolArray,
     only: int | None = None,
 ) -> list[Candidate]:
-    """Domains of `level` that could hold the minimum if every unit in them went, best first."""
+    """Domains of `level` that could hold the minimum if every allowed unit in them went, best
+    first."""
     li = tree.levels[level]
     ndom = len(li.starts)
     dom_of_node = li.domain_of_node
@@ -49,7 +51,7 @@ def rank_domains(
         free = np.where(eligible, np.maximum(snapshot.free(r), 0), 0)
         avail[r] = np.zeros(ndom, dtype=np.int64)
         np.add.at(avail[r], dom_of_node, free)
-    rows = _rows(units, dom_of_node, eligible, needed)
+    rows = _rows(units, dom_of_node, eligible, allowed, needed)
     row_dom, row_rank, freed = rows
     starts = np.flatnonzero(np.diff(row_dom, prepend=-1)) if len(row_dom) else np.zeros(0, dtype=np.int64)
     ends = np.append(starts[1:], len(row_dom)).astype(np.int64)
@@ -88,10 +90,10 @@ def rank_domains(
 
 
 def _rows(
-    units: UnitTable, dom_of_node: IntArray, eligible: BoolArray, needed: Mapping[str, int]
+    units: UnitTable, dom_of_node: IntArray, eligible: BoolArray, allowed: BoolArray, needed: Mapping[str, int]
 ) -> tuple[IntArray, IntArray, dict[str, IntArray]]:
     """One row per (domain, unit) with pods there, sorted by domain then rank: what it frees."""
-    on = units.pod_node >= 0
+    on = (units.pod_node >= 0) & allowed[units.pod_unit]
     nodes = units.pod_node[on]
     doms = dom_of_node[nodes]
     ranks = units.pod_unit[on]
@@ -114,4 +116,53 @@ def _group_cumsum(values: IntArray, starts: IntArray, ends: IntArray) -> IntArra
         return total
     before = np.where(starts > 0, total[np.maximum(starts - 1, 0)], 0)
     out: IntArray = total - np.repeat(before, ends - starts)
+    return out
+
+
+def rank_nested(
+    snapshot: ClusterSnapshot,
+    tree: TopologyTree,
+    level: int,
+    units: UnitTable,
+    chunk: tuple[int, Mapping[str, int], int],
+    eligible: BoolArray,
+    allowed: BoolArray,
+    only: int | None = None,
+) -> list[Candidate]:
+    """Domains of `level` for a gang made of `count` chunks that each need one domain of a finer
+    level (segments that each need a rack): inside each domain, the finer domains that are
+    cheapest to free for one chunk, and the units to evict in that order."""
+    chunk_level, need, count = chunk
+    inner = rank_domains(snapshot, tree, chunk_level, units, need, eligible, allowed)
+    li = tree.levels[level]
+    starts = tree.levels[chunk_level].starts
+    by_outer: dict[int, list[Candidate]] = {}
+    for cand in inner:  # already cheapest first
+        outer = int(li.domain_of_pos[starts[cand.domain.index]])
+        if (only is None or outer == only) and li.labeled[outer]:
+            by_outer.setdefault(outer, []).append(cand)
+    out = []
+    for outer, cands in by_outer.items():
+        if len(cands) < count:
+            continue  # not enough finer domains could hold a chunk even with every unit gone
+        chosen, rest = cands[:count], cands[count:]
+        head = [c.units[: c.first] for c in chosen]
+        tail = [c.units[c.first :] for c in chosen] + [c.units for c in rest]
+        order = _unique(np.concatenate([*head, *tail]) if head or tail else np.zeros(0, dtype=np.int64))
+        first = len(_unique(np.concatenate(head))) if head else 0
+        key = (
+            max(c.key[0] for c in chosen),
+            sum(c.key[1] for c in chosen),
+            sum(c.key[2] for c in chosen),
+            sum(c.key[3] for c in chosen),
+        )
+        out.append(Candidate(Domain(level, outer), order, first, key))
+    out.sort(key=lambda c: (c.key, c.domain.index))
+    return out
+
+
+def _unique(ranks: IntArray) -> IntArray:
+    """Ranks without repeats, in the order they first appear."""
+    _, first = np.unique(ranks, return_index=True)
+    out: IntArray = ranks[np.sort(first)]
     return out

@@ -33,7 +33,7 @@ from extender.placement.gang import Gang, Scope
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.tree import BoolArray, IntArray, TopologyTree
-from extender.placement.victim_domains import Candidate, rank_domains
+from extender.placement.victim_domains import Candidate, rank_domains, rank_nested
 from extender.placement.victim_units import UnitTable
 from extender.placement.victims import (
     Budget,
@@ -45,8 +45,9 @@ from extender.placement.victims import (
     measured_resources,
 )
 
-MAX_DOMAINS = 3  # candidate domains verified with the engine
-MAX_BISECT = 4  # engine calls spent narrowing one domain's prefix
+MAX_DOMAINS = 2  # candidate domains verified with the engine per priority tier
+MAX_BISECT = 3  # engine calls spent narrowing one domain's prefix
+MAX_PLANS = 20  # engine calls per search, in all
 
 
 def find_victims(
@@ -71,25 +72,30 @@ def find_victims(
     resources = sorted({r for s in gang.shapes for r, v in s.requests if v > 0})
     measured = measured_resources(s.requests for s in gang.shapes)
     units = UnitTable(snapshot.table, lower, resources, measured, budgets)
-    needed = _needed(gang)
     eligible = _eligible(snapshot, gang)
-    candidates = rank_domains(snapshot, tree, level, units, needed, eligible, _pinned(snapshot, tree, gang, level))
-    if not candidates:
+    only = _pinned(snapshot, tree, gang, level)
+    chunk = _chunk(gang, level)
+    needed = _needed(gang)
+    search = _Search(snapshot, tree, gang, units, measured, budgets)
+    ranked = False
+    for tier in np.unique(units.priority).tolist():  # the lowest top priority that works wins
+        allowed: BoolArray = units.priority <= tier
+        if chunk is None:
+            candidates = rank_domains(snapshot, tree, level, units, needed, eligible, allowed, only)
+        else:
+            candidates = rank_nested(snapshot, tree, level, units, chunk, eligible, allowed, only)
+        ranked = ranked or bool(candidates)
+        best = search.best_of(candidates, max_domains)
+        if best is not None:
+            return dataclasses.replace(best, domains_checked=search.verified, plans=search.plans)
+        if search.plans >= MAX_PLANS:
+            break
+    if not ranked:
         where = "the cluster" if level == 0 else f"any {tree.level_name(level)}"
         why = f"evicting every workload below priority {priority} would not free room for the minimum in {where}"
         return NoPreemption(gang.key, why)
-    search = _Search(snapshot, tree, gang, units, measured, budgets)
-    best: Preemption | None = None
-    for cand in candidates:
-        if search.verified >= max_domains or (best is not None and cand.key[0] > best.cost.top_priority):
-            break
-        found = search.verify(cand)
-        if found is not None and (best is None or found.cost < best.cost):
-            best = found
-    if best is None:
-        why = search.failure or "the search found no candidate domain"
-        return NoPreemption(gang.key, f"evicting lower-priority workloads would not help: {why}", search.plans)
-    return dataclasses.replace(best, domains_checked=search.verified, plans=search.plans)
+    why = search.failure or f"the search stopped after {search.plans} plans"
+    return NoPreemption(gang.key, f"evicting lower-priority workloads would not help: {why}", search.plans)
 
 
 class _Search:
@@ -115,26 +121,22 @@ class _Search:
         self.plans += 1
         return chosen, plan(ClusterSnapshot(self.snapshot.table, usage, blocked, self.snapshot.busy), self.gang)
 
+    def best_of(self, candidates: Sequence[Candidate], limit: int) -> Preemption | None:
+        best: Preemption | None = None
+        for checked, cand in enumerate(candidates):
+            if checked >= limit or self.plans >= MAX_PLANS:
+                break
+            found = self.verify(cand)
+            if found is not None and (best is None or found.cost < best.cost):
+                best = found
+        return best
+
     def verify(self, cand: Candidate) -> Preemption | None:
         self.verified += 1
-        blocked = self._outside(cand)
-        k, total = cand.first, len(cand.units)
-        chosen, result = self.attempt(cand, k, blocked)
-        if not isinstance(result, Plan):
-            if total > k:
-                chosen, result = self.attempt(cand, total, blocked)
-            if not isinstance(result, Plan):
-                self._failed(cand, result)
-                return None
-            lo, hi, steps = k, total, 0
-            while hi - lo > 1 and steps < MAX_BISECT:
-                steps += 1
-                mid = (lo + hi) // 2
-                c, r = self.attempt(cand, mid, blocked)
-                if isinstance(r, Plan):
-                    hi, chosen, result = mid, c, r
-                else:
-                    lo = mid
+        found = self._shortest(cand, self._outside(cand))
+        if found is None:
+            return None
+        chosen, result = found
         minimum = self._minimum(result)
         chosen = self.reprieve(chosen, minimum)
         victims = self.units.victim_set(chosen)
@@ -152,6 +154,30 @@ class _Search:
             plan=minimum,
             resources=self.measured,
         )
+
+    def _shortest(self, cand: Candidate, blocked: BoolArray | None) -> tuple[BoolArray, Plan] | None:
+        """A short prefix of the domain's units after which the gang fits: the estimate, else
+        every unit (if even that fails, nothing here helps), then bisection between the two."""
+        k, total = cand.first, len(cand.units)
+        chosen, result = self.attempt(cand, k, blocked)
+        if isinstance(result, Plan):
+            return chosen, result
+        if total > k:
+            chosen, result = self.attempt(cand, total, blocked)
+        if not isinstance(result, Plan):
+            self._failed(cand, result)
+            return None
+        best, low, high = (chosen, result), k, total
+        for _ in range(MAX_BISECT):
+            if high - low <= 1 or self.plans >= MAX_PLANS:
+                break
+            mid = (low + high) // 2
+            c, r = self.attempt(cand, mid, blocked)
+            if isinstance(r, Plan):
+                high, best = mid, (c, r)
+            else:
+                low = mid
+        return best
 
     def _failed(self, cand: Candidate, result: PlanResult) -> None:
         assert isinstance(result, Unplaceable)
@@ -207,9 +233,31 @@ def _fits_back(slack: dict[str, IntArray], units: UnitTable, lo: int, hi: int) -
     return True
 
 
-def _needed(gang: Gang) -> Mapping[str, int]:
-    """Per resource, what the pods of the minimum tree that are not placed yet ask for."""
-    per_shape = _minimum_shapes(gang.root)
+def _chunk(gang: Gang, level: int) -> tuple[int, Mapping[str, int], int] | None:
+    """Parts of the minimum that each need one domain finer than `level` (segments that each
+    need a rack): that level, what the smallest part needs, and how many parts; None if none."""
+    found: list[Scope] = []
+
+    def walk(scope: Scope) -> None:
+        for child in scope.children:
+            rule = child.rule
+            if rule is not None and rule.required is not None and rule.required > level:
+                if _minimum_shapes(child).total():
+                    found.append(child)
+            else:
+                walk(child)
+
+    walk(gang.root)
+    if not found:
+        return None
+    inner = min(s.rule.required for s in found if s.rule is not None and s.rule.required is not None)
+    smallest = min(found, key=lambda s: _minimum_shapes(s).total())
+    return inner, _needed(gang, smallest), len(found)
+
+
+def _needed(gang: Gang, scope: Scope | None = None) -> Mapping[str, int]:
+    """Per resource, what the pods of the minimum tree (of `scope`) not placed yet ask for."""
+    per_shape = _minimum_shapes(gang.root if scope is None else scope)
     out: Counter[str] = Counter()
     for shape, count in per_shape.items():
         for r, v in gang.shapes[shape].requests:

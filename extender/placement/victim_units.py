@@ -4,28 +4,21 @@ A *unit* is what can be evicted on its own: one elastic pod of a gang, the rest 
 *core*: evicting it evicts the gang's elastic pods too), or a plain pod. Units are sorted once
 by what each costs alone (priority, then elastic pods before whole workloads, then pods, the
 resources taken, the youngest first, pods under no PodDisruptionBudget first), so "the cheapest
-units" is a prefix of the ranks. Pods are kept as flat arrays (unit rank, node index, request per
-resource) so that the usage left after any set of units is a few numpy operations.
+units" is a prefix of the ranks. Pods are kept as flat arrays in rank order (unit rank, node
+index, request per resource), so the usage left after any set of units is a few numpy steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from extender.placement.snapshot import NodeTable, Usage
 from extender.placement.tree import BoolArray, IntArray
-from extender.placement.victims import Budget, RunningPod, VictimSet, Workload
+from extender.placement.victims import Budget, VictimSet, Workload
 
-
-@dataclass(frozen=True)
-class _Unit:
-    workload: int
-    whole: bool
-    pods: tuple[RunningPod, ...]
-    key: tuple[object, ...]
+FloatArray = np.ndarray[tuple[int], np.dtype[np.float64]]
 
 
 class UnitTable:
@@ -41,55 +34,73 @@ class UnitTable:
         self.workloads = workloads
         self.resources = tuple(resources)  # what the engine reads: the gang's requested resources
         guarded = {p for b in budgets if b.allowed <= 0 for p in b.pods}
-        units = sorted(self._units(workloads, measured, guarded), key=lambda u: u.key)
-        self.units = units
-        n = len(units)
-        self.workload_of: IntArray = np.fromiter((u.workload for u in units), np.int64, n)
-        self.whole: BoolArray = np.fromiter((u.whole for u in units), np.bool_, n)
-        self.priority: IntArray = np.fromiter((workloads[u.workload].priority for u in units), np.int64, n)
-        self.cost_pods: IntArray = np.fromiter((_cost_pods(workloads, u) for u in units), np.int64, n)
-        first = measured[0] if measured else None
-        self.cost_taken: IntArray = np.fromiter(
-            (sum(p.requests.get(first, 0) for p in u.pods) if first else 0 for u in units), np.int64, n
-        )
-        # elastic units of each workload, so evicting a core takes them along
-        self.elastic_units: dict[int, list[int]] = {}
-        self.core_of: dict[int, int] = {}  # workload -> the rank of its core unit
-        for rank, u in enumerate(units):
-            if u.whole:
-                self.core_of[u.workload] = rank
-            else:
-                self.elastic_units.setdefault(u.workload, []).append(rank)
+        pods = [p for wl in workloads for p in wl.pods]
+        m, nw = len(pods), len(workloads)
         index = table.index
-        flat = [(rank, index.get(p.node, -1), p) for rank, u in enumerate(units) for p in u.pods]
-        m = len(flat)
-        self.pod_unit: IntArray = np.fromiter((f[0] for f in flat), np.int64, m)
-        self.pod_node: IntArray = np.fromiter((f[1] for f in flat), np.int64, m)
-        self.pod_req: dict[str, IntArray] = {
-            r: np.fromiter((f[2].requests.get(r, 0) for f in flat), np.int64, m) for r in self.resources
-        }
-        # flat pods are in rank order: the pods of unit k are pod_start[k]:pod_start[k + 1]
-        self.pod_start: IntArray = np.searchsorted(self.pod_unit, np.arange(n + 1)).astype(np.int64)
+        pod_wl: IntArray = np.repeat(np.arange(nw, dtype=np.int64), [len(w.pods) for w in workloads])
+        elastic: BoolArray = np.zeros(m, dtype=bool)
+        if any(w.gang and w.elastic for w in workloads):
+            spare = [w.elastic if w.gang else frozenset() for w in workloads]
+            elastic = np.fromiter((p.key in spare[w] for w, p in zip(pod_wl.tolist(), pods, strict=True)), bool, m)
+        node: IntArray = np.fromiter((index.get(p.node, -1) for p in pods), np.int64, m)
+        started: FloatArray = np.fromiter((p.started for p in pods), np.float64, m)
+        shielded: BoolArray = np.zeros(m, dtype=bool)
+        if guarded:
+            shielded = np.fromiter((p.key in guarded for p in pods), bool, m)
+        wanted = dict.fromkeys((*self.resources, *measured))
+        req = {r: np.fromiter((p.requests.get(r, 0) for p in pods), np.int64, m) for r in wanted}
 
-    @staticmethod
-    def _units(workloads: Sequence[Workload], measured: Sequence[str], guarded: set[str]) -> list[_Unit]:
-        out = []
-        for i, w in enumerate(workloads):
-            elastic = [p for p in w.pods if p.key in w.elastic] if w.gang else []
-            for p in elastic:
-                out.append(_Unit(i, False, (p,), _key(w, (p,), 1, False, measured, guarded)))
-            core = tuple(p for p in w.pods if p not in elastic)
-            out.append(_Unit(i, True, core, _key(w, w.pods, len(w.pods), True, measured, guarded)))
-        return out
+        # unit ids before sorting: workload w's core is w; elastic pods are nw, nw + 1, ...
+        unit: IntArray = np.where(elastic, nw + np.cumsum(elastic) - 1, pod_wl)
+        nu = nw + int(elastic.sum())
+        u_wl: IntArray = np.concatenate([np.arange(nw, dtype=np.int64), pod_wl[elastic]])
+        u_whole: BoolArray = np.arange(nu) < nw
+        u_prio: IntArray = np.fromiter((w.priority for w in workloads), np.int64, nw)[u_wl]
+        wl_pods: IntArray = np.bincount(pod_wl, minlength=nw).astype(np.int64)
+        own_pods: IntArray = np.bincount(unit, minlength=nu).astype(np.int64)
+        # what taking a unit costs: a core takes the whole workload, elastic pods included
+        u_count: IntArray = np.where(u_whole, np.concatenate([wl_pods, np.zeros(nu - nw, np.int64)]), 1)
+        taken = [_per_unit(nu, pod_wl, unit, elastic, req[r]) for r in measured]
+        u_start = np.full(nu, np.inf)
+        np.minimum.at(u_start, pod_wl, started)
+        np.minimum.at(u_start, unit[elastic], started[elastic])
+        u_guard = _per_unit(nu, pod_wl, unit, elastic, shielded.astype(np.int64)) > 0
+        order = np.lexsort(
+            (np.arange(nu), u_guard, -u_start, *reversed(taken), u_count, u_whole, u_prio)
+        )  # the last key sorts first
+        rank_of = np.empty(nu, dtype=np.int64)
+        rank_of[order] = np.arange(nu)
+
+        self.workload_of: IntArray = u_wl[order]
+        self.whole: BoolArray = u_whole[order]
+        self.priority: IntArray = u_prio[order]
+        self.cost_pods: IntArray = own_pods[order]
+        own_taken = np.zeros(nu, dtype=np.int64)
+        if measured:
+            np.add.at(own_taken, unit, req[measured[0]])
+        self.cost_taken: IntArray = own_taken[order]
+        self.core_of: dict[int, int] = {w: int(rank_of[w]) for w in range(nw)}
+        self.elastic_units: dict[int, list[int]] = {}
+        for rank in np.flatnonzero(~self.whole).tolist():
+            self.elastic_units.setdefault(int(self.workload_of[rank]), []).append(rank)
+
+        pod_rank = rank_of[unit]
+        by_rank = np.argsort(pod_rank, kind="stable")
+        self.pod_unit: IntArray = pod_rank[by_rank]
+        self.pod_node: IntArray = node[by_rank]
+        self.pod_req: dict[str, IntArray] = {r: req[r][by_rank] for r in self.resources}
+        self._pods, self._by_rank = pods, by_rank
+        # the pods of unit k are pod_start[k]:pod_start[k + 1]
+        self.pod_start: IntArray = np.searchsorted(self.pod_unit, np.arange(nu + 1)).astype(np.int64)
 
     def __len__(self) -> int:
-        return len(self.units)
+        return len(self.whole)
 
     def closed(self, ranks: IntArray) -> BoolArray:
         """The units `ranks` stand for: a core brings its workload's elastic units along."""
-        chosen: BoolArray = np.zeros(len(self.units), dtype=np.bool_)
+        chosen: BoolArray = np.zeros(len(self), dtype=np.bool_)
         chosen[ranks] = True
-        for rank in ranks[self.whole[ranks]]:
+        for rank in ranks[self.whole[ranks]].tolist():
             extra = self.elastic_units.get(int(self.workload_of[rank]))
             if extra:
                 chosen[extra] = True
@@ -107,13 +118,23 @@ class UnitTable:
 
     def victim_set(self, chosen: BoolArray) -> VictimSet:
         out = VictimSet()
-        for rank in np.flatnonzero(chosen):
-            u = self.units[int(rank)]
-            if u.whole:
-                out.whole.add(u.workload)
+        for rank in np.flatnonzero(chosen).tolist():
+            w = int(self.workload_of[rank])
+            if self.whole[rank]:
+                out.whole.add(w)
             else:
-                out.alone.setdefault(u.workload, set()).update(p.key for p in u.pods)
+                lo, hi = int(self.pod_start[rank]), int(self.pod_start[rank + 1])
+                keys = (self._pods[i].key for i in self._by_rank[lo:hi].tolist())
+                out.alone.setdefault(w, set()).update(keys)
         return out
+
+
+def _per_unit(nu: int, pod_wl: IntArray, unit: IntArray, elastic: BoolArray, values: IntArray) -> IntArray:
+    """Sums per unit: a core over all its workload's pods, an elastic unit over its own pod."""
+    out = np.zeros(nu, dtype=np.int64)
+    np.add.at(out, pod_wl, values)
+    np.add.at(out, unit[elastic], values[elastic])
+    return out
 
 
 class _Without:
@@ -126,16 +147,3 @@ class _Without:
         arr = self._base.used(resource)
         gone = self._removed.get(resource)
         return arr if gone is None else arr - gone
-
-
-def _cost_pods(workloads: Sequence[Workload], u: _Unit) -> int:
-    return len(workloads[u.workload].pods) if u.whole else len(u.pods)
-
-
-def _key(
-    w: Workload, pods: tuple[RunningPod, ...], count: int, whole: bool, measured: Sequence[str], guarded: set[str]
-) -> tuple[object, ...]:
-    taken = tuple(sum(p.requests.get(r, 0) for p in pods) for r in measured)
-    started = min((p.started for p in pods), default=0.0)
-    protected = any(p.key in guarded for p in pods)
-    return (w.priority, whole, count, taken, -started, protected, w.key, pods[0].key if pods else "")
