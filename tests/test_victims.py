@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
 from extender.placement import ClusterSnapshot, Gang, build_gang
 from extender.placement.victim_search import find_victims
@@ -58,7 +59,9 @@ def rack(r: int, *ns: int) -> list[str]:
     return [f"z1-b1-r{r}-n{n}" for n in (ns or (1, 2, 3, 4))]
 
 
-def snapshot(workloads: Iterable[Workload], extra: Iterable[PodInfo] = ()) -> ClusterSnapshot:
+def snapshot(
+    workloads: Iterable[Workload], extra: Iterable[PodInfo] = (), nodes: Sequence[NodeInfo] = CLUSTER
+) -> ClusterSnapshot:
     used: dict[str, dict[str, int]] = {}
     pods = [(p.node, p.requests) for w in workloads for p in w.pods]
     pods += [(p.node_name, p.requests) for p in extra if p.node_name]
@@ -66,11 +69,13 @@ def snapshot(workloads: Iterable[Workload], extra: Iterable[PodInfo] = ()) -> Cl
         into = used.setdefault(node, {})
         for r, v in requests.items():
             into[r] = into.get(r, 0) + v
-    return ClusterSnapshot.of(CLUSTER, used)
+    return ClusterSnapshot.of(nodes, used)
 
 
-def choose(gang: Gang, workloads: list[Workload], budgets: Sequence[Budget] = (), priority: int = HIGH) -> Preemption:
-    found = find_victims(snapshot(workloads), gang, priority, workloads, budgets)
+def choose(
+    gang: Gang, workloads: list[Workload], budgets: Sequence[Budget] = (), nodes: Sequence[NodeInfo] = CLUSTER
+) -> Preemption:
+    found = find_victims(snapshot(workloads, nodes=nodes), gang, HIGH, workloads, budgets)
     assert isinstance(found, Preemption), found
     return found
 
@@ -228,3 +233,70 @@ def test_a_pdb_does_not_outweigh_priority() -> None:
     found = choose(preemptor(4, {"requiredTopologyLevel": "rack"}), ws, [guard_a])
     assert found.victims == ("a",)
     assert found.cost.budgets == 4
+
+
+# -- segments and pinned domains ----------------------------------------------------------------------
+
+
+def segmented(segments: int, size: int, level: str = "block") -> Gang:
+    """`segments` SubGroups of `size` 8-GPU pods, each in one rack, all in one `level`."""
+    spec: dict[str, Any] = {
+        "subGroups": [
+            {"name": "worker", "minSubGroup": segments},
+            *({"name": f"worker-{s}", "parent": "worker", "minMember": size} for s in range(segments)),
+        ],
+        "topologyConstraints": {
+            "global": {"requiredTopologyLevel": level},
+            "subGroups": {f"worker-{s}": {"requiredTopologyLevel": "rack"} for s in range(segments)},
+        },
+    }
+    pods = [pod(f"w-{i}", subgroup=f"worker-{i // size}") for i in range(segments * size)]
+    built = build_gang(podgroup(spec, name="seg"), pods, {"default": TOPO})
+    assert built.gang is not None, built.errors
+    return built.gang
+
+
+def test_segments_free_whole_racks_of_the_cheapest_block() -> None:
+    # Two blocks of two racks of two nodes. Block b1: one 2-pod gang per rack. Block b2: plain
+    # pods of the same priority, one a node (four victims instead of two).
+    ws = [running("a", ["z1-b1-r1-n1", "z1-b1-r1-n2"]), running("b", ["z1-b1-r2-n1", "z1-b1-r2-n2"])]
+    ws += [plain(f"p{i}", n) for i, n in enumerate(f"z1-b2-r{r}-n{k}" for r in (1, 2) for k in (1, 2))]
+    found = choose(segmented(2, 2), ws, nodes=grid(zones=1, blocks=2, racks=2, nodes=2))
+    assert found.victims == ("a", "b")
+    assert found.domain == "block z1/b1"
+    racks = {p: n.rsplit("-", 1)[0] for p, n in found.plan.assignments.items()}
+    assert racks["default/w-0"] == racks["default/w-1"] != racks["default/w-2"] == racks["default/w-3"]
+
+
+def test_a_segment_evicts_only_what_its_rack_needs() -> None:
+    # One segment of 2 pods in a rack: r1 has two free nodes already (nothing to evict there is
+    # cheaper than anything), r2 and r3 hold gangs.
+    ws = [running("r1", rack(1, 1, 2)), running("r2", rack(2)), running("r3", rack(3))]
+    found = find_victims(snapshot(ws), segmented(1, 3, "zone"), HIGH, ws)
+    assert isinstance(found, Preemption), found
+    assert found.victims == ("r1",)  # 3 pods: the two free nodes of r1 and one of its gang's
+
+
+def test_running_members_pin_the_domain() -> None:
+    # The preemptor already runs one pod in rack r2: the rack is r2 although r1 is cheaper.
+    members = [pod("u-0", node_name="z1-b1-r2-n1")] + [pod(f"u-{i}") for i in range(1, 4)]
+    built = build_gang(
+        podgroup({"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="urgent"),
+        members,
+        {"default": TOPO},
+    )
+    assert built.gang is not None
+    ws = [running("cheap", rack(1), priority=1), running("r2", rack(2, 2, 3, 4), priority=5)]
+    ws.append(running("r3", rack(3), priority=5))
+    found = find_victims(snapshot(ws, members[:1]), built.gang, HIGH, ws)
+    assert isinstance(found, Preemption), found
+    assert found.victims == ("r2",)
+    assert found.domain == "rack z1/b1/r2"
+
+
+def test_the_same_input_gives_the_same_victims() -> None:
+    ws = [running(f"g{i}", [n], priority=i % 3) for i, n in enumerate(rack(1) + rack(2) + rack(3))]
+    gang = preemptor(4, {"requiredTopologyLevel": "rack"})
+    first = choose(gang, ws)
+    assert all(choose(gang, ws) == first for _ in range(3))
+    assert first.cost.top_priority == 2  # every rack holds a pod of priority 2
