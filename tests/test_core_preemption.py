@@ -1,0 +1,102 @@
+"""From the cluster state to the victim search: workloads, priorities, elastic pods, Never.
+
+Cluster: one zone of three racks (z1-b1-r1..r3), 4 nodes of 8 GPUs each.
+  rack r1 + r2: `two`, a low-priority gang of 8 pods (one a node)
+  rack r3:      `one`, a low-priority gang of 4 pods
+The preemptor `urgent`: 4 pods of 8 GPUs on one rack, priority class `high`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from extender.core.cluster import ClusterState
+from extender.core.membership import Membership
+from extender.core.preemption import find_preemption, running_workloads
+from extender.model.pod import parse_pod
+from extender.placement.victims import NoPreemption, Preemption
+from tests.builders import TOPO, grid, pod, podgroup
+
+RACK = {"topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
+
+
+def cluster(urgent_spec: dict[str, Any] | None = None) -> tuple[ClusterState, Membership]:
+    state = ClusterState()
+    for n in grid(racks=3, nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    state.set_priority_class("low", 10)
+    state.set_priority_class("high", 1000)
+    nodes = [n.name for n in grid(racks=3, nodes=4)]
+    state.set_podgroup("default/two", podgroup({"minMember": 8, "priorityClassName": "low"}, name="two"))
+    state.set_podgroup("default/one", podgroup({"minMember": 2, "priorityClassName": "low"}, name="one"))
+    spec = {"minMember": 4, "priorityClassName": "high", **RACK, **(urgent_spec or {})}
+    state.set_podgroup("default/urgent", podgroup(spec, name="urgent"))
+    for i in range(8):
+        state.upsert_pod(pod(f"two-{i}", group="two", node_name=nodes[i]))
+    for i in range(4):
+        state.upsert_pod(replace(pod(f"one-{i}", group="one", node_name=nodes[8 + i]), started=float(i)))
+    return state, Membership(state)
+
+
+def add_urgent(state: ClusterState, spec: dict[str, Any] | None = None) -> None:
+    for i in range(4):
+        state.upsert_pod(pod(f"urgent-{i}", group="urgent", spec=spec))
+
+
+def test_workloads_are_the_running_gangs_with_their_priority_and_elastic_pods() -> None:
+    state, membership = cluster()
+    add_urgent(state)
+    got = {w.key: w for w in running_workloads(state, membership, skip="default/urgent")}
+    assert set(got) == {"default/two", "default/one"}
+    assert got["default/two"].priority == 10
+    assert got["default/two"].elastic == frozenset()
+    # `one` needs 2 of its 4 pods: the two youngest may go alone
+    assert got["default/one"].elastic == {"default/one-2", "default/one-3"}
+
+
+def test_plain_pods_are_workloads_of_their_own() -> None:
+    state, membership = cluster()
+    state.upsert_pod(replace(pod("solo", gpus=0), node_name="z1-b1-r1-n1", priority=5))
+    got = {w.key: w for w in running_workloads(state, membership)}
+    assert got["default/solo"].gang is False
+    assert got["default/solo"].priority == 5
+
+
+def test_the_urgent_gang_evicts_the_one_rack_gang() -> None:
+    state, membership = cluster()
+    add_urgent(state)
+    found = find_preemption(state, membership, "default/urgent")
+    assert isinstance(found, Preemption), found
+    assert found.victims == ("default/one",)
+    assert found.domain == "rack z1/b1/r3"
+    assert len(found.pods) == 4
+
+
+def test_a_never_preemptor_evicts_nothing() -> None:
+    state, membership = cluster()
+    add_urgent(state, {"preemptionPolicy": "Never"})
+    found = find_preemption(state, membership, "default/urgent")
+    assert isinstance(found, NoPreemption)
+    assert "preemptionPolicy Never" in found.reason
+
+
+def test_equal_priority_evicts_nothing() -> None:
+    state, membership = cluster()
+    state.set_priority_class("high", 10)
+    add_urgent(state)
+    found = find_preemption(state, membership, "default/urgent")
+    assert isinstance(found, NoPreemption)
+    assert "no running workload has a priority below 10" in found.reason
+
+
+def test_a_pod_says_when_it_started_and_whether_it_may_preempt() -> None:
+    body = {
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [], "preemptionPolicy": "Never"},
+        "status": {"startTime": "2026-01-01T00:00:10Z"},
+    }
+    p = parse_pod(body)
+    assert p.preemption_policy == "Never"
+    assert p.started == 1767225610.0
