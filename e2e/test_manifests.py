@@ -409,6 +409,7 @@ def test_mistakes_are_refused_with_a_message_naming_them(
 READ = ("get", "list", "watch")
 WRITES = {
     ("", "pods/binding", "create"),
+    ("", "pods/eviction", "create"),
     ("", "pods", "patch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
