@@ -13,6 +13,8 @@ from typing import Any
 
 from extender.core.cluster import ClusterState
 from extender.core.membership import Membership
+from extender.core.nomination import Nomination
+from extender.core.preempting import Preempting
 from extender.core.preemption import find_preemption, running_workloads
 from extender.model.pod import parse_pod
 from extender.placement.victims import NoPreemption, Preemption
@@ -100,3 +102,59 @@ def test_a_pod_says_when_it_started_and_whether_it_may_preempt() -> None:
     p = parse_pod(body)
     assert p.preemption_policy == "Never"
     assert p.started == 1767225610.0
+
+
+# -- the nomination -----------------------------------------------------------------------------------
+
+
+def test_a_preemption_holds_the_room_until_the_victims_go() -> None:
+    state, membership = cluster()
+    add_urgent(state)
+    pre = Preempting(state, membership, timeout=30)
+    nom = pre.attempt("default/urgent", now=0)
+    assert isinstance(nom, Nomination)
+    rack3 = {f"z1-b1-r3-n{i}" for i in range(1, 5)}
+    assert set(nom.reserved.values()) == rack3
+    assert {node for node, _ in state.reservations.values()} == rack3
+    for i in range(3):
+        assert pre.gone(f"default/one-{i}") is None
+        state.delete_pod(f"default/one-{i}")
+    assert pre.gone("default/one-3") == "default/urgent"
+    assert pre.settle("default/urgent") is not None
+    assert state.reservations == {}
+
+
+def test_victims_being_evicted_are_not_chosen_again() -> None:
+    state, membership = cluster()
+    add_urgent(state)
+    state.set_podgroup("default/second", podgroup({"minMember": 4, "priorityClassName": "high", **RACK}, name="second"))
+    for i in range(4):
+        state.upsert_pod(pod(f"second-{i}", group="second"))
+    pre = Preempting(state, membership, timeout=30)
+    assert isinstance(pre.attempt("default/urgent", now=0), Nomination)
+    second = pre.attempt("default/second", now=0)
+    assert isinstance(second, Nomination), second
+    assert second.preemption.victims == ("default/two",)  # `one` is taken; `two` frees racks r1 and r2
+
+
+def test_a_fruitless_search_is_not_repeated_until_something_changes_and_time_passes() -> None:
+    state, membership = cluster()
+    state.set_priority_class("high", 10)
+    add_urgent(state)
+    pre = Preempting(state, membership, timeout=30, retry=5)
+    assert isinstance(pre.attempt("default/urgent", now=0), NoPreemption)
+    assert pre.attempt("default/urgent", now=10) is None  # nothing changed
+    state.upsert_pod(replace(pod("solo", gpus=0), node_name="z1-b1-r1-n1"))
+    assert pre.attempt("default/urgent", now=1) is None  # too soon
+    assert isinstance(pre.attempt("default/urgent", now=10), NoPreemption)
+
+
+def test_a_nomination_whose_victims_stay_is_released() -> None:
+    state, membership = cluster()
+    add_urgent(state)
+    pre = Preempting(state, membership, timeout=30)
+    pre.attempt("default/urgent", now=0)
+    assert pre.expire(now=20) == []
+    (late,) = pre.expire(now=31)
+    assert late.group == "default/urgent"
+    assert state.reservations == {}

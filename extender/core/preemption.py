@@ -8,6 +8,8 @@ member whose `preemptionPolicy` is Never never preempts.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from extender.core.cluster import ClusterState
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
@@ -24,8 +26,11 @@ def may_preempt(state: ClusterState, view: GroupView) -> bool:
     return not any(p.preemption_policy == NEVER for p in pods)
 
 
-def running_workloads(state: ClusterState, membership: Membership, skip: str | None = None) -> list[Workload]:
-    """Every running workload but `skip` (the preemptor), gangs whole, plain pods alone."""
+def running_workloads(
+    state: ClusterState, membership: Membership, skip: str | None = None, exclude: AbstractSet[str] = frozenset()
+) -> list[Workload]:
+    """Every running workload but `skip` (the preemptor) and those with a pod in `exclude` (being
+    evicted for another gang), gangs whole, plain pods alone."""
     by_group: dict[str, list[PodInfo]] = {}
     out: list[Workload] = []
     for pod in state.pods.values():
@@ -33,10 +38,13 @@ def running_workloads(state: ClusterState, membership: Membership, skip: str | N
             continue
         group = membership.group_of(pod.key)
         if group is None:
-            out.append(Workload(pod.key, state.pod_priority(pod), (_running(pod),), gang=False))
+            if pod.key not in exclude:
+                out.append(Workload(pod.key, state.pod_priority(pod), (_running(pod),), gang=False))
         elif group != skip:
             by_group.setdefault(group, []).append(pod)
     for group, pods in sorted(by_group.items()):
+        if exclude and any(p.key in exclude for p in pods):
+            continue
         view = membership.view(group)
         gang = view.built.gang if view.built is not None else None
         running = tuple(_running(p) for p in sorted(pods, key=lambda p: p.key))
@@ -67,9 +75,14 @@ def _elastic(gang: Gang | None, pods: tuple[RunningPod, ...]) -> frozenset[str]:
 
 
 def find_preemption(
-    state: ClusterState, membership: Membership, group: str, budgets: tuple[Budget, ...] = ()
+    state: ClusterState,
+    membership: Membership,
+    group: str,
+    budgets: tuple[Budget, ...] = (),
+    exclude: AbstractSet[str] = frozenset(),
 ) -> PreemptionResult:
-    """Victims whose eviction lets GROUP's minimum fit, or why there are none."""
+    """Victims whose eviction lets GROUP's minimum fit, or why there are none. Pods in `exclude`
+    are being evicted for someone else already."""
     view = membership.view(group)
     gang = view.built.gang if view.built is not None else None
     if gang is None:
@@ -77,4 +90,5 @@ def find_preemption(
     if not may_preempt(state, view):
         return NoPreemption(group, "preemptionPolicy Never: the gang waits instead of preempting")
     snapshot = snapshot_for(state, membership, group, gang)
-    return find_victims(snapshot, gang, view.priority, running_workloads(state, membership, group), budgets)
+    workloads = running_workloads(state, membership, group, exclude)
+    return find_victims(snapshot, gang, view.priority, workloads, budgets)
