@@ -300,3 +300,15 @@ def test_the_same_input_gives_the_same_victims() -> None:
     first = choose(gang, ws)
     assert all(choose(gang, ws) == first for _ in range(3))
     assert first.cost.top_priority == 2  # every rack holds a pod of priority 2
+
+
+def test_one_rack_may_take_several_segments() -> None:
+    # Two blocks of one rack of four nodes; two segments of two pods fit in one rack.
+    nodes = grid(zones=1, blocks=2, racks=1, nodes=4)
+    ws = [
+        running("low", [f"z1-b1-r1-n{i}" for i in range(1, 5)]),
+        running("x", [f"z1-b2-r1-n{i}" for i in range(1, 5)], 500),
+    ]
+    found = choose(segmented(2, 2), ws, nodes=nodes)
+    assert found.victims == ("low",)
+    assert found.domain == "block z1/b1"

@@ -29,6 +29,7 @@ class Candidate:
     units: IntArray  # unit ranks with pods in the domain, cheapest first
     first: int  # how many of them the summed room says must go
     key: tuple[int, int, int, int]  # estimated (top priority, workloads, pods, measured resource taken)
+    room: int = 1  # how many times the summed room, with every unit gone, holds what was asked
 
 
 def rank_domains(
@@ -64,6 +65,11 @@ def rank_domains(
     cum_pods = _group_cumsum(units.cost_pods[row_rank], starts, ends)
     cum_taken = _group_cumsum(units.cost_taken[row_rank], starts, ends)
     first_ok = np.where(ok, np.arange(len(ok)), len(ok))
+
+    def room(d: int, lo: int, hi: int) -> int:
+        """How many times everything in domain d, every unit gone, holds `needed`."""
+        return min(int(avail[r][d] + (cum[r][hi - 1] if hi > lo else 0)) // need for r, need in needed.items())
+
     out: list[Candidate] = []
     seen: set[int] = set()
     for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
@@ -73,18 +79,18 @@ def rank_domains(
             continue
         ranks = row_rank[lo:hi]
         if all(avail[r][d] >= need for r, need in needed.items()):
-            out.append(Candidate(Domain(level, d), ranks, 0, NOTHING))
+            out.append(Candidate(Domain(level, d), ranks, 0, NOTHING, room(d, lo, hi)))
             continue
         f = int(first_ok[lo:hi].min()) if hi > lo else len(ok)
         if f >= hi:
             continue  # even every unit here would not free enough
         key = (int(units.priority[row_rank[f]]), int(cum_whole[f]), int(cum_pods[f]), int(cum_taken[f]))
-        out.append(Candidate(Domain(level, d), ranks, f - lo + 1, key))
+        out.append(Candidate(Domain(level, d), ranks, f - lo + 1, key, room(d, lo, hi)))
     for d in range(ndom):  # domains with no victim at all, where the room may suffice already
         if d in seen or (only is not None and d != only) or not li.labeled[d]:
             continue
         if all(avail[r][d] >= need for r, need in needed.items()):
-            out.append(Candidate(Domain(level, d), np.zeros(0, dtype=np.int64), 0, NOTHING))
+            out.append(Candidate(Domain(level, d), np.zeros(0, dtype=np.int64), 0, NOTHING, room(d, 0, 0)))
     out.sort(key=lambda c: (c.key, c.domain.index))
     return out
 
@@ -143,11 +149,18 @@ def rank_nested(
             by_outer.setdefault(outer, []).append(cand)
     out = []
     for outer, cands in by_outer.items():
-        if len(cands) < count:
-            continue  # not enough finer domains could hold a chunk even with every unit gone
-        chosen, rest = cands[:count], cands[count:]
-        head = [c.units[: c.first] for c in chosen]
-        tail = [c.units[c.first :] for c in chosen] + [c.units for c in rest]
+        chosen, rest, hosted = [], [], 0
+        for c in cands:  # cheapest first, each taking as many chunks as its room allows
+            if hosted < count:
+                chosen.append(c)
+                hosted += max(1, c.room)
+            else:
+                rest.append(c)
+        if hosted < count:
+            continue  # even with every unit gone, its finer domains would not hold every chunk
+        # a finer domain that takes one chunk needs its estimated prefix; more than one, all of it
+        head = [c.units[: c.first] if c.room <= 1 else c.units for c in chosen]
+        tail = [c.units[c.first :] for c in chosen if c.room <= 1] + [c.units for c in rest]
         order = _unique(np.concatenate([*head, *tail]) if head or tail else np.zeros(0, dtype=np.int64))
         first = len(_unique(np.concatenate(head))) if head else 0
         key = (
@@ -156,7 +169,7 @@ def rank_nested(
             sum(c.key[2] for c in chosen),
             sum(c.key[3] for c in chosen),
         )
-        out.append(Candidate(Domain(level, outer), order, first, key))
+        out.append(Candidate(Domain(level, outer), order, first, key, hosted))
     out.sort(key=lambda c: (c.key, c.domain.index))
     return out
 
