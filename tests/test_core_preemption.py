@@ -16,6 +16,7 @@ from extender.core.membership import Membership
 from extender.core.nomination import Nomination
 from extender.core.preempting import Preempting
 from extender.core.preemption import find_preemption, running_workloads
+from extender.core.scheduler import GangScheduler
 from extender.model.pod import parse_pod
 from extender.placement.victims import NoPreemption, Preemption
 from tests.builders import TOPO, grid, pod, podgroup
@@ -158,3 +159,72 @@ def test_a_nomination_whose_victims_stay_is_released() -> None:
     (late,) = pre.expire(now=31)
     assert late.group == "default/urgent"
     assert state.reservations == {}
+
+
+# -- in the scheduler ---------------------------------------------------------------------------------
+
+
+def scheduler() -> GangScheduler:
+    state, _ = cluster()
+    sched = GangScheduler(state, preemption_timeout=30)
+    for i in range(4):
+        sched.observe_pod(pod(f"urgent-{i}", group="urgent"))
+    return sched
+
+
+NODES = [n.name for n in grid(racks=3, nodes=4)]
+
+
+def test_a_gang_that_does_not_fit_preempts_then_binds_where_its_victims_were() -> None:
+    sched = scheduler()
+    first = sched.filter(sched.state.pods["default/urgent-0"], NODES, 0.0)
+    assert first.event is not None
+    assert first.event.outcome == "preempting"
+    assert first.event.preemption is not None
+    assert first.event.preemption.victims == ("default/one",)
+    assert first.event.fields()["preemption"] == {
+        "domain": "rack z1/b1/r3",
+        "victims": ["default/one"],
+        "elastic": {},
+        "victim_pods": 4,
+        "top_priority": 10,
+        "plans": first.event.preemption.plans,
+    }
+    status = sched.status("default/urgent")
+    assert (status.phase, status.reason) == ("Pending", "Preempting")
+    assert "preempting in rack z1/b1/r3: evicting 1 workload(s) (default/one)" in status.message
+    again = sched.filter(sched.state.pods["default/urgent-1"], NODES, 1.0)
+    assert again.nodes == []
+    assert "0/4 victim pods gone" in again.reason
+    # a plain pod may not take the room held
+    plain = sched.filter(replace(pod("plain"), priority=5000), ["z1-b1-r3-n1"], 1.0)
+    assert plain.nodes == []
+    for i in range(4):
+        sched.delete_pod(f"default/one-{i}")
+    assert sched.take_preempted() == ["default/urgent"]
+    placed = sched.filter(sched.state.pods["default/urgent-0"], NODES, 2.0)
+    assert placed.event is not None
+    assert placed.event.outcome == "planned"
+    assert set(sched.plans["default/urgent"].reserved.values()) == {f"z1-b1-r3-n{i}" for i in range(1, 5)}
+
+
+def test_victims_that_stay_release_the_room_with_a_reason() -> None:
+    sched = scheduler()
+    sched.filter(sched.state.pods["default/urgent-0"], NODES, 0.0)
+    assert sched.expire_preemptions(10.0) == []
+    (late,) = sched.expire_preemptions(31.0)
+    assert late.group == "default/urgent"
+    assert sched.state.reservations == {}
+    status = sched.status("default/urgent")
+    assert status.reason == "PreemptionTimeout"
+    assert "4 victim pod(s) did not leave within 30s" in status.message
+    assert status.unschedulable
+
+
+def test_kube_schedulers_preempt_call_starts_the_gang_preemption() -> None:
+    sched = scheduler()
+    event = sched.preempt("default/urgent-2", 0.0)
+    assert event is not None
+    assert event.outcome == "preempting"
+    assert sched.preempt("default/urgent-3", 0.0) is None  # already under way
+    assert sched.preempt("default/one-0", 0.0) is None  # a running gang's pod: nothing to do

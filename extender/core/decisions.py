@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT
+from extender.placement.victims import Preemption
 
 # Phases of a group (PodGroup status.phase).
 PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"
@@ -28,6 +29,8 @@ R_MEMBER_GONE = "MemberGone"  # a pod of the minimum went away before binding; p
 R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
+R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
+R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -38,6 +41,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_BIND_TIMEOUT,
         R_PLAN_EXPIRED,
         R_MEMBER_GONE,
+        R_PREEMPTION_TIMEOUT,
     }
 )
 
@@ -69,13 +73,14 @@ class PlanEvent:
     """One placement decision: the canonical log line of topogang."""
 
     group: str
-    outcome: str  # "planned", "replanned", "extended", "pending", "invalid"
+    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "invalid"
     pods: int  # pods placed by this decision (or needed, when pending)
     nodes: tuple[str, ...] = ()
     domains: Mapping[str, str] = field(default_factory=dict)  # scope -> domain
     reason: str = ""
     attempts: int = 0
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
+    preemption: Preemption | None = None  # outcome "preempting": the victims and the room they free
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"group": self.group, "outcome": self.outcome, "pods": self.pods}
@@ -89,6 +94,16 @@ class PlanEvent:
             out["reason"] = self.reason
         if self.attempts:
             out["domains_tried"] = self.attempts
+        if self.preemption is not None:
+            p = self.preemption
+            out["preemption"] = {
+                "domain": p.domain,
+                "victims": list(p.victims),
+                "elastic": {k: len(v) for k, v in p.elastic.items()},
+                "victim_pods": len(p.pods),
+                "top_priority": p.cost.top_priority,
+                "plans": p.plans,
+            }
         return out
 
 

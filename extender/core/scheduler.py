@@ -31,6 +31,8 @@ from extender.core.decisions import (
     R_MEMBER_GONE,
     R_PLAN_EXPIRED,
     R_PLANNED,
+    R_PREEMPTING,
+    R_PREEMPTION_TIMEOUT,
     R_REPLANNING,
     R_SCHEDULED,
     R_WAITING,
@@ -45,6 +47,8 @@ from extender.core.decisions import (
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
+from extender.core.nomination import Nomination
+from extender.core.preempting import Preempting
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.placement import Plan, Unplaceable, build_gang, incomplete, meets_minimum, plan
@@ -68,10 +72,11 @@ class GroupPlan:
 
 
 class GangScheduler:
-    def __init__(self, state: ClusterState, *, plan_ttl: float = 300.0) -> None:
+    def __init__(self, state: ClusterState, *, plan_ttl: float = 300.0, preemption_timeout: float = 60.0) -> None:
         self.state = state
         self.membership = Membership(state)
         self.plan_ttl = plan_ttl
+        self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
         self.plans: dict[str, GroupPlan] = {}
         self.reasons: dict[str, str] = {}  # group -> why it is pending
         self.reason_kinds: dict[str, str] = {}  # group -> that reason as data (decisions.R_*, Shortfall.kind)
@@ -95,6 +100,11 @@ class GangScheduler:
             return _refuse(nodes, f"topogang: PodGroup {group} is invalid: {view.message}")
         if pod.key in view.waiting:
             return _refuse(nodes, f"topogang: {view.waiting[pod.key]}")
+        nom = self.preempting.nominations.get(group)
+        if nom is not None:
+            if nom.pending:
+                return _refuse(nodes, f"topogang: {nom.describe()}")
+            self.preempting.settle(group)  # the victims are gone: plan into the room they left
         event = None
         gp = self.plans.get(group)
         if gp is None or pod.key not in gp.reserved:
@@ -152,6 +162,9 @@ class GangScheduler:
         assert gang is not None, "only valid groups are planned"
         result = plan(snapshot_for(self.state, self.membership, group, gang), gang)
         if isinstance(result, Unplaceable):
+            nominated = None if extend else self._preempt(group, now)
+            if nominated is not None:
+                return nominated
             self._why(group, result.reason.kind, result.message)
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
         new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
@@ -181,6 +194,63 @@ class GangScheduler:
             attempts=result.attempts,
             levels=result.levels,
         )
+
+    def _preempt(self, group: str, now: float) -> PlanEvent | None:
+        """Victims whose eviction makes room for GROUP: their room is reserved for it at once."""
+        found = self.preempting.attempt(group, now)
+        if not isinstance(found, Nomination):
+            return None
+        p = found.preemption
+        self._why(group, R_PREEMPTING, found.describe())
+        return PlanEvent(
+            group,
+            "preempting",
+            len(p.plan.assignments),
+            tuple(p.plan.assignments.values()),
+            p.plan.domains,
+            reason=found.describe(),
+            attempts=p.plan.attempts,
+            levels=p.plan.levels,
+            preemption=p,
+        )
+
+    def preempt(self, pod_key: str, now: float) -> PlanEvent | None:
+        """kube-scheduler found no node for POD_KEY and asks whom to preempt. For a gang member
+        topogang answers for the whole gang (a preemption plan whose victims the caller evicts),
+        never pod by pod; None when there is nothing to do (a plain pod, a gang planned or
+        preempting already, or one that cannot be planned whatever the room)."""
+        group = self.membership.group_of(pod_key)
+        pod = self.state.pods.get(pod_key)
+        if group is None or pod is None or pod.node_name is not None:
+            return None
+        if group in self.plans or group in self.preempting.nominations:
+            return None
+        view = self.membership.view(group)
+        gang = view.built.gang if view.valid and view.built is not None else None
+        if gang is None or pod_key in view.waiting or incomplete(gang) is not None:
+            return None
+        bound = {k for k in view.pods if (p := self.state.pods.get(k)) is not None and p.node_name}
+        if bound and meets_minimum(gang, bound):
+            return None  # the gang runs: pods beyond its minimum never preempt
+        return self._plan(group, view, now, extend=False)
+
+    def take_preempted(self) -> list[str]:
+        """Gangs whose victims have all gone since the last call: their members need waking."""
+        return self.preempting.nominations.take_ready()
+
+    def expire_preemptions(self, now: float) -> list[Nomination]:
+        """Release the room held for gangs whose victims did not leave in time."""
+        late = self.preempting.expire(now)
+        for nom in late:
+            pending = sorted(nom.pending)
+            shown = ", ".join(pending[:5]) + (f" and {len(pending) - 5} more" if len(pending) > 5 else "")
+            why = (
+                f"preemption timed out: {len(pending)} victim pod(s) did not leave within "
+                f"{self.preempting.nominations.timeout:g}s ({shown}); the room held in "
+                f"{nom.preemption.domain} was released"
+            )
+            self._why(nom.group, R_PREEMPTION_TIMEOUT, why)
+        return late
 
     def _replan(self, group: str, now: float) -> PlanEvent:
         self.release(group, "re-planning: a planned node no longer fits", R_REPLANNING)
@@ -282,6 +352,9 @@ class GangScheduler:
         for group in (set(self.reasons) | set(self.domains)) - groups:  # the gang is gone
             self._why(group, None)
             self.domains.pop(group, None)
+        for nom in self.preempting.nominations:
+            if nom.group not in groups:
+                self.preempting.forget(nom.group)
         return out
 
     # -- what the cluster tells us -------------------------------------------------------------
@@ -291,6 +364,8 @@ class GangScheduler:
         if pod.terminal or pod.deleting:
             self.forget_pod(pod.key)
             self.state.upsert_pod(pod)
+            if pod.terminal:
+                self.preempting.gone(pod.key)  # it takes no room any more
             return
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
@@ -319,6 +394,7 @@ class GangScheduler:
     def delete_pod(self, key: str) -> None:
         self.forget_pod(key)
         self.state.delete_pod(key)
+        self.preempting.gone(key)
 
     # -- status --------------------------------------------------------------------------------
 
@@ -344,6 +420,8 @@ class GangScheduler:
             missing = len([p for p in gp.minimum if p in gp.reserved])
             message = f"planned; waiting for {missing} pod(s) of the minimum to bind"
             phase, reason = PENDING, R_PLANNED
+        elif (nom := self.preempting.nominations.get(group)) is not None:
+            message, phase, reason = nom.describe(), PENDING, R_PREEMPTING
         # What is true now (pods missing) before what last happened (why a plan was refused).
         elif missing_message := self._incomplete_message(view):
             message, phase, reason = missing_message, PENDING, R_GANG_INCOMPLETE
