@@ -72,6 +72,9 @@ class Nominations:
             self._ready.append(nom.group)
         return nom
 
+    def is_victim(self, pod: str) -> bool:
+        return pod in self._victim_of
+
     def evicting(self) -> set[str]:
         """Victim pods on their way out: no other preemption may count on them."""
         return set(self._victim_of)

@@ -234,6 +234,24 @@ class GangScheduler:
             return None  # the gang runs: pods beyond its minimum never preempt
         return self._plan(group, view, now, extend=False)
 
+    def nomination(self, group: str) -> Nomination | None:
+        """The preemption under way for GROUP, if any."""
+        return self.preempting.nominations.get(group)
+
+    def is_victim(self, pod_key: str) -> bool:
+        """Whether POD_KEY is being evicted to make room for some gang."""
+        return self.preempting.nominations.is_victim(pod_key)
+
+    def drop_preemptions(self) -> None:
+        """Give back the room held for every preempting gang (this replica stops leading)."""
+        for nom in self.preempting.nominations:
+            self.preempting.settle(nom.group)
+
+    def next_generation(self) -> int:
+        """A new generation number, for wake-ups that are not a new plan."""
+        self._generation += 1
+        return self._generation
+
     def take_preempted(self) -> list[str]:
         """Gangs whose victims have all gone since the last call: their members need waking."""
         return self.preempting.nominations.take_ready()
