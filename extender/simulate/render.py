@@ -33,6 +33,15 @@ def to_json(result: SimResult) -> str:
             }
             for g in result.groups
         ],
+        "preempted": [
+            {
+                "namespace": v.pod.partition("/")[0],
+                "name": v.pod.partition("/")[2],
+                "preemptedBy": v.by,
+                "domain": v.domain,
+            }
+            for v in result.preempted
+        ],
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
@@ -58,6 +67,15 @@ def to_text(result: SimResult) -> str:
         out += [*_table(rows), ""]
     if placed:
         out += _picture(result, {p.node: p for p in placed if p.node})
+    if result.preempted:
+        out.append(f"Preempted ({len(result.preempted)}):")
+        by: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for v in result.preempted:
+            by[(v.by, v.domain)].append(v.pod)
+        for (gang, domain), names in by.items():
+            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            out.append(f"  {shown}: by {gang} for {domain}")
+        out.append("")
     if pending:
         out.append(f"Pending ({len(pending)}):")
         by_reason: dict[str, list[str]] = defaultdict(list)
