@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from extender.core.cluster import ClusterState
+from extender.core.explain import explain, render
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination
 from extender.core.preempting import Preempting
@@ -228,3 +229,21 @@ def test_kube_schedulers_preempt_call_starts_the_gang_preemption() -> None:
     assert event.outcome == "preempting"
     assert sched.preempt("default/urgent-3", 0.0) is None  # already under way
     assert sched.preempt("default/one-0", 0.0) is None  # a running gang's pod: nothing to do
+
+
+def test_explain_shows_the_preemption_and_why_those_victims() -> None:
+    sched = scheduler()
+    dry = render([explain(sched, "default/urgent")])
+    assert "Preemption: would evict in rack z1/b1/r3:" in dry
+    assert "victims, evicted whole: default/one" in dry
+    assert "why these: the least costly in rack z1/b1/r3 (1 workload(s), 4 pod(s), priority <= 10" in dry
+    sched.filter(sched.state.pods["default/urgent-0"], NODES, 0.0)
+    under_way = render([explain(sched, "default/urgent")])
+    assert "Preemption: under way: preempting in rack z1/b1/r3: evicting 1 workload(s) (default/one)" in under_way
+
+
+def test_explain_says_when_preemption_would_not_help() -> None:
+    sched = scheduler()
+    sched.state.set_priority_class("high", 5)
+    text = render([explain(sched, "default/urgent")])
+    assert "Preemption: would not help: no running workload has a priority below 5" in text
