@@ -18,7 +18,7 @@ import pytest
 
 from e2e.controlplane import FakeGpuNodes
 from e2e.scenario import create, create_podgroup, events_about, eventually, gpu_pod, pods, wait_all_bound
-from e2e.test_extender import RACK, node_racks, topogang
+from e2e.test_extender import node_racks, topogang
 from e2e.topogang import Topogang
 from extender.kube.client import ApiError, KubeClient
 
