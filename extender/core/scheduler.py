@@ -52,6 +52,7 @@ from extender.core.preempting import Preempting
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.placement import Plan, Unplaceable, build_gang, incomplete, meets_minimum, plan
+from extender.placement.reasons import INCOMPLETE
 
 RESERVED = "topogang: capacity reserved for a gang"
 MAX_SCORE = 10
@@ -162,7 +163,8 @@ class GangScheduler:
         assert gang is not None, "only valid groups are planned"
         result = plan(snapshot_for(self.state, self.membership, group, gang), gang)
         if isinstance(result, Unplaceable):
-            nominated = None if extend else self._preempt(group, now)
+            # Preempting cannot help a gang that misses pods, nor pods beyond a plan's minimum.
+            nominated = None if extend or result.reason.kind == INCOMPLETE else self._preempt(group, now)
             if nominated is not None:
                 return nominated
             self._why(group, result.reason.kind, result.message)
