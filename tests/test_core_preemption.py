@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
+from extender.core.apply import apply_object, delete_object
 from extender.core.cluster import ClusterState
 from extender.core.explain import explain, render
 from extender.core.membership import Membership
@@ -18,6 +21,8 @@ from extender.core.nomination import Nomination
 from extender.core.preempting import Preempting
 from extender.core.preemption import find_preemption, running_workloads
 from extender.core.scheduler import GangScheduler
+from extender.model.budget import parse_budget
+from extender.model.errors import InvalidObject
 from extender.model.pod import parse_pod
 from extender.placement.victims import NoPreemption, Preemption
 from tests.builders import TOPO, grid, pod, podgroup
@@ -247,3 +252,74 @@ def test_explain_says_when_preemption_would_not_help() -> None:
     sched.state.set_priority_class("high", 5)
     text = render([explain(sched, "default/urgent")])
     assert "Preemption: would not help: no running workload has a priority below 5" in text
+
+
+# -- PodDisruptionBudgets -------------------------------------------------------------------------------
+
+
+def pdb(name: str, selector: dict[str, Any] | None, allowed: int = 0) -> dict[str, Any]:
+    spec = {} if selector is None else {"selector": selector}
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minAvailable": 1, **spec},
+        "status": {"disruptionsAllowed": allowed},
+    }
+
+
+def twin_racks() -> GangScheduler:
+    """Racks r1 and r2 each run a 4-pod gang of priority 10 (a, b); r3 runs priority 2000."""
+    state = ClusterState()
+    for n in grid(racks=3, nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    state.set_priority_class("low", 10)
+    state.set_priority_class("top", 2000)
+    state.set_priority_class("high", 1000)
+    sched = GangScheduler(state)
+    for name, rack, pc in (("a", 1, "low"), ("b", 2, "low"), ("c", 3, "top")):
+        state.set_podgroup(f"default/{name}", podgroup({"minMember": 4, "priorityClassName": pc}, name=name))
+        for i in range(4):
+            p = pod(f"{name}-{i}", group=name, node_name=f"z1-b1-r{rack}-n{i + 1}", labels={"app": name})
+            sched.observe_pod(p)
+    state.set_podgroup("default/urgent", podgroup({"minMember": 4, "priorityClassName": "high", **RACK}, name="urgent"))
+    for i in range(4):
+        sched.observe_pod(pod(f"urgent-{i}", group="urgent"))
+    return sched
+
+
+def test_a_disruption_budget_breaks_the_tie_between_equal_victims() -> None:
+    sched = twin_racks()
+    first = find_preemption(sched.state, sched.membership, "default/urgent")
+    assert isinstance(first, Preemption)
+    assert first.victims == ("default/a",)  # equal costs: the first in path order
+    apply_object(sched, pdb("keep-a", {"matchLabels": {"app": "a"}}))
+    found = find_preemption(sched.state, sched.membership, "default/urgent")
+    assert isinstance(found, Preemption)
+    assert found.victims == ("default/b",)
+    assert found.cost.budgets == 0
+    delete_object(sched, pdb("keep-a", None))
+    assert sched.state.budgets == {}
+
+
+def test_disruption_budget_selectors() -> None:
+    labels = {"app": "a", "tier": "web"}
+    assert parse_budget(pdb("all", {})).selects("default", labels)
+    assert not parse_budget(pdb("none", None)).selects("default", labels)
+    assert not parse_budget(pdb("all", {})).selects("other", labels)
+    exprs = {
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["web"]},
+            {"key": "x", "operator": "DoesNotExist"},
+        ]
+    }
+    assert parse_budget(pdb("expr", exprs)).selects("default", labels)
+    notin = {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["a"]}]}
+    assert not parse_budget(pdb("notin", notin)).selects("default", labels)
+    bad = {"matchExpressions": [{"key": "app", "operator": "Equals"}]}
+    with pytest.raises(InvalidObject) as caught:
+        parse_budget(pdb("bad", bad))
+    assert "PodDisruptionBudget default/bad: spec.selector.matchExpressions[0].operator: expected one of In" in str(
+        caught.value
+    )

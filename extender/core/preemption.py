@@ -91,4 +91,17 @@ def find_preemption(
         return NoPreemption(group, "preemptionPolicy Never: the gang waits instead of preempting")
     snapshot = snapshot_for(state, membership, group, gang)
     workloads = running_workloads(state, membership, group, exclude)
-    return find_victims(snapshot, gang, view.priority, workloads, budgets)
+    return find_victims(snapshot, gang, view.priority, workloads, budgets or budgets_of(state, workloads))
+
+
+def budgets_of(state: ClusterState, workloads: list[Workload]) -> tuple[Budget, ...]:
+    """The cluster's PodDisruptionBudgets over the pods that could be victims."""
+    if not state.budgets:
+        return ()
+    out = []
+    candidates = [state.pods[p.key] for w in workloads for p in w.pods if p.key in state.pods]
+    for budget in state.budgets.values():
+        guarded = frozenset(p.key for p in candidates if budget.selects(p.namespace, p.labels))
+        if guarded:
+            out.append(Budget(budget.key, budget.allowed, guarded))
+    return tuple(out)
