@@ -104,10 +104,9 @@ async def test_a_gang_no_eviction_could_help_evicts_nothing(
     await asyncio.sleep(5)  # kube-scheduler keeps retrying (and asking topogang) meanwhile
     items = await pods(kube, namespace)
     names = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items}
-    assert sorted(k for k, v in names.items() if v) == sorted(
-        [f"wide-{i}" for i in range(8)] + [f"small-{i}" for i in range(4)]
-    )
-    assert not any(p["metadata"].get("deletionTimestamp") for p in items)
+    running = sorted([f"wide-{i}" for i in range(8)] + [f"small-{i}" for i in range(4)])
+    assert sorted(k for k, v in names.items() if v) == running, names
+    assert [p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp")] == []
 
 
 async def test_a_plain_high_priority_pod_preempts_as_kube_scheduler_would(

@@ -99,3 +99,22 @@ async def test_a_victim_under_a_budget_is_tried_again_until_the_room_is_released
     actions.blocked.clear()
     await asyncio.sleep(0.05)
     assert "default/one-2" in actions.evicted
+
+
+@pytest.mark.asyncio
+async def test_a_member_unknown_to_the_cache_yet_gets_no_pod_by_pod_victims(aiohttp_client: Any) -> None:
+    client, scheduler, _ = await start(aiohttp_client, Evictions())
+    newcomer = {
+        "metadata": {"name": "late-0", "namespace": "default", "annotations": {"pod-group-name": "urgent"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+    }
+    victims = {"z1-b1-r1-n1": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}
+    body = orjson.dumps({"Pod": newcomer, "NodeNameToMetaVictims": victims})
+    assert await call(client, "preempt", body) == {"NodeNameToMetaVictims": {}}
+    assert scheduler.membership.group_of("default/late-0") == "default/urgent"
+    unknown_group = {
+        **newcomer,
+        "metadata": {**newcomer["metadata"], "name": "x", "annotations": {"pod-group-name": "nope"}},
+    }
+    body = orjson.dumps({"Pod": unknown_group, "NodeNameToMetaVictims": victims})
+    assert await call(client, "preempt", body) == {"NodeNameToMetaVictims": {}}  # a gang-to-be

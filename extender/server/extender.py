@@ -8,6 +8,7 @@ on one event loop, so each call into the core is atomic.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -115,9 +116,14 @@ class Extender:
         """Gang members: no victims for kube-scheduler (preempting for one pod cannot seat a
         gang); topogang preempts for the whole gang instead, evicting its own victims. Plain
         pods: kube-scheduler's own choice, unchanged."""
-        key, victims = wire.decode_victims(body)
-        if self.scheduler.membership.group_of(key) is None:
-            return wire.encode_victims(victims)
+        key, pod_body, victims = wire.decode_preemption(body)
+        if key not in self.state.pods:  # the request can be ahead of our watch
+            with contextlib.suppress(InvalidObject):
+                self.state.upsert_pod(parse_pod(pod_body))
+        membership = self.scheduler.membership
+        if membership.group_of(key) is None:
+            # a pod naming a gang that cannot be resolved yet is no plain pod either
+            return wire.encode_victims({} if membership.waiting(key) is not None else victims)
         start = time.perf_counter()
         event = self.scheduler.preempt(key, time.monotonic())
         if event is not None:

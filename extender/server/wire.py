@@ -183,15 +183,22 @@ def encode_binding(error: str = "") -> bytes:
 
 def decode_victims(body: bytes) -> tuple[str, dict[str, Any]]:
     """The pod key and the victims kube-scheduler proposes, as MetaVictims (UIDs only)."""
+    key, _, victims = decode_preemption(body)
+    return key, victims
+
+
+def decode_preemption(body: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """The pod key, the pod as sent, and the victims kube-scheduler proposes as MetaVictims."""
     doc = _loads(body, "ExtenderPreemptionArgs")
     pod = _field(doc, "Pod")
     meta = pod.get("metadata") if isinstance(pod, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         raise WireError("ExtenderPreemptionArgs.Pod.metadata.name: expected the pod's name")
     key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
+    assert isinstance(pod, dict)
     meta_victims = _field(doc, "NodeNameToMetaVictims")
     if isinstance(meta_victims, dict):
-        return key, meta_victims
+        return key, pod, meta_victims
     victims = _field(doc, "NodeNameToVictims") or {}
     if not isinstance(victims, dict):
         raise WireError("ExtenderPreemptionArgs.NodeNameToVictims: expected a map of node name to victims")
@@ -200,7 +207,7 @@ def decode_victims(body: bytes) -> tuple[str, dict[str, Any]]:
         pods = (_field(v, "Pods") or []) if isinstance(v, dict) else []
         uids = [{"UID": (p.get("metadata") or {}).get("uid", "")} for p in pods if isinstance(p, dict)]
         out[node] = {"Pods": uids, "NumPDBViolations": _field(v, "NumPDBViolations") or 0}
-    return key, out
+    return key, pod, out
 
 
 def encode_victims(victims: Mapping[str, Any]) -> bytes:
