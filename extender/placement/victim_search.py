@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -77,25 +77,49 @@ def find_victims(
     chunk = _chunk(gang, level)
     needed = _needed(gang)
     search = _Search(snapshot, tree, gang, units, measured, budgets)
-    ranked = False
-    for tier in np.unique(units.priority).tolist():  # the lowest top priority that works wins
-        allowed: BoolArray = units.priority <= tier
-        if chunk is None:
-            candidates = rank_domains(snapshot, tree, level, units, needed, eligible, allowed, only)
-        else:
-            candidates = rank_nested(snapshot, tree, level, units, chunk, eligible, allowed, only)
-        ranked = ranked or bool(candidates)
-        best = search.best_of(candidates, max_domains)
+
+    ranked: dict[int, list[Candidate]] = {}
+
+    def rank(tier: int) -> list[Candidate]:
+        if tier not in ranked:
+            allowed: BoolArray = units.priority <= tier
+            if chunk is None:
+                ranked[tier] = rank_domains(snapshot, tree, level, units, needed, eligible, allowed, only)
+            else:
+                ranked[tier] = rank_nested(snapshot, tree, level, units, chunk, eligible, allowed, only)
+        return ranked[tier]
+
+    tiers = [int(t) for t in np.unique(units.priority)]
+    first = _first_tier(tiers, rank)
+    if first is None:
+        where = "the cluster" if level == 0 else f"any {tree.level_name(level)}"
+        why = f"evicting every workload below priority {priority} would not free room for the minimum in {where}"
+        return NoPreemption(gang.key, why)
+    for tier in tiers[first:]:  # the lowest top priority that works wins
+        best = search.best_of(rank(tier), max_domains)
         if best is not None:
             return dataclasses.replace(best, domains_checked=search.verified, plans=search.plans)
         if search.plans >= MAX_PLANS:
             break
-    if not ranked:
-        where = "the cluster" if level == 0 else f"any {tree.level_name(level)}"
-        why = f"evicting every workload below priority {priority} would not free room for the minimum in {where}"
-        return NoPreemption(gang.key, why)
     why = search.failure or f"the search stopped after {search.plans} plans"
     return NoPreemption(gang.key, f"evicting lower-priority workloads would not help: {why}", search.plans)
+
+
+def _first_tier(tiers: Sequence[int], rank: Callable[[int], list[Candidate]]) -> int | None:
+    """The index of the lowest tier whose estimate finds a domain (more units only add room, so
+    a bisection: a cluster with a hundred priorities costs seven rankings, not a hundred)."""
+    if rank(tiers[0]):
+        return 0  # the common case: the lowest priority alone will do
+    lo, hi = 0, len(tiers) - 1  # lo finds nothing, hi finds something
+    if not rank(tiers[hi]):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if rank(tiers[mid]):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 class _Search:
