@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from extender.grouping import GroupingResult, ObjectIndex, can_synthesize, group_pods, synthesize
-from extender.grouping.types import Grouping
+from extender.grouping.result import Grouping
 from extender.model.pod import PodInfo, parse_pod
 from extender.model.podgroup import PodGroupSpec, TopologyConstraint
 

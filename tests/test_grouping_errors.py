@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from extender.grouping.types import GroupingResult
+from extender.grouping.result import GroupingResult
 from extender.model.pod import PodInfo
 from tests.grouping_builders import errors, group, job, jobset, kubeflow, lws, owned_pod, render
 

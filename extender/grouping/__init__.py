@@ -37,17 +37,19 @@ Naming (stable; each module's docstring says more):
     segments           "<replica type>-seg-<k>" (KAI segments), "<replica type>-slice-<k>[-<j>..]"
                        (Kueue slices, one name part per layer)
 
-The rules, module by module: `group` (the order in which a pod's group is decided), `tree`
-(replica types and segments become the SubGroup tree), `annotations` (KAI's and Kueue's
-placement, segment and slice annotations), `kinds.*` (one built-in grouper per workload kind),
-`resource_interface` (seed 003's declarative grouper with jq), `synthesize` (pods for workloads
-given without them), `objects` (an ObjectLookup over a list of raw objects).
+The rules, module by module: `group` (the order in which a pod's group is decided), `grouper`
+(what a grouper reads and answers), `assemble` (replica types and segments become the SubGroup
+tree), `annotations` (KAI's and Kueue's placement, segment and slice annotations), `kinds`
+(one module per workload kind: its grouper, pod synthesizer, index label, owner Resource and
+labels; `kinds.KINDS` lists them), `resource_interface` (seed 003's declarative grouper with jq),
+`synthesize` (pods for workloads given without them), `objects` (what the grouper reads besides
+pods, and an ObjectLookup over a list of raw objects), `result` (what `group_pods` returns).
 """
 
 from extender.grouping.group import explicit_group, family_key, group_pods
-from extender.grouping.objects import ObjectIndex
+from extender.grouping.objects import ObjectIndex, ObjectLookup
+from extender.grouping.result import Grouping, GroupingResult
 from extender.grouping.synthesize import Synthesized, can_synthesize, synthesize
-from extender.grouping.types import Grouping, GroupingResult, ObjectLookup
 
 __all__ = [
     "Grouping",

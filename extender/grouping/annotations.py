@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from extender.grouping import names as n
-from extender.grouping.draft import Part
+from extender.grouping.grouper import Part
 from extender.grouping.values import ann_field, level, positive_int
 from extender.model.errors import FieldError
 from extender.model.podgroup import TopologyConstraint

@@ -20,13 +20,13 @@ from dataclasses import replace
 from typing import Any
 
 from extender.grouping import names as n
-from extender.grouping.draft import GangDraft, Member, Part
+from extender.grouping.assemble import assemble
+from extender.grouping.grouper import ClaimedPod, GangDraft, Grouper, Link, Part, WorkloadDraft
 from extender.grouping.kinds import BUILTIN
+from extender.grouping.objects import ObjectLookup
 from extender.grouping.resource_interface import ResourceInterface, group_with, index_resource_interfaces
-from extender.grouping.tree import assemble
-from extender.grouping.types import Grouping, GroupingResult, ObjectLookup
+from extender.grouping.result import Grouping, GroupingResult
 from extender.grouping.values import annotations_of, controller_ref
-from extender.grouping.workload import Grouper, Link, WorkloadDraft
 from extender.model.errors import FieldError
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
 from extender.model.pod import PodInfo
@@ -114,19 +114,23 @@ def _fallback(top: Link, pods: list[PodInfo]) -> GangDraft:
     return GangDraft(top.key(), top.label, top.label, top.ref, workload, [part], uid=top.ref.uid)
 
 
-def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mapping[str, PodGroupSpec]) -> GroupingResult:
-    """Group every pod; see the module docstring for the order of the rules."""
-    ris, warnings = index_resource_interfaces(objects.resource_interfaces())
-    chains = _Chains(objects, pods)
-    waiting: dict[str, str] = {}
-    explicit: dict[str, list[PodInfo]] = {}
-    drafts: dict[tuple[str, str, str, str, str], WorkloadDraft | None] = {}
-    members: dict[tuple[tuple[str, str, str, str, str], str], list[Member]] = {}
-    orphans: dict[tuple[str, str, str, str], tuple[Link, list[PodInfo]]] = {}
+_DraftKey = tuple[str, str, str, str, str]  # (grouper, apiVersion, kind, namespace, name)
 
-    def handlers(link: Link) -> list[tuple[str, Grouper]]:
+
+class _Claims:
+    """What the groupers answer, pod by pod: drafts by owner, the pods each gang claimed, the
+    pods no grouper claimed (by topmost owner), and the pods that wait."""
+
+    def __init__(self, ris: Mapping[tuple[str, str], ResourceInterface]) -> None:
+        self.ris = ris
+        self.waiting: dict[str, str] = {}
+        self.drafts: dict[_DraftKey, WorkloadDraft | None] = {}
+        self.members: dict[tuple[_DraftKey, str], list[ClaimedPod]] = {}
+        self.orphans: dict[tuple[str, str, str, str], tuple[Link, list[PodInfo]]] = {}
+
+    def handlers(self, link: Link) -> list[tuple[str, Grouper]]:
         out: list[tuple[str, Grouper]] = []
-        ri = ris.get(link.gvk)
+        ri = self.ris.get(link.gvk)
         if ri is not None:
             out.append((f"ResourceInterface {ri.name}", _ri_grouper(ri)))
         builtin = BUILTIN.get(link.gvk)
@@ -134,48 +138,39 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
             out.append(("built-in", builtin))
         return out
 
-    for pod in sorted(pods, key=lambda p: p.key):
-        named = explicit_group(pod)
-        if named is not None:
-            if named in podgroups:
-                explicit.setdefault(named, []).append(pod)
-            else:
-                waiting[pod.key] = f"PodGroup {named} (named by the pod) does not exist yet"
-            continue
-        chain = chains.chain(pod)
-        if not chain or any(link.gvk in n.PLAIN_OWNERS for link in chain):
-            continue
-        claimed = False
+    def claim(self, pod: PodInfo, chain: list[Link]) -> None:
+        """Try the owners from the topmost down; no claim makes the pod an orphan of its top."""
         for i in range(len(chain) - 1, -1, -1):
             link = chain[i]
-            found = handlers(link)
+            found = self.handlers(link)
             if not found:
                 continue
             if link.obj is None:
-                waiting[pod.key] = f"{link.label} is not visible yet; its spec decides the PodGroup"
-                claimed = True
-                break
+                self.waiting[pod.key] = f"{link.label} is not visible yet; its spec decides the PodGroup"
+                return
             for name, grouper in found:
                 dkey = (name, *link.gvk, link.namespace, link.ref.name)
-                if dkey not in drafts:
-                    drafts[dkey] = grouper(link)
-                draft = drafts[dkey]
+                if dkey not in self.drafts:
+                    self.drafts[dkey] = grouper(link)
+                draft = self.drafts[dkey]
                 claim = draft.classify(pod, chain[:i]) if draft is not None else None
                 if claim is not None:
-                    members.setdefault((dkey, claim.gang), []).append(Member(pod, claim.part, claim.error))
-                    claimed = True
-                    break
-            if claimed:
-                break
-        if not claimed:
-            top = chain[-1]
-            okey = (top.namespace, *top.gvk, top.ref.name)
-            orphans.setdefault(okey, (top, []))[1].append(pod)
+                    self.members.setdefault((dkey, claim.gang), []).append(ClaimedPod(pod, claim.part, claim.error))
+                    return
+        top = chain[-1]
+        okey = (top.namespace, *top.gvk, top.ref.name)
+        self.orphans.setdefault(okey, (top, []))[1].append(pod)
 
-    groups: dict[str, Grouping] = {}
-    pod_group: dict[str, str] = {}
 
-    def add(grouping: Grouping, pod_keys: list[str]) -> None:
+class _Groups:
+    """The Groupings being collected; a key taken twice makes the later group Invalid."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, Grouping] = {}
+        self.pod_group: dict[str, str] = {}
+
+    def add(self, grouping: Grouping, pod_keys: list[str]) -> None:
+        groups = self.groups
         if grouping.key in groups:
             taken = FieldError(
                 grouping.source,
@@ -187,20 +182,41 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
             )
         groups[grouping.key] = grouping
         for k in pod_keys:
-            pod_group[k] = grouping.key
+            self.pod_group[k] = grouping.key
 
+
+def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mapping[str, PodGroupSpec]) -> GroupingResult:
+    """Group every pod; see the module docstring for the order of the rules."""
+    ris, warnings = index_resource_interfaces(objects.resource_interfaces())
+    chains = _Chains(objects, pods)
+    claims = _Claims(ris)
+    explicit: dict[str, list[PodInfo]] = {}
+    for pod in sorted(pods, key=lambda p: p.key):
+        named = explicit_group(pod)
+        if named is not None:
+            if named in podgroups:
+                explicit.setdefault(named, []).append(pod)
+            else:
+                claims.waiting[pod.key] = f"PodGroup {named} (named by the pod) does not exist yet"
+            continue
+        chain = chains.chain(pod)
+        if chain and not any(link.gvk in n.PLAIN_OWNERS for link in chain):
+            claims.claim(pod, chain)
+
+    out = _Groups()
     for key, ps in sorted(explicit.items()):
-        add(Grouping(key=key, podgroup=podgroups[key], source=f"PodGroup {key}"), [p.key for p in ps])
-    for (dkey, gang_key), ms in members.items():
-        workload = drafts[dkey]
+        out.add(Grouping(key=key, podgroup=podgroups[key], source=f"PodGroup {key}"), [p.key for p in ps])
+    for (dkey, gang_key), ms in claims.members.items():
+        workload = claims.drafts[dkey]
         assert workload is not None
         gang = workload.gangs.get(gang_key) or GangDraft(
             gang_key, workload.source, workload.obj, workload.owner, errors=list(workload.errors)
         )
-        add(assemble(gang, ms), [m.pod.key for m in ms])
-    for top, ps in orphans.values():
-        add(assemble(_fallback(top, ps), [Member(p, top.ref.kind.lower()) for p in ps]), [p.key for p in ps])
-    return GroupingResult(groups, pod_group, waiting, tuple(warnings))
+        out.add(assemble(gang, ms), [m.pod.key for m in ms])
+    for top, ps in claims.orphans.values():
+        owned = [ClaimedPod(p, top.ref.kind.lower()) for p in ps]
+        out.add(assemble(_fallback(top, ps), owned), [p.key for p in ps])
+    return GroupingResult(out.groups, out.pod_group, claims.waiting, tuple(warnings))
 
 
 def _ri_grouper(ri: ResourceInterface) -> Grouper:

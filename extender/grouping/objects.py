@@ -1,11 +1,24 @@
-"""ObjectIndex: an ObjectLookup over a list of raw objects (the simulator's input, tests)."""
+"""What the grouper reads besides pods (`ObjectLookup`), and `ObjectIndex`, an ObjectLookup over a
+list of raw objects (the simulator's input, tests)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from extender.grouping import names as n
+
+
+class ObjectLookup(Protocol):
+    """What the grouper may read besides pods: owner objects and ResourceInterfaces."""
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """The raw object, or None when it is not (yet) visible."""
+        ...
+
+    def resource_interfaces(self) -> Sequence[Mapping[str, Any]]:
+        """Every raw ResourceInterface object (cluster-scoped)."""
+        ...
 
 
 class ObjectIndex:

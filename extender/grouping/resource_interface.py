@@ -41,9 +41,8 @@ from typing import Any
 
 import jq
 
-from extender.grouping.draft import GangDraft, Part
+from extender.grouping.grouper import Claim, GangDraft, Link, Part, WorkloadDraft
 from extender.grouping.values import annotations_of
-from extender.grouping.workload import Claim, Link, WorkloadDraft
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import SubGroupSpec, TopologyConstraint

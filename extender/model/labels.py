@@ -1,4 +1,9 @@
-"""Every label and annotation topogang reads or writes, in one place (the README lists them too)."""
+"""The labels and annotations of the PodGroup API topogang reads (the README lists them too).
+
+The placement annotations of other projects live with the grouper that reads them:
+`extender.grouping.names` (KAI's and Kueue's), and each workload kind's own labels in its module
+under `extender.grouping.kinds`.
+"""
 
 # A pod joins a PodGroup object by name through either of these.
 POD_GROUP_ANNOTATION = "pod-group-name"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from extender.model.errors import ErrorList
 from extender.model.labels import TOPOLOGY_ANNOTATION
@@ -79,7 +80,16 @@ class PodGroupSpec:
         return self.annotations.get(TOPOLOGY_ANNOTATION) or None
 
     def children_of(self, parent: str | None) -> list[SubGroupSpec]:
-        return [sg for sg in self.subgroups if sg.parent == parent]
+        """The SubGroups whose parent is `parent` (None: the top level), in spec order."""
+        return list(self._children.get(parent, ()))
+
+    @cached_property
+    def _children(self) -> Mapping[str | None, tuple[SubGroupSpec, ...]]:
+        # Built once per spec, so walking the tree is linear in the number of SubGroups.
+        children: dict[str | None, list[SubGroupSpec]] = {}
+        for sg in self.subgroups:
+            children.setdefault(sg.parent, []).append(sg)
+        return {parent: tuple(kids) for parent, kids in children.items()}
 
 
 def _constraint(raw: object, where: str, errors: ErrorList) -> TopologyConstraint | None:
@@ -242,11 +252,15 @@ def validate_structure(pg: PodGroupSpec, errors: ErrorList) -> None:
 def _check_cycles(pg: PodGroupSpec, index: dict[str, int], errors: ErrorList) -> None:
     parent_of = {sg.name: sg.parent for sg in pg.subgroups}
     reported: set[str] = set()
+    walked: set[str] = set()  # SubGroups whose walk up already ended: each is walked once
     for start in parent_of:
+        if start in walked:
+            continue
         seen = [start]
+        on_path = {start}
         node = parent_of.get(start)
-        while node is not None and node in parent_of:
-            if node in seen:
+        while node is not None and node in parent_of and node not in walked:
+            if node in on_path:
                 cycle = [*seen[seen.index(node) :], node]
                 if not reported.intersection(cycle):
                     where = f"spec.subGroups[{index[node]}].parent"
@@ -254,4 +268,6 @@ def _check_cycles(pg: PodGroupSpec, index: dict[str, int], errors: ErrorList) ->
                     reported.update(cycle)
                 break
             seen.append(node)
+            on_path.add(node)
             node = parent_of.get(node)
+        walked.update(seen)

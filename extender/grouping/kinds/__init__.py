@@ -1,29 +1,46 @@
-"""The built-in groupers, by the (apiVersion, kind) of the owner they read."""
+"""The workload kinds topogang groups, each declared once in its own module (grouper, pod
+synthesizer, index label, owner Resource and label names together). Adding a kind means a
+module with a `KINDS` tuple and one entry below; every table is derived from `KINDS`.
+"""
 
 from __future__ import annotations
 
-from extender.grouping import names as n
-from extender.grouping.kinds.job import group_job
-from extender.grouping.kinds.jobset import group_jobset
-from extender.grouping.kinds.kubeflow import kubeflow_grouper
-from extender.grouping.kinds.lws import group_lws
-from extender.grouping.kinds.ray import group_raycluster, group_rayjob
-from extender.grouping.workload import Grouper
+from extender.grouping.grouper import Grouper
+from extender.grouping.kinds import job, jobset, kubeflow, lws, ray
+from extender.grouping.kinds.kind import Synthesizer, WorkloadKind, owner
+from extender.model.resource import Resource
 
-BUILTIN: dict[tuple[str, str], Grouper] = {
-    (n.BATCH_V1, "Job"): group_job,
-    **{gvk: kubeflow_grouper(field) for gvk, field in n.KUBEFLOW_REPLICA_SPECS.items()},
-    (n.LWS_V1, "LeaderWorkerSet"): group_lws,
-    (n.JOBSET_V1ALPHA2, "JobSet"): group_jobset,
-    (n.RAY_V1, "RayCluster"): group_raycluster,
-    (n.RAY_V1, "RayJob"): group_rayjob,
-}
+KINDS: tuple[WorkloadKind, ...] = (*job.KINDS, *kubeflow.KINDS, *lws.KINDS, *jobset.KINDS, *ray.KINDS)
+
+BY_GVK: dict[tuple[str, str], WorkloadKind] = {k.gvk: k for k in KINDS}
+
+# The built-in groupers and synthesizers, by the (apiVersion, kind) of the owner they read.
+BUILTIN: dict[tuple[str, str], Grouper] = {gvk: k.group for gvk, k in BY_GVK.items()}
+SYNTHESIZERS: dict[tuple[str, str], Synthesizer] = {gvk: k.synthesize for gvk, k in BY_GVK.items()}
 
 # The index label of each kind, as seed 000's table lists it (Jobs: when Indexed).
 DEFAULT_INDEX_LABELS: dict[tuple[str, str], str] = {
-    (n.BATCH_V1, "Job"): n.JOB_COMPLETION_INDEX,
-    **dict.fromkeys(n.KUBEFLOW_REPLICA_SPECS, n.KF_REPLICA_INDEX),
-    (n.LWS_V1, "LeaderWorkerSet"): n.LWS_WORKER_INDEX,
+    gvk: k.index_label for gvk, k in BY_GVK.items() if k.index_label is not None
 }
 
-__all__ = ["BUILTIN", "DEFAULT_INDEX_LABELS"]
+# Owners no grouper reads that pods reach their workload through (a LeaderWorkerSet's
+# StatefulSets, a Deployment's ReplicaSets): the owner walk needs them visible too.
+INTERMEDIATE_OWNERS = (
+    owner("apps", "v1", "StatefulSet", "statefulsets"),
+    owner("apps", "v1", "ReplicaSet", "replicasets"),
+)
+
+# Every owner the pod grouper reads on its walk from a pod up to its workload.
+OWNER_RESOURCES: tuple[Resource, ...] = (*(k.resource for k in KINDS), *INTERMEDIATE_OWNERS)
+
+__all__ = [
+    "BUILTIN",
+    "BY_GVK",
+    "DEFAULT_INDEX_LABELS",
+    "INTERMEDIATE_OWNERS",
+    "KINDS",
+    "OWNER_RESOURCES",
+    "SYNTHESIZERS",
+    "Synthesizer",
+    "WorkloadKind",
+]

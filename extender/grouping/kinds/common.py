@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.grouping.draft import GangDraft, Part
+from extender.grouping.grouper import GangDraft, Link, Part
 from extender.grouping.values import annotations_of, mapping_at
-from extender.grouping.workload import Link
 from extender.model.errors import FieldError
 
 

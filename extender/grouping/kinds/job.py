@@ -1,6 +1,7 @@
 """batch/v1 Job: one SubGroup `job`, minimum = parallelism capped by completions.
 
 Indexed Jobs give their pods `batch.kubernetes.io/job-completion-index`, the index segments use.
+Synthesized: Job -> Pod `<job>-<i>`, parallelism of them (capped by completions).
 """
 
 from __future__ import annotations
@@ -8,13 +9,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from extender.grouping import names as n
-from extender.grouping.draft import Part
+from extender.grouping.grouper import Claim, Link, Part, WorkloadDraft, single
 from extender.grouping.kinds.common import gang, spec, template
-from extender.grouping.values import count
-from extender.grouping.workload import Claim, Link, WorkloadDraft, single
+from extender.grouping.kinds.kind import WorkloadKind, owner
+from extender.grouping.synthesis import JSON, Synthesis
+from extender.grouping.values import count, mapping_at
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
+
+BATCH_V1 = "batch/v1"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+NAME = "batch.kubernetes.io/job-name"
+NAME_LEGACY = "job-name"
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+CONTROLLER_UID_LEGACY = "controller-uid"
 
 PART = "job"
 
@@ -39,7 +47,7 @@ def group_job(link: Link) -> WorkloadDraft:
         replicas,
         annotations,
         where,
-        index_label=n.JOB_COMPLETION_INDEX if indexed else None,
+        index_label=COMPLETION_INDEX if indexed else None,
     )
     key = link.key()
 
@@ -47,3 +55,39 @@ def group_job(link: Link) -> WorkloadDraft:
         return Claim(key, PART)
 
     return single(gang(link, [part], errors), classify)
+
+
+def job_pods(
+    out: Synthesis,
+    job_name: str,
+    job_ref: JSON,
+    job_spec: Mapping[str, Any],
+    where: str,
+    extra: Mapping[str, str],
+    extra_annotations: Mapping[str, str] | None = None,
+) -> None:
+    """The pods of one batch/v1 Job: parallelism of them (capped by completions), indexed or not."""
+    replicas = job_replicas(job_spec, out.obj, where, out.errors)
+    template_body = mapping_at(job_spec, "template", out.obj, where, out.errors)
+    indexed = job_spec.get("completionMode") == "Indexed"
+    uid = str(job_ref["uid"])
+    for i in range(replicas):
+        labels = {
+            CONTROLLER_UID: uid,
+            CONTROLLER_UID_LEGACY: uid,
+            NAME: job_name,
+            NAME_LEGACY: job_name,
+            **extra,
+        }
+        annotations = dict(extra_annotations or {})
+        if indexed:
+            labels[COMPLETION_INDEX] = str(i)
+            annotations[COMPLETION_INDEX] = str(i)
+        out.pod(f"{job_name}-{i}", template_body, job_ref, labels, annotations)
+
+
+def synthesize_job(out: Synthesis) -> None:
+    job_pods(out, out.name, out.ref(), out.spec, "spec", {})
+
+
+KINDS = (WorkloadKind(owner("batch", "v1", "Job", "jobs"), group_job, synthesize_job, COMPLETION_INDEX),)

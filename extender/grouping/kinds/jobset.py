@@ -8,21 +8,31 @@
 `alpha.jobset.sigs.k8s.io/exclusive-topology` (on the JobSet or on a replicated Job's template)
 makes each Job's SubGroup required and exclusive at that level. Kueue's podset-slice-size
 defaults to the Job's parallelism, as in Kueue.
+
+Synthesized: JobSet -> Job `<js>-<rjob>-<j>` -> Pod `<js>-<rjob>-<j>-<i>`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from extender.grouping import names as n
-from extender.grouping.draft import Part
+from extender.grouping.grouper import Claim, Link, Part, WorkloadDraft, single
 from extender.grouping.kinds.common import gang, spec, template
-from extender.grouping.kinds.job import job_replicas
+from extender.grouping.kinds.job import BATCH_V1, COMPLETION_INDEX, job_pods, job_replicas
+from extender.grouping.kinds.kind import WorkloadKind, owner
+from extender.grouping.synthesis import Synthesis, uid_for
 from extender.grouping.values import ann_field, annotations_of, count, label_field, level, list_at, mapping_at
-from extender.grouping.workload import Claim, Link, WorkloadDraft, single
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import SubGroupSpec, TopologyConstraint
+
+NAME = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+REPLICATED_JOB_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
+JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
+JOB_KEY = "jobset.sigs.k8s.io/job-key"
+EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
 
 def group_jobset(link: Link) -> WorkloadDraft:
@@ -30,7 +40,7 @@ def group_jobset(link: Link) -> WorkloadDraft:
     errors: list[FieldError] = []
     s = spec(link, errors)
     draft = gang(link, [], errors)
-    js_exclusive = level(draft.annotations.get(n.JS_EXCLUSIVE), obj, ann_field("", n.JS_EXCLUSIVE), errors)
+    js_exclusive = level(draft.annotations.get(EXCLUSIVE), obj, ann_field("", EXCLUSIVE), errors)
     copies: dict[str, int] = {}
     for i, raw in enumerate(list_at(s, "replicatedJobs", obj, "spec", errors)):
         where = f"spec.replicatedJobs[{i}]"
@@ -46,10 +56,10 @@ def group_jobset(link: Link) -> WorkloadDraft:
         _, annotations, pod_where = template(job_spec, "template", obj, f"{where}.template.spec", errors)
         indexed = job_spec.get("completionMode") == "Indexed"
         job_ann = annotations_of(job_template)
-        exclusive_field = ann_field(f"{where}.template", n.JS_EXCLUSIVE)
-        exclusive = level(job_ann.get(n.JS_EXCLUSIVE), obj, exclusive_field, errors)
+        exclusive_field = ann_field(f"{where}.template", EXCLUSIVE)
+        exclusive = level(job_ann.get(EXCLUSIVE), obj, exclusive_field, errors)
         if exclusive is None and js_exclusive is not None:
-            exclusive, exclusive_field = js_exclusive, ann_field("", n.JS_EXCLUSIVE)
+            exclusive, exclusive_field = js_exclusive, ann_field("", EXCLUSIVE)
         draft.parents.append(SubGroupSpec(name, None, min_subgroup=replicas))
         copies[name] = replicas
         for j in range(replicas):
@@ -59,7 +69,7 @@ def group_jobset(link: Link) -> WorkloadDraft:
                 per_job,
                 annotations,
                 pod_where,
-                index_label=n.JOB_COMPLETION_INDEX if indexed else None,
+                index_label=COMPLETION_INDEX if indexed else None,
                 parent=name,
                 target=name,
                 slice_default=per_job,
@@ -71,15 +81,43 @@ def group_jobset(link: Link) -> WorkloadDraft:
     key = draft.key
 
     def classify(pod: PodInfo, below: Sequence[Link]) -> Claim:
-        rjob = pod.labels.get(n.JS_REPLICATED_JOB)
+        rjob = pod.labels.get(REPLICATED_JOB)
         if rjob is None or rjob not in copies:
             have = ", ".join(copies)
             why = "missing" if rjob is None else f"{rjob!r} names no replicated Job of {obj} (have: {have})"
-            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(n.JS_REPLICATED_JOB), why))
-        raw = pod.labels.get(n.JS_JOB_INDEX)
+            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(REPLICATED_JOB), why))
+        raw = pod.labels.get(JOB_INDEX)
         if raw is None or not raw.isdigit() or int(raw) >= copies[rjob]:
             why = "missing" if raw is None else f"{raw!r} is not a Job index of {rjob} (0..{copies[rjob] - 1})"
-            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(n.JS_JOB_INDEX), why))
+            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(JOB_INDEX), why))
         return Claim(key, f"{rjob}-{int(raw)}")
 
     return single(draft, classify)
+
+
+def synthesize_jobset(out: Synthesis) -> None:
+    rjobs = list_at(out.spec, "replicatedJobs", out.obj, "spec", out.errors)
+    replicas_of = [
+        count(r, "replicas", 1, out.obj, f"spec.replicatedJobs[{i}]", out.errors) if isinstance(r, Mapping) else 0
+        for i, r in enumerate(rjobs)
+    ]
+    global_index = 0
+    for i, where, rjob, name in out.named(rjobs, "name", "spec.replicatedJobs"):
+        job_template = mapping_at(rjob, "template", out.obj, where, out.errors)
+        job_spec = mapping_at(job_template, "spec", out.obj, f"{where}.template", out.errors)
+        for j in range(replicas_of[i]):
+            job_name = f"{out.name}-{name}-{j}"
+            labels = {
+                NAME: out.name,
+                REPLICATED_JOB: name,
+                REPLICATED_JOB_REPLICAS: str(replicas_of[i]),
+                JOB_INDEX: str(j),
+                JOB_GLOBAL_INDEX: str(global_index),
+                JOB_KEY: uid_for("job-key", out.namespace, job_name),
+            }
+            global_index += 1
+            job_ref = out.owner(BATCH_V1, "Job", job_name, out.ref(), labels, job_spec)
+            job_pods(out, job_name, job_ref, job_spec, f"{where}.template.spec", labels, labels)
+
+
+KINDS = (WorkloadKind(owner("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"), group_jobset, synthesize_jobset),)

@@ -6,6 +6,10 @@ is grouped from `spec.rayClusterSpec` and claims the pods of the RayCluster it o
 Job's pod is not a Ray node and is handed on (to the Job grouper). A RayJob that selects an
 existing cluster (`spec.clusterSelector`) has no cluster spec and is handed off whole.
 Ray has no pod index label: segments need `kai.scheduler/pod-index-label`.
+
+Synthesized: RayCluster -> Pod `<rc>-head`, `<rc>-<group>-worker-<i>`; RayJob -> RayCluster
+`<rj>-raycluster` -> Pod (the submitter Job comes later, once the cluster runs, and is not
+created here).
 """
 
 from __future__ import annotations
@@ -13,13 +17,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from extender.grouping import names as n
-from extender.grouping.draft import Part
+from extender.grouping.grouper import Claim, Classifier, Link, Part, WorkloadDraft, single
 from extender.grouping.kinds.common import gang, spec, template
+from extender.grouping.kinds.kind import WorkloadKind, owner
+from extender.grouping.synthesis import JSON, Synthesis
 from extender.grouping.values import count, label_field, list_at, mapping_at
-from extender.grouping.workload import Claim, Classifier, Link, WorkloadDraft, single
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
+
+RAY_V1 = "ray.io/v1"
+CLUSTER = "ray.io/cluster"
+NODE_TYPE = "ray.io/node-type"
+GROUP = "ray.io/group"
+IDENTIFIER = "ray.io/identifier"
+IS_NODE = "ray.io/is-ray-node"
+HEAD_GROUP = "headgroup"
 
 HEAD = "head"
 
@@ -52,13 +64,13 @@ def _classifier(key: str, obj: str, parts: list[Part]) -> Classifier:
     names = {p.name for p in parts}
 
     def classify(pod: PodInfo, below: Sequence[Link]) -> Claim:
-        if pod.labels.get(n.RAY_NODE_TYPE) == HEAD:
+        if pod.labels.get(NODE_TYPE) == HEAD:
             return Claim(key, HEAD)
-        group = pod.labels.get(n.RAY_GROUP)
+        group = pod.labels.get(GROUP)
         if group is None or group not in names or group == HEAD:
             have = ", ".join(sorted(names - {HEAD}))
             why = "missing" if group is None else f"{group!r} names no worker group of {obj} (have: {have})"
-            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(n.RAY_GROUP), why))
+            return Claim(key, None, FieldError(f"Pod {pod.key}", label_field(GROUP), why))
         return Claim(key, group)
 
     return classify
@@ -87,3 +99,48 @@ def group_rayjob(link: Link) -> WorkloadDraft | None:
         return inner(pod, below)
 
     return single(draft, classify)
+
+
+def _ray_pods(out: Synthesis, cluster: str, cluster_ref: JSON, cluster_spec: Mapping[str, Any], where: str) -> None:
+    head = mapping_at(cluster_spec, "headGroupSpec", out.obj, where, out.errors)
+    head_t = mapping_at(head, "template", out.obj, f"{where}.headGroupSpec", out.errors)
+    base = {CLUSTER: cluster, IS_NODE: "yes"}
+    out.pod(
+        f"{cluster}-head",
+        head_t,
+        cluster_ref,
+        {**base, NODE_TYPE: "head", GROUP: HEAD_GROUP, IDENTIFIER: f"{cluster}-head"},
+    )
+    groups = list_at(cluster_spec, "workerGroupSpecs", out.obj, where, out.errors)
+    for _, at, wg, group in out.named(groups, "groupName", f"{where}.workerGroupSpecs"):
+        if wg.get("suspend") is True:
+            continue
+        minimum = count(wg, "minReplicas", 0, out.obj, at, out.errors)
+        replicas = count(wg, "replicas", minimum, out.obj, at, out.errors)
+        hosts = max(count(wg, "numOfHosts", 1, out.obj, at, out.errors), 1)
+        worker_t = mapping_at(wg, "template", out.obj, at, out.errors)
+        labels = {**base, NODE_TYPE: "worker", GROUP: group, IDENTIFIER: f"{cluster}-worker"}
+        for k in range(replicas * hosts):
+            out.pod(f"{cluster}-{group}-worker-{k}", worker_t, cluster_ref, labels)
+
+
+def synthesize_raycluster(out: Synthesis) -> None:
+    _ray_pods(out, out.name, out.ref(), out.spec, "spec")
+
+
+def synthesize_rayjob(out: Synthesis) -> None:
+    if out.spec.get("rayClusterSpec") is None:
+        msg = "has no rayClusterSpec (it uses an existing cluster): give that cluster's pods instead"
+        out.errors.append(FieldError(out.obj, "spec.rayClusterSpec", msg))
+        return
+    cluster_spec = mapping_at(out.spec, "rayClusterSpec", out.obj, "spec", out.errors)
+    cluster = f"{out.name}-raycluster"
+    labels = {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": out.name}
+    cluster_ref = out.owner(RAY_V1, "RayCluster", cluster, out.ref(), labels, cluster_spec)
+    _ray_pods(out, cluster, cluster_ref, cluster_spec, "spec.rayClusterSpec")
+
+
+KINDS = (
+    WorkloadKind(owner("ray.io", "v1", "RayCluster", "rayclusters"), group_raycluster, synthesize_raycluster),
+    WorkloadKind(owner("ray.io", "v1", "RayJob", "rayjobs"), group_rayjob, synthesize_rayjob),
+)

@@ -18,16 +18,17 @@ is then the number of its segments. A pod joins segment floor(index / size).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, layout_of, merge, placement
-from extender.grouping.draft import GangDraft, Member, Part
-from extender.grouping.types import Grouping
+from extender.grouping.grouper import ClaimedPod, GangDraft
+from extender.grouping.result import Grouping
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
 from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint, validate_structure
 
-__all__ = ["GangDraft", "Member", "Part", "assemble"]
+__all__ = ["assemble"]
 
 
 def _segment_subgroups(
@@ -58,78 +59,92 @@ def _segment_subgroups(
     return count
 
 
-def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
-    """The Grouping of one gang: its PodGroup tree from the draft, and where each pod goes."""
-    errors = list(draft.errors)
-    warnings = list(draft.warnings)
-    ann = draft.annotations
-    topology = ann.get(n.KAI_TOPOLOGY) or None
-    workload = placement(ann, draft.obj, "", None, errors, kueue_too=False)
-    global_constraint = merge(draft.global_constraint, workload, draft.obj, errors)
+@dataclass
+class _Tree:
+    """The PodGroup tree being built for one gang, and what goes wrong on the way."""
 
-    subgroups: list[SubGroupSpec] = list(draft.parents)
-    constraints: dict[str, TopologyConstraint] = dict(draft.constraints)
-    layouts: dict[str, Layout] = {}
+    errors: list[FieldError]
+    warnings: list[str]
+    subgroups: list[SubGroupSpec] = field(default_factory=list)
+    constraints: dict[str, TopologyConstraint] = field(default_factory=dict)
+    layouts: dict[str, Layout] = field(default_factory=dict)  # part name -> its segment layout
+
+
+def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree) -> None:
+    """One SubGroup per part, with its placement, and its segment SubGroups below it."""
     placed_targets: set[str] = set()
     for part in draft.parts:
         obj = part.template_obj or draft.obj
         target = part.target or part.name
         own_topology = part.template.get(n.KAI_TOPOLOGY) or None
-        c = placement(part.template, obj, part.where, own_topology, errors)
+        c = placement(part.template, obj, part.where, own_topology, tree.errors)
         if c is not None and target not in placed_targets:
-            constraints[target] = merge(constraints.get(target), c, obj, errors) or c
+            tree.constraints[target] = merge(tree.constraints.get(target), c, obj, tree.errors) or c
         placed_targets.add(target)
-        layout = layout_of(part, obj, topology, errors, warnings)
-        layouts[part.name] = layout
+        layout = layout_of(part, obj, topology, tree.errors, tree.warnings)
+        tree.layouts[part.name] = layout
         if layout.layers:
             seg: list[SubGroupSpec] = []
             prefix = f"{part.name}-{layout.word}"
             span = (0, part.replicas)
-            count = _segment_subgroups(part.name, prefix, span, layout.layers, part.minimum, seg, constraints)
-            subgroups.append(SubGroupSpec(part.name, part.parent, min_subgroup=count))
-            subgroups.extend(seg)
+            count = _segment_subgroups(part.name, prefix, span, layout.layers, part.minimum, seg, tree.constraints)
+            tree.subgroups.append(SubGroupSpec(part.name, part.parent, min_subgroup=count))
+            tree.subgroups.extend(seg)
         else:
-            subgroups.append(SubGroupSpec(part.name, part.parent, min_member=part.minimum))
+            tree.subgroups.append(SubGroupSpec(part.name, part.parent, min_member=part.minimum))
+
+
+def _leaf_of(m: ClaimedPod, source: str, tree: _Tree, order: dict[str, int]) -> str | None:
+    """The leaf SubGroup a claimed pod joins (its index recorded in `order`); None: an error."""
+    if m.error is not None:
+        tree.errors.append(m.error)
+        return None
+    if m.part is None:
+        return None  # claimed by a group that is Invalid anyway
+    layout = tree.layouts.get(m.part)
+    if layout is None:
+        have = ", ".join(tree.layouts)
+        msg = f"belongs to no part of {source} (have: {have})"
+        tree.errors.append(FieldError(f"Pod {m.pod.key}", "metadata.labels", msg))
+        return None
+    index: int | None = None
+    if layout.index_label is not None:
+        index, err = pod_index(m.pod, layout.index_label, layout.offset)
+        if index is not None:
+            order[m.pod.key] = index
+        elif layout.layers and err is not None:
+            tree.errors.append(err)
+            return None
+    if not layout.layers:
+        return layout.part.name
+    assert index is not None
+    assert layout.index_label is not None
+    if index >= layout.part.replicas:
+        raw = m.pod.labels.get(layout.index_label, "")
+        shifted = f" (index {index} after subtracting {layout.offset})" if layout.offset else ""
+        msg = f"{raw!r}{shifted} is outside the replica range 0..{layout.part.replicas - 1} of {layout.part.name}"
+        tree.errors.append(FieldError(f"Pod {m.pod.key}", label_field(layout.index_label), msg))
+        return None
+    return layout.leaf(index)
+
+
+def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
+    """The Grouping of one gang: its PodGroup tree from the draft, and where each pod goes."""
+    tree = _Tree(list(draft.errors), list(draft.warnings), list(draft.parents), dict(draft.constraints))
+    ann = draft.annotations
+    topology = ann.get(n.KAI_TOPOLOGY) or None
+    workload = placement(ann, draft.obj, "", None, tree.errors, kueue_too=False)
+    global_constraint = merge(draft.global_constraint, workload, draft.obj, tree.errors)
+    _add_parts(draft, topology, tree)
 
     subgroup_of: dict[str, str] = {}
     order: dict[str, int] = {}
     for m in members:
-        if m.error is not None:
-            errors.append(m.error)
-            continue
-        if m.part is None:
-            continue  # claimed by a group that is Invalid anyway
-        found = layouts.get(m.part)
-        if found is None:
-            have = ", ".join(layouts)
-            errors.append(
-                FieldError(
-                    f"Pod {m.pod.key}", "metadata.labels", f"belongs to no part of {draft.source} (have: {have})"
-                )
-            )
-            continue
-        layout = found
-        index: int | None = None
-        if layout.index_label is not None:
-            index, err = pod_index(m.pod, layout.index_label, layout.offset)
-            if index is not None:
-                order[m.pod.key] = index
-            elif layout.layers and err is not None:
-                errors.append(err)
-                continue
-        if not layout.layers:
-            subgroup_of[m.pod.key] = layout.part.name
-            continue
-        assert index is not None
-        assert layout.index_label is not None
-        if index >= layout.part.replicas:
-            raw = m.pod.labels.get(layout.index_label, "")
-            shifted = f" (index {index} after subtracting {layout.offset})" if layout.offset else ""
-            msg = f"{raw!r}{shifted} is outside the replica range 0..{layout.part.replicas - 1} of {layout.part.name}"
-            errors.append(FieldError(f"Pod {m.pod.key}", label_field(layout.index_label), msg))
-            continue
-        subgroup_of[m.pod.key] = layout.leaf(index)
+        leaf = _leaf_of(m, draft.source, tree, order)
+        if leaf is not None:
+            subgroup_of[m.pod.key] = leaf
 
+    subgroups = tree.subgroups
     top = [s for s in subgroups if s.parent is None]
     namespace, _, name = draft.key.partition("/")
     pg = PodGroupSpec(
@@ -138,14 +153,14 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
         min_subgroup=(draft.root_min if draft.root_min is not None else len(top)) if subgroups else None,
         subgroups=tuple(subgroups),
         global_constraint=global_constraint,
-        subgroup_constraints=constraints,
+        subgroup_constraints=tree.constraints,
         uid=draft.uid,
         annotations={n.KAI_TOPOLOGY: topology} if topology else {},
     )
     structure = ErrorList(f"PodGroup {draft.key}")
     validate_structure(pg, structure)
-    errors.extend(structure.errors)
-    unique_errors = tuple(dict.fromkeys(errors))
+    tree.errors.extend(structure.errors)
+    unique_errors = tuple(dict.fromkeys(tree.errors))
     return Grouping(
         key=draft.key,
         podgroup=None if unique_errors else pg,
@@ -153,6 +168,6 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
         order=order,
         owner=draft.owner,
         errors=unique_errors,
-        warnings=tuple(dict.fromkeys(warnings)),
+        warnings=tuple(dict.fromkeys(tree.warnings)),
         source=draft.source,
     )

@@ -1,26 +1,13 @@
-"""The grouper's interface: what it reads besides pods, and what it returns."""
+"""What `group_pods` returns: a `Grouping` per gang, and where each pod went."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from extender.model.errors import FieldError
 from extender.model.pod import OwnerRef
 from extender.model.podgroup import PodGroupSpec
-
-
-class ObjectLookup(Protocol):
-    """What the grouper may read besides pods: owner objects and ResourceInterfaces."""
-
-    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
-        """The raw object, or None when it is not (yet) visible."""
-        ...
-
-    def resource_interfaces(self) -> Sequence[Mapping[str, Any]]:
-        """Every raw ResourceInterface object (cluster-scoped)."""
-        ...
 
 
 @dataclass(frozen=True)
