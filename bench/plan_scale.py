@@ -30,8 +30,7 @@ from extender.model.node import HOSTNAME_LABEL, NodeInfo
 from extender.model.pod import parse_pod
 from extender.model.podgroup import parse_podgroup
 from extender.model.topology import parse_topology
-from extender.placement import ClusterSnapshot, NodeTable, Plan, build_gang, plan
-from extender.placement.snapshot import DictUsage
+from extender.placement import ClusterSnapshot, DictUsage, NodeTable, Plan, build_gang, plan
 
 GPU = "nvidia.com/gpu"
 LEVELS = ("example.com/topology-zone", "example.com/topology-block", "example.com/topology-rack")

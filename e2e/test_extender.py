@@ -38,6 +38,7 @@ from e2e.scenario import (
 from e2e.topogang import CRDS, Topogang, scheduler_config
 from extender.grouping import synthesize
 from extender.kube.client import ApiError, KubeClient
+from tests.builders import decode_prefill_spec
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane]
 
@@ -217,31 +218,12 @@ async def test_podgroup_leaders_and_workers_per_block(
 ) -> None:
     #   z0-b0-r0, z0-b0-r1, z0-b1-r0, z0-b1-r1: 4 nodes each
     nodes = await fake_gpu_nodes.create(FakeTopology(zones=1, blocks_per_zone=2, racks_per_block=2, nodes_per_rack=4))
-    subgroups, constraints, sets, members = [], {}, [], []
+    members = []
     for part in ("decode", "prefill"):
-        subgroups += [
-            {"name": part, "minMember": 2},
-            {"name": f"{part}-workers", "parent": part, "minMember": 4},
-            {"name": f"{part}-leaders", "parent": part, "minMember": 1},
-        ]
-        constraints[f"{part}-workers"] = {"requiredTopologyLevel": "rack"}
-        constraints[f"{part}-leaders"] = {"requiredTopologyLevel": "rack"}
-        sets.append(
-            {"subGroups": [f"{part}-workers", f"{part}-leaders"], "constraint": {"requiredTopologyLevel": "block"}}
-        )
         members += [(f"{part}-worker-{i}", f"{part}-workers") for i in range(4)] + [
             (f"{part}-leader", f"{part}-leaders")
         ]
-    await create_podgroup(
-        kube,
-        namespace,
-        "serving",
-        {
-            "minMember": 2,
-            "subGroups": subgroups,
-            "topologyConstraints": {"subGroups": constraints, "subGroupSets": sets},
-        },
-    )
+    await create_podgroup(kube, namespace, "serving", decode_prefill_spec())
     for name, sg in members:
         await create(
             kube,

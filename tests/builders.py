@@ -87,6 +87,39 @@ def podgroup(spec: Mapping[str, Any], name: str = "pg", namespace: str = "defaul
     return parse_podgroup({"metadata": {"name": name, "namespace": namespace, **meta}, "spec": dict(spec)})
 
 
+def decode_prefill_spec() -> dict[str, Any]:
+    """Seed 001's example 2: decode and prefill parts, each workers (4, one rack) and a leader
+    (one rack), the two of a part in one block (a SubGroupSet)."""
+    subgroups: list[dict[str, Any]] = []
+    constraints: dict[str, dict[str, str]] = {}
+    sets = []
+    for part in ("decode", "prefill"):
+        subgroups += [
+            {"name": part, "minMember": 2},
+            {"name": f"{part}-workers", "parent": part, "minMember": 4},
+            {"name": f"{part}-leaders", "parent": part, "minMember": 1},
+        ]
+        constraints[f"{part}-workers"] = {"requiredTopologyLevel": "rack"}
+        constraints[f"{part}-leaders"] = {"requiredTopologyLevel": "rack"}
+        sets.append(
+            {"subGroups": [f"{part}-workers", f"{part}-leaders"], "constraint": {"requiredTopologyLevel": "block"}}
+        )
+    return {
+        "minMember": 2,
+        "subGroups": subgroups,
+        "topologyConstraints": {"subGroups": constraints, "subGroupSets": sets},
+    }
+
+
+def decode_prefill_pods() -> list[PodInfo]:
+    """The pods of decode_prefill_spec(): 4 workers and 1 leader per part."""
+    pods = []
+    for part in ("decode", "prefill"):
+        pods += [pod(f"{part}-worker-{i}", subgroup=f"{part}-workers") for i in range(4)]
+        pods.append(pod(f"{part}-leader-0", subgroup=f"{part}-leaders"))
+    return pods
+
+
 def run(
     nodes: Iterable[NodeInfo],
     pg: PodGroupSpec,

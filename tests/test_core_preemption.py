@@ -79,7 +79,7 @@ def test_the_urgent_gang_evicts_the_one_rack_gang() -> None:
     found = find_preemption(state, membership, "default/urgent")
     assert isinstance(found, Preemption), found
     assert found.victims == ("default/one",)
-    assert found.domain == "rack z1/b1/r3"
+    assert str(found.domain) == "rack z1/b1/r3"
     assert len(found.pods) == 4
 
 

@@ -61,7 +61,7 @@ def test_incomplete_then_planned_then_scheduled() -> None:
     planned = filter_all(scheduler, [*keys, "default/g-2"])
     status = scheduler.status("default/g")
     assert summary(status) == (PENDING, "Planned", False, 3, 3, 0)
-    assert list(status.domains) == ["PodGroup default/g"]
+    assert list(status.domains) == ["default/g"]
     bind_all(scheduler, planned)
     status = scheduler.status("default/g")
     assert summary(status) == (SCHEDULED, "Scheduled", False, 3, 3, 3)

@@ -10,19 +10,20 @@ from extender.core.decisions import INVALID, PENDING, SCHEDULED, GroupStatus, Su
 from extender.core.membership import GroupView
 from extender.kube.podgroup_status import derived_object, status_body, transition
 from extender.model.pod import OwnerRef
+from extender.placement import DomainRef
 from tests.builders import podgroup
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 
 SEGMENTS = (
     SubGroupStatus("worker", 2, 8, 8, 8),
-    SubGroupStatus("worker-seg-0", 4, 4, 4, 4, "rack z1/b1/r1"),
-    SubGroupStatus("worker-seg-1", 4, 4, 4, 4, "rack z1/b1/r2"),
+    SubGroupStatus("worker-seg-0", 4, 4, 4, 4, DomainRef("rack", "z1/b1/r1")),
+    SubGroupStatus("worker-seg-1", 4, 4, 4, 4, DomainRef("rack", "z1/b1/r2")),
 )
 DOMAINS = {
-    "PodGroup ml/tfjob-train": "zone z1",
-    "SubGroup worker-seg-0": "rack z1/b1/r1",
-    "SubGroup worker-seg-1": "rack z1/b1/r2",
+    "ml/tfjob-train": DomainRef("zone", "z1"),
+    "worker-seg-0": DomainRef("rack", "z1/b1/r1"),
+    "worker-seg-1": DomainRef("rack", "z1/b1/r2"),
 }
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from extender.model.errors import InvalidObject
 from extender.model.podgroup import parse_podgroup
+from tests.builders import decode_prefill_spec
 
 
 def parse(spec: dict[str, Any], api: str = "scheduling.topogang.io/v1alpha1") -> Any:
@@ -21,28 +22,7 @@ def errors_of(spec: dict[str, Any], api: str = "scheduling.topogang.io/v1alpha1"
 
 
 def test_seed_example_2_parses() -> None:
-    pg = parse(
-        {
-            "minMember": 2,
-            "subGroups": [
-                {"name": "decode", "minMember": 2},
-                {"name": "decode-workers", "parent": "decode", "minMember": 4},
-                {"name": "decode-leaders", "parent": "decode", "minMember": 1},
-                {"name": "prefill", "minMember": 2},
-                {"name": "prefill-workers", "parent": "prefill", "minMember": 4},
-                {"name": "prefill-leaders", "parent": "prefill", "minMember": 1},
-            ],
-            "topologyConstraints": {
-                "subGroups": {"decode-workers": {"requiredTopologyLevel": "rack"}},
-                "subGroupSets": [
-                    {
-                        "subGroups": ["decode-workers", "decode-leaders"],
-                        "constraint": {"requiredTopologyLevel": "block"},
-                    }
-                ],
-            },
-        }
-    )
+    pg = parse(decode_prefill_spec())
     assert pg.key == "ml/pg"
     assert [sg.name for sg in pg.children_of("decode")] == ["decode-workers", "decode-leaders"]
     assert pg.subgroup_constraints["decode-workers"].required == "rack"

@@ -19,7 +19,7 @@ from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
 from extender.model.topology import TopologySpec
-from extender.placement.snapshot import ClusterSnapshot, NodeTable
+from extender.placement import ClusterSnapshot, NodeTable
 
 ObjectKey = tuple[str, str, str, str]  # (apiVersion group, kind, namespace, name)
 

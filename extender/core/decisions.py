@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT
-from extender.placement.victims import Preemption
+from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, DomainRef, Preemption, Shortfall
 
 # Phases of a group (PodGroup status.phase).
 PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"
@@ -47,6 +46,94 @@ UNSCHEDULABLE_REASONS = frozenset(
 
 
 @dataclass(frozen=True)
+class Released:
+    """Why a group's plan was dropped, as data."""
+
+    kind: str  # R_REPLANNING, R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_MEMBER_GONE or R_NOT_LEADER
+    arrived: int = 0  # R_BIND_TIMEOUT: pods of the minimum that reached bind...
+    total: int = 0  # ... of this many
+    seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED: the time they had
+    pod: str = ""  # R_MEMBER_GONE: the pod that went away
+
+    def render(self) -> str:
+        if self.kind == R_BIND_TIMEOUT:
+            return (
+                f"bind gate timed out: {self.arrived}/{self.total} pods of the minimum reached bind"
+                f" within {self.seconds:g}s"
+            )
+        if self.kind == R_PLAN_EXPIRED:
+            return f"plan expired after {self.seconds:g}s without all pods binding"
+        if self.kind == R_MEMBER_GONE:
+            return f"pod {self.pod} of the minimum went away before binding"
+        if self.kind == R_NOT_LEADER:
+            return "this replica is no longer the leader"
+        return "re-planning: a planned node no longer fits"
+
+
+@dataclass(frozen=True)
+class BeyondMinimum:
+    """The gang runs, but some pods beyond its minimum do not fit in its domains."""
+
+    pods: int
+    kind: str = R_BEYOND_MINIMUM
+
+    def render(self) -> str:
+        return f"{self.pods} pod(s) beyond the minimum do not fit in the gang's domains"
+
+
+@dataclass(frozen=True)
+class Preempting:
+    """Victims are being evicted for the gang; their room is held for it meanwhile."""
+
+    domain: DomainRef
+    victims: tuple[str, ...]  # workloads evicted whole
+    elastic: tuple[str, ...]  # gangs losing pods beyond their minimum
+    alone: int  # those pods
+    top_priority: int
+    pods: int  # victim pods in all
+    gone: int  # of them, gone already
+    kind: str = R_PREEMPTING
+
+    @classmethod
+    def of(cls, p: Preemption, gone: int) -> Preempting:
+        alone = sum(len(v) for v in p.elastic.values())
+        return cls(p.domain, p.victims, tuple(sorted(p.elastic)), alone, p.cost.top_priority, len(p.pods), gone)
+
+    def render(self) -> str:
+        shown = ", ".join(self.victims[:5]) + (f" and {len(self.victims) - 5} more" if len(self.victims) > 5 else "")
+        parts = [f"{len(self.victims)} workload(s) ({shown})"] if self.victims else []
+        if self.alone:
+            parts.append(f"{self.alone} elastic pod(s) of {', '.join(self.elastic)}")
+        return (
+            f"preempting in {self.domain}: evicting {' and '.join(parts) or 'nothing'}, priority <= "
+            f"{self.top_priority}; {self.gone}/{self.pods} victim pods gone"
+        )
+
+
+@dataclass(frozen=True)
+class PreemptionTimedOut:
+    """The victims did not all leave in time: the room held for the gang was released."""
+
+    domain: DomainRef
+    pending: tuple[str, ...]  # victim pods still there
+    seconds: float
+    kind: str = R_PREEMPTION_TIMEOUT
+
+    def render(self) -> str:
+        n = len(self.pending)
+        shown = ", ".join(self.pending[:5]) + (f" and {n - 5} more" if n > 5 else "")
+        return (
+            f"preemption timed out: {n} victim pod(s) did not leave within {self.seconds:g}s ({shown}); "
+            f"the room held in {self.domain} was released"
+        )
+
+
+# Why a group is where it is: a plan refused (Shortfall), a plan dropped, pods left over, a
+# preemption under way or given up.
+Reason = Shortfall | Released | BeyondMinimum | Preempting | PreemptionTimedOut
+
+
+@dataclass(frozen=True)
 class FilterResult:
     nodes: list[str]  # the nodes that pass: always a subset of the names given to filter
     failed: dict[str, str] = field(default_factory=dict)  # node -> reason; preemption may help
@@ -54,6 +141,7 @@ class FilterResult:
     event: PlanEvent | None = None  # a plan made (or refused) during this call
     wake: tuple[str, ...] = ()  # pods to requeue now: they have a planned node waiting
     reason: str = ""  # why the nodes left out were left out (refusals give every node one reason)
+    group: str | None = None  # the pod's gang (None: a plain pod)
 
 
 @dataclass(frozen=True)
@@ -76,7 +164,7 @@ class PlanEvent:
     outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "invalid"
     pods: int  # pods placed by this decision (or needed, when pending)
     nodes: tuple[str, ...] = ()
-    domains: Mapping[str, str] = field(default_factory=dict)  # scope -> domain
+    domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
     reason: str = ""
     attempts: int = 0
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
@@ -87,7 +175,7 @@ class PlanEvent:
         if self.nodes:
             out["nodes"] = sorted(set(self.nodes))
         if self.domains:
-            out["domains"] = dict(self.domains)
+            out["domains"] = {scope: str(domain) for scope, domain in self.domains.items()}
         if self.levels:
             out["levels"] = {level: list(doms) for level, doms in self.levels.items()}
         if self.reason:
@@ -97,7 +185,7 @@ class PlanEvent:
         if self.preemption is not None:
             p = self.preemption
             out["preemption"] = {
-                "domain": p.domain,
+                "domain": str(p.domain),
                 "victims": list(p.victims),
                 "elastic": {k: len(v) for k, v in p.elastic.items()},
                 "victim_pods": len(p.pods),
@@ -114,7 +202,7 @@ class SubGroupStatus:
     pods: int  # pods that exist
     planned: int  # pods with a planned node (reserved or bound)
     bound: int
-    domain: str = ""
+    domain: DomainRef | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +214,7 @@ class GroupStatus:
     planned: int = 0
     bound: int = 0
     subgroups: tuple[SubGroupStatus, ...] = ()
-    domains: Mapping[str, str] = field(default_factory=dict)  # constrained scope label -> domain
+    domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
     reason: str = ""  # one of the R_* reasons above, or a Shortfall kind
 
     @property

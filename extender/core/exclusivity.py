@@ -11,8 +11,7 @@ import numpy as np
 
 from extender.core.cluster import ClusterState
 from extender.core.membership import Membership
-from extender.placement import ClusterSnapshot, Gang
-from extender.placement.tree import BoolArray
+from extender.placement import BoolArray, ClusterSnapshot, Gang
 
 
 def _exclusive(gang: Gang | None) -> bool:
@@ -47,13 +46,12 @@ def snapshot_for(state: ClusterState, membership: Membership, group: str, gang: 
         for scope in g.scopes:
             if scope.rule is None or not scope.rule.exclusive or scope.rule.required is None:
                 continue
-            li = tree.levels[scope.rule.required]
+            level = scope.rule.required
             for member in scope.all_members():
                 where = placed.get(member.key)
                 if where is None or where not in index:
                     continue
-                d = int(li.domain_of_node[index[where]])
-                blocked[tree.pos_to_node[li.starts[d] : li.ends[d]]] = True
+                blocked[tree.nodes_in(tree.node_domain(index[where], level))] = True
 
     busy: BoolArray | None = None
     if mine:

@@ -12,12 +12,19 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.preemption import find_preemption
 from extender.core.scheduler import GangScheduler
-from extender.placement import Plan, Scope, Unplaceable, plan
-from extender.placement.leftout import left_out
-from extender.placement.tree import TopologyTree
-from extender.placement.victims import NoPreemption, Preemption
+from extender.model.keys import GroupKey
+from extender.placement import (
+    Excluded,
+    NoPreemption,
+    Plan,
+    Preemption,
+    Scope,
+    TopologyTree,
+    Unplaceable,
+    left_out,
+    plan,
+)
 
 
 @dataclass(frozen=True)
@@ -41,28 +48,30 @@ class Explanation:
     topology: str = ""
     lines: tuple[ScopeLine, ...] = ()
     outcome: str = ""  # the dry run: "fits: ..." or "does not fit: <reason>"
-    left_out: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # shape -> reason -> nodes
+    left_out: Mapping[str, Mapping[Excluded, int]] = field(default_factory=dict)  # shape -> why -> nodes
     notes: tuple[str, ...] = ()  # warnings, pods waiting outside the gang
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
 
 
 def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
     """Gangs named NAME ("ns/name"): the PodGroup itself, or the gangs of the workload NAME."""
-    groups = scheduler.membership.groups()
+    groups = scheduler.groups()
     if name in groups:
         return [name]
-    ns, _, short = name.partition("/")
+    wanted = GroupKey.parse(name)
     out = []
     for g in groups:
-        source = scheduler.membership.view(g).source  # "TFJob ml/train", "PodGroup ml/pg", ...
-        _, _, ident = source.partition(" ")
-        if ident.split(" ")[0] == f"{ns}/{short}" or (g.startswith(f"{ns}/") and g.endswith(f"-{short}")):
+        key = GroupKey.parse(g)
+        if key.namespace != wanted.namespace:
+            continue
+        owner = scheduler.view(g).owner  # the workload a derived gang comes from
+        if (owner is not None and owner.name == wanted.name) or key.name.endswith(f"-{wanted.name}"):
             out.append(g)
     return sorted(out)
 
 
 def explain(scheduler: GangScheduler, group: str) -> Explanation:
-    view = scheduler.membership.view(group)
+    view = scheduler.view(group)
     status = scheduler.status(group)
     notes = [*view.warnings, *(f"{pod}: {why}" for pod, why in sorted(view.waiting.items()))]
     gang = view.built.gang if view.built is not None else None
@@ -70,8 +79,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         return Explanation(group, view.source, status.phase, status.message, notes=tuple(notes))
     state = scheduler.state
     tree = state.table.tree(gang.topology)
-    gp = scheduler.plans.get(group)
-    reserved = gp.reserved if gp else {}
+    reserved = scheduler.reserved(group)
     node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
     planned_on = {**reserved, **node_of}
     lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))
@@ -112,7 +120,7 @@ def _preemption(scheduler: GangScheduler, group: str, dry_run: bool) -> tuple[st
         return (f"under way: {nom.describe()}", *_victims(nom.preemption))
     if not dry_run:
         return ()
-    found = find_preemption(scheduler.state, scheduler.membership, group)
+    found = scheduler.preemption_now(group)
     if isinstance(found, NoPreemption):
         return (f"would not help: {found.reason}",)
     return (f"would evict in {found.domain}:", *_victims(found))
@@ -195,7 +203,8 @@ def render(explanations: Sequence[Explanation]) -> str:
         if e.outcome:
             out.append(f"  Planning it now: {e.outcome}")
         for shape, reasons in e.left_out.items():
-            shown = ", ".join(f"{n} {why}" for why, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+            texts = sorted(((str(why), n) for why, n in reasons.items()), key=lambda kv: (-kv[1], kv[0]))
+            shown = ", ".join(f"{n} {why}" for why, n in texts)
             out.append(f"  Nodes left out for pods of {shape}: {shown}")
         for i, text in enumerate(e.preemption):
             out.append(f"  {'Preemption: ' if i == 0 else '    '}{text}")

@@ -18,9 +18,10 @@ from typing import Any
 from extender.core.cluster import ClusterState
 from extender.grouping import Grouping, family_key, group_pods
 from extender.model.errors import FieldError
+from extender.model.keys import GroupKey
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import PodGroupSpec
-from extender.placement.build import BuiltGang, build_gang
+from extender.placement import BuiltGang, build_gang
 
 PODGROUP_FAMILY = "PodGroup "
 
@@ -94,8 +95,8 @@ class Membership:
         if kind == "pod":
             assert isinstance(key, str)
             self._dirty_pods.add(key)
-            ns, _, name = key.partition("/")
-            self._dirty_pods.update(self._readers.get(("Pod", ns, name), ()))
+            pod = GroupKey.parse(key)
+            self._dirty_pods.update(self._readers.get(("Pod", pod.namespace, pod.name), ()))
         elif kind == "object":
             assert isinstance(key, tuple)
             _, obj_kind, ns, name = key

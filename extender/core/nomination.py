@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from extender.placement.victims import Preemption
+from extender.core.decisions import Preempting
+from extender.placement import Preemption
 
 
 @dataclass
@@ -30,18 +31,11 @@ class Nomination:
         """Preemptor pod -> node: the room held."""
         return dict(self.preemption.plan.assignments)
 
+    def reason(self) -> Preempting:
+        return Preempting.of(self.preemption, len(self.preemption.pods) - len(self.pending))
+
     def describe(self) -> str:
-        p = self.preemption
-        gone = len(p.pods) - len(self.pending)
-        victims = ", ".join(p.victims[:5]) + (f" and {len(p.victims) - 5} more" if len(p.victims) > 5 else "")
-        alone = sum(len(v) for v in p.elastic.values())
-        parts = [f"{len(p.victims)} workload(s) ({victims})"] if p.victims else []
-        if alone:
-            parts.append(f"{alone} elastic pod(s) of {', '.join(sorted(p.elastic))}")
-        return (
-            f"preempting in {p.domain}: evicting {' and '.join(parts) or 'nothing'}, priority <= "
-            f"{p.cost.top_priority}; {gone}/{len(p.pods)} victim pods gone"
-        )
+        return self.reason().render()
 
 
 class Nominations:

@@ -16,7 +16,7 @@ from extender.core.cluster import ClusterState
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination, Nominations
 from extender.core.preemption import find_preemption
-from extender.placement.victims import NoPreemption, Preemption
+from extender.placement import NoPreemption, Preemption
 
 RETRY = 5.0  # seconds between two searches for one gang that found nothing
 

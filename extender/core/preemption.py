@@ -14,9 +14,16 @@ from extender.core.cluster import ClusterState
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
 from extender.model.pod import PodInfo
-from extender.placement import Gang, meets_minimum
-from extender.placement.victim_search import find_victims
-from extender.placement.victims import Budget, NoPreemption, PreemptionResult, RunningPod, Workload
+from extender.placement import (
+    Budget,
+    Gang,
+    NoPreemption,
+    PreemptionResult,
+    RunningPod,
+    Workload,
+    find_victims,
+    meets_minimum,
+)
 
 NEVER = "Never"
 

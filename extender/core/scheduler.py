@@ -16,43 +16,56 @@ longer fits (another scheduler took the space) is planned again for the pods not
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from extender.core.cluster import ClusterState
+from extender.core.cluster import ClusterState, object_key
 from extender.core.decisions import (
     BIND,
     INVALID,
     PENDING,
-    R_BEYOND_MINIMUM,
     R_BIND_TIMEOUT,
     R_GANG_INCOMPLETE,
     R_INVALID,
     R_MEMBER_GONE,
     R_PLAN_EXPIRED,
     R_PLANNED,
-    R_PREEMPTING,
-    R_PREEMPTION_TIMEOUT,
     R_REPLANNING,
     R_SCHEDULED,
     R_WAITING,
     REJECT,
     SCHEDULED,
     WAIT,
+    BeyondMinimum,
     BindDecision,
     FilterResult,
     GroupStatus,
     PlanEvent,
+    PreemptionTimedOut,
+    Reason,
+    Released,
     SubGroupStatus,
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
 from extender.core.nomination import Nomination
 from extender.core.preempting import Preempting
+from extender.core.preemption import find_preemption
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
-from extender.placement import Plan, Unplaceable, build_gang, incomplete, meets_minimum, plan
-from extender.placement.reasons import INCOMPLETE
+from extender.model.podgroup import PodGroupSpec
+from extender.placement import (
+    INCOMPLETE,
+    DomainRef,
+    Plan,
+    PreemptionResult,
+    Unplaceable,
+    build_gang,
+    incomplete,
+    meets_minimum,
+    plan,
+)
 
 RESERVED = "topogang: capacity reserved for a gang"
 MAX_SCORE = 10
@@ -79,10 +92,9 @@ class GangScheduler:
         self.plan_ttl = plan_ttl
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
         self.plans: dict[str, GroupPlan] = {}
-        self.reasons: dict[str, str] = {}  # group -> why it is pending
-        self.reason_kinds: dict[str, str] = {}  # group -> that reason as data (decisions.R_*, Shortfall.kind)
-        self.domains: dict[str, Mapping[str, str]] = {}  # group -> where its last plan put each constrained scope
-        self.dropped: list[tuple[str, str]] = []  # (pod, why): binds waiting at a gate that closed
+        self.reasons: dict[str, Reason] = {}  # group -> why it is where it is (pending, left over)
+        self.domains: dict[str, Mapping[str, DomainRef]] = {}  # group -> where its last plan put each constrained scope
+        self.dropped: list[tuple[str, Reason]] = []  # (pod, why): binds waiting at a gate that closed
         self._generation = 0
 
     # -- filter --------------------------------------------------------------------------------
@@ -98,13 +110,13 @@ class GangScheduler:
             return self._filter_plain(pod, nodes)
         view = self.membership.view(group)
         if not view.valid:
-            return _refuse(nodes, f"topogang: PodGroup {group} is invalid: {view.message}")
+            return _refuse(nodes, f"topogang: PodGroup {group} is invalid: {view.message}", group)
         if pod.key in view.waiting:
-            return _refuse(nodes, f"topogang: {view.waiting[pod.key]}")
+            return _refuse(nodes, f"topogang: {view.waiting[pod.key]}", group)
         nom = self.preempting.nominations.get(group)
         if nom is not None:
             if nom.pending:
-                return _refuse(nodes, f"topogang: {nom.describe()}")
+                return _refuse(nodes, f"topogang: {nom.describe()}", group)
             self.preempting.settle(group)  # the victims are gone: plan into the room they left
         event = None
         gp = self.plans.get(group)
@@ -112,8 +124,8 @@ class GangScheduler:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)
             if gp is None or pod.key not in gp.reserved:
-                reason = self.reasons.get(group, "no room for this pod beyond its gang's minimum")
-                return _refuse(nodes, f"topogang: {reason}", event)
+                reason = self.reason_text(group, "no room for this pod beyond its gang's minimum")
+                return _refuse(nodes, f"topogang: {reason}", group, event)
         node = gp.reserved[pod.key]
         if node not in nodes or not self._still_fits(node):
             # kube-scheduler's own filters, or another scheduler, took the planned node: plan the
@@ -121,8 +133,8 @@ class GangScheduler:
             event = self._replan(group, now)
             gp = self.plans.get(group)
             if gp is None or gp.reserved.get(pod.key) not in nodes:
-                reason = self.reasons.get(group, f"planned node {node} is no longer feasible")
-                return _refuse(nodes, f"topogang: {reason}", event)
+                reason = self.reason_text(group, f"planned node {node} is no longer feasible")
+                return _refuse(nodes, f"topogang: {reason}", group, event)
             node = gp.reserved[pod.key]
         # Only the planned node comes back. The others are not listed: kube-scheduler (1.32+)
         # records unlisted nodes as UnschedulableAndUnresolvable, which is what they are for this
@@ -132,7 +144,7 @@ class GangScheduler:
         wake: tuple[str, ...] = ()
         if event is not None and event.outcome in ("planned", "replanned", "extended"):
             wake = tuple(sorted(p for p in gp.reserved if p != pod.key))
-        return FilterResult([node], event=event, wake=wake)
+        return FilterResult([node], event=event, wake=wake, group=group)
 
     def _filter_plain(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
         """Plain pods pass, except onto nodes where they would take a gang's reserved room."""
@@ -167,7 +179,7 @@ class GangScheduler:
             nominated = None if extend or result.reason.kind == INCOMPLETE else self._preempt(group, now)
             if nominated is not None:
                 return nominated
-            self._why(group, result.reason.kind, result.message)
+            self._why(group, result.reason)
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
         new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
         for pod_key, node in new.items():
@@ -183,8 +195,7 @@ class GangScheduler:
             outcome = "extended"
         self.domains[group] = result.domains
         if result.unplaced:
-            unplaced = f"{len(result.unplaced)} pod(s) beyond the minimum do not fit in the gang's domains"
-            self._why(group, R_BEYOND_MINIMUM, unplaced)
+            self._why(group, BeyondMinimum(len(result.unplaced)))
         else:
             self._why(group, None)
         return PlanEvent(
@@ -197,13 +208,15 @@ class GangScheduler:
             levels=result.levels,
         )
 
+    # -- preemption --------------------------------------------------------------------------------
+
     def _preempt(self, group: str, now: float) -> PlanEvent | None:
         """Victims whose eviction makes room for GROUP: their room is reserved for it at once."""
         found = self.preempting.attempt(group, now)
         if not isinstance(found, Nomination):
             return None
         p = found.preemption
-        self._why(group, R_PREEMPTING, found.describe())
+        self._why(group, found.reason())
         return PlanEvent(
             group,
             "preempting",
@@ -236,6 +249,10 @@ class GangScheduler:
             return None  # the gang runs: pods beyond its minimum never preempt
         return self._plan(group, view, now, extend=False)
 
+    def preemption_now(self, group: str) -> PreemptionResult:
+        """What a preemption for GROUP would evict now (a dry run: nothing is held or evicted)."""
+        return find_preemption(self.state, self.membership, group, exclude=self.preempting.nominations.evicting())
+
     def nomination(self, group: str) -> Nomination | None:
         """The preemption under way for GROUP, if any."""
         return self.preempting.nominations.get(group)
@@ -261,50 +278,54 @@ class GangScheduler:
     def expire_preemptions(self, now: float) -> list[Nomination]:
         """Release the room held for gangs whose victims did not leave in time."""
         late = self.preempting.expire(now)
+        timeout = self.preempting.nominations.timeout
         for nom in late:
-            pending = sorted(nom.pending)
-            shown = ", ".join(pending[:5]) + (f" and {len(pending) - 5} more" if len(pending) > 5 else "")
-            why = (
-                f"preemption timed out: {len(pending)} victim pod(s) did not leave within "
-                f"{self.preempting.nominations.timeout:g}s ({shown}); the room held in "
-                f"{nom.preemption.domain} was released"
-            )
-            self._why(nom.group, R_PREEMPTION_TIMEOUT, why)
+            self._why(nom.group, PreemptionTimedOut(nom.preemption.domain, tuple(sorted(nom.pending)), timeout))
         return late
 
     def _replan(self, group: str, now: float) -> PlanEvent:
-        self.release(group, "re-planning: a planned node no longer fits", R_REPLANNING)
+        self.release(group, Released(R_REPLANNING))
         view = self.membership.view(group)
         event = self._plan(group, view, now, extend=False)
         if event.outcome == "planned":
             return replace(event, outcome="replanned")
         return event
 
-    def release(self, group: str, reason: str, kind: str = R_REPLANNING) -> list[str]:
+    def release(self, group: str, why: Released) -> list[str]:
         """Drop the group's plan and every reservation of its unbound pods; returns the pods that
-        were waiting at the bind gate (the caller fails their bind calls). KIND is the reason as
-        data (decisions.R_*)."""
+        were waiting at the bind gate (the caller fails their bind calls)."""
         gp = self.plans.pop(group, None)
         if gp is None:
             return []
         for pod_key in gp.reserved:
             self.state.unreserve(pod_key)
         self.domains.pop(group, None)
-        self._why(group, kind, reason)
+        self._why(group, why)
         waiting = sorted(gp.arrived)
-        self.dropped.extend((p, reason) for p in waiting)
+        self.dropped.extend((p, why) for p in waiting)
         return waiting
 
-    def _why(self, group: str, kind: str | None, message: str = "") -> None:
-        """Record why GROUP is where it is (None: nothing to say), as text and as data."""
-        if kind is None:
-            self.reasons.pop(group, None)
-            self.reason_kinds.pop(group, None)
-        else:
-            self.reasons[group] = message
-            self.reason_kinds[group] = kind
+    def release_all(self, why: Released) -> None:
+        """Drop every plan (this replica stopped leading)."""
+        for group in list(self.plans):
+            self.release(group, why)
 
-    def take_dropped(self) -> list[tuple[str, str]]:
+    def _why(self, group: str, reason: Reason | None) -> None:
+        """Record why GROUP is where it is (None: nothing to say)."""
+        if reason is None:
+            self.reasons.pop(group, None)
+        else:
+            self.reasons[group] = reason
+
+    def reason(self, group: str) -> Reason | None:
+        """Why GROUP is pending (or runs without some pods), as data; None: nothing to say."""
+        return self.reasons.get(group)
+
+    def reason_text(self, group: str, default: str = "") -> str:
+        reason = self.reasons.get(group)
+        return reason.render() if reason is not None else default
+
+    def take_dropped(self) -> list[tuple[str, Reason]]:
         """Bind calls waiting at gates that were released since the last call, and why."""
         out, self.dropped = self.dropped, []
         return out
@@ -356,16 +377,14 @@ class GangScheduler:
         if gp is None or gp.released:
             return []
         arrived, total = len(gp.arrived), len([p for p in gp.minimum if p in gp.reserved])
-        reason = f"bind gate timed out: {arrived}/{total} pods of the minimum reached bind within {seconds:g}s"
-        return self.release(group, reason, R_BIND_TIMEOUT)
+        return self.release(group, Released(R_BIND_TIMEOUT, arrived, total, seconds))
 
     def expire(self, now: float) -> dict[str, list[str]]:
         """Release plans whose minimum made no progress for `plan_ttl` seconds."""
         out = {}
         for group, gp in list(self.plans.items()):
             if not gp.released and now - gp.touched > self.plan_ttl:
-                why = f"plan expired after {self.plan_ttl:g}s without all pods binding"
-                out[group] = self.release(group, why, R_PLAN_EXPIRED)
+                out[group] = self.release(group, Released(R_PLAN_EXPIRED, seconds=self.plan_ttl))
             elif gp.released and not gp.reserved:
                 del self.plans[group]  # carried out: the bound pods now speak for the gang
         groups = set(self.membership.groups())
@@ -376,6 +395,70 @@ class GangScheduler:
             if nom.group not in groups:
                 self.preempting.forget(nom.group)
         return out
+
+    # -- what the edges ask ------------------------------------------------------------------------
+
+    def group_of(self, pod: str) -> str | None:
+        """The gang POD belongs to (None: a plain pod, or one whose gang is not resolved yet)."""
+        return self.membership.group_of(pod)
+
+    def waiting(self, pod: str) -> str | None:
+        """Why POD, which names a gang, cannot join it yet (None: it is in a gang, or plain)."""
+        return self.membership.waiting(pod)
+
+    def members(self, group: str) -> list[str]:
+        """The pods of GROUP."""
+        return self.membership.members(group)
+
+    def groups(self) -> list[str]:
+        """The gangs some pod belongs to."""
+        return self.membership.groups()
+
+    def families(self) -> set[str]:
+        """The families that have pods (see Membership.families)."""
+        return self.membership.families()
+
+    def has_pods(self, group: str) -> bool:
+        return self.membership.has(group)
+
+    def view(self, group: str) -> GroupView:
+        return self.membership.view(group)
+
+    def pod(self, key: str) -> PodInfo | None:
+        return self.state.pods.get(key)
+
+    def podgroup(self, group: str) -> PodGroupSpec | None:
+        """The PodGroup object of GROUP as read from the cluster, if it exists and is valid."""
+        return self.state.podgroups.get(group)
+
+    def podgroup_invalid(self, group: str) -> bool:
+        """Whether GROUP's PodGroup object exists but cannot be read."""
+        return group in self.state.invalid_podgroups
+
+    def known_groups(self) -> set[str]:
+        """Every gang with pods or a PodGroup object (valid or not)."""
+        state = self.state
+        return set(self.membership.groups()) | set(state.podgroups) | set(state.invalid_podgroups)
+
+    def exists(self, group: str) -> bool:
+        """Whether GROUP has pods or a PodGroup object."""
+        return self.membership.has(group) or group in self.state.podgroups or self.podgroup_invalid(group)
+
+    def watched_object(self, api_version: str, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A workload object as the watch last saw it."""
+        return self.state.objects.get(object_key(api_version, kind, namespace, name))
+
+    def subscribe(self, callback: Callable[[str, object], None]) -> None:
+        """Be told of every change to the cluster state (kind, key)."""
+        self.state.subscribe(callback)
+
+    def reservation_count(self) -> int:
+        return len(self.state.reservations)
+
+    def reserved(self, group: str) -> Mapping[str, str]:
+        """Pod -> planned node for GROUP's pods that hold a reservation."""
+        gp = self.plans.get(group)
+        return gp.reserved if gp is not None else {}
 
     # -- what the cluster tells us -------------------------------------------------------------
 
@@ -405,8 +488,8 @@ class GangScheduler:
         gp = self.plans.get(group) if group else None
         if gp is not None and key in gp.reserved:
             if not gp.released and key in gp.minimum:
-                why = f"pod {key} of the minimum went away before binding"
-                self.release(group, why, R_MEMBER_GONE)  # type: ignore[arg-type]
+                assert group is not None
+                self.release(group, Released(R_MEMBER_GONE, pod=key))
             else:
                 del gp.reserved[key]
                 self.state.unreserve(key)
@@ -434,19 +517,20 @@ class GangScheduler:
         gang = view.built.gang if view.built is not None else None
         bound_keys = {p.key for p in pods if p.node_name is not None}
         if gang is not None and bound_keys and meets_minimum(gang, bound_keys):
-            message = f"{bound} pod(s) bound" + (f"; {self.reasons[group]}" if group in self.reasons else "")
+            message = f"{bound} pod(s) bound" + (f"; {self.reasons[group].render()}" if group in self.reasons else "")
             phase, reason = SCHEDULED, R_SCHEDULED
         elif gp is not None:
             missing = len([p for p in gp.minimum if p in gp.reserved])
             message = f"planned; waiting for {missing} pod(s) of the minimum to bind"
             phase, reason = PENDING, R_PLANNED
         elif (nom := self.preempting.nominations.get(group)) is not None:
-            message, phase, reason = nom.describe(), PENDING, R_PREEMPTING
+            preempting = nom.reason()
+            message, phase, reason = preempting.render(), PENDING, preempting.kind
         # What is true now (pods missing) before what last happened (why a plan was refused).
         elif missing_message := self._incomplete_message(view):
             message, phase, reason = missing_message, PENDING, R_GANG_INCOMPLETE
         elif group in self.reasons:
-            message, phase, reason = self.reasons[group], PENDING, self.reason_kinds.get(group, R_WAITING)
+            message, phase, reason = self.reasons[group].render(), PENDING, self.reasons[group].kind
         else:
             message, phase, reason = "waiting to be planned", PENDING, R_WAITING
         if view.waiting:
@@ -488,10 +572,12 @@ class GangScheduler:
                 len(keys),
                 bound + sum(1 for k in keys if k in reserved),
                 bound,
-                domains.get(scope.label, ""),
+                domains.get(scope.key),
             )
 
 
-def _refuse(nodes: Sequence[str], reason: str, event: PlanEvent | None = None) -> FilterResult:
+def _refuse(
+    nodes: Sequence[str], reason: str, group: str | None = None, event: PlanEvent | None = None
+) -> FilterResult:
     """No node will do and preemption would not help: the gang as a whole is the problem."""
-    return FilterResult([], unresolvable=dict.fromkeys(nodes, reason), event=event, reason=reason)
+    return FilterResult([], unresolvable=dict.fromkeys(nodes, reason), event=event, reason=reason, group=group)

@@ -10,8 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from extender.placement.snapshot import NodeTable
-from extender.placement.tree import IntArray
+from extender.placement import IntArray, NodeTable
 
 
 class UsageLedger:

@@ -41,13 +41,6 @@ MESSAGE_LIMIT = 4096  # characters of a message kept in status and conditions
 JSON = dict[str, Any]
 
 
-def domain_key(scope_label: str) -> str:
-    """'PodGroup ml/train' -> 'PodGroup'; 'SubGroup seg-0' -> 'seg-0'; a SubGroupSet as labelled."""
-    if scope_label.startswith("PodGroup "):
-        return "PodGroup"
-    return scope_label.removeprefix("SubGroup ")
-
-
 def _message(text: str) -> str:
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 3] + "..."
 
@@ -80,8 +73,9 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
     """The PodGroup `status` for STATUS; NOW is an RFC 3339 time for conditions that change."""
     before = conditions_of(previous)
     message = _message(status.message)
-    domains = {domain_key(label): domain for label, domain in status.domains.items()}
-    subgroup_domains = {sg.name: sg.domain for sg in status.subgroups if sg.domain}
+    # The PodGroup's own domain under "PodGroup"; SubGroups (and sets) under their names.
+    domains = {"PodGroup" if scope == status.key else scope: str(d) for scope, d in status.domains.items()}
+    subgroup_domains = {sg.name: str(sg.domain) for sg in status.subgroups if sg.domain is not None}
     if status.phase == SCHEDULED and not domains and previous:
         domains = dict(previous.get("domains") or {})  # placed by a plan this replica never saw
         subgroup_domains = {

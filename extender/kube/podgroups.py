@@ -39,7 +39,6 @@ from typing import Any, Protocol
 
 import structlog
 
-from extender.core.cluster import object_key
 from extender.core.decisions import INVALID, PENDING, SCHEDULED, GroupStatus
 from extender.core.scheduler import GangScheduler
 from extender.kube.client import ApiError, JSONDict
@@ -53,6 +52,7 @@ from extender.kube.podgroup_status import (
     transition,
 )
 from extender.kube.resources import PODGROUPS
+from extender.model.keys import GroupKey
 
 FIELD_MANAGER = "topogang"
 TOPOGANG_PODGROUPS = next(r for r in PODGROUPS if r.api_version(r.versions[0]) == API_VERSION)
@@ -110,7 +110,7 @@ class PodGroupWriter:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._said: dict[str, str] = {}  # group -> the last problem logged (said once)
-        scheduler.state.subscribe(self._changed)
+        scheduler.subscribe(self._changed)
 
     # -- feed -----------------------------------------------------------------------------------
 
@@ -174,8 +174,7 @@ class PodGroupWriter:
             await asyncio.sleep(self.interval)  # debounce: a gang is written at most once per interval
 
     def _all_groups(self) -> set[str]:
-        state = self.scheduler.state
-        groups = set(self.scheduler.membership.groups()) | set(state.podgroups) | set(state.invalid_podgroups)
+        groups = self.scheduler.known_groups()
         for gone in set(self._written) - groups:
             del self._written[gone]
         for gone in set(self.phases) - groups:
@@ -186,9 +185,9 @@ class PodGroupWriter:
 
     async def flush(self) -> None:
         """Write what changed for every gang marked since the last flush."""
-        membership, state = self.scheduler.membership, self.scheduler.state
+        scheduler = self.scheduler
         for pod in self._dirty_pods:
-            group = membership.group_of(pod)
+            group = scheduler.group_of(pod)
             if group is not None:
                 self._dirty.add(group)
         self._dirty_pods.clear()
@@ -199,7 +198,7 @@ class PodGroupWriter:
             if time.perf_counter() - since > SLICE:
                 await asyncio.sleep(0)  # many gangs: let kube-scheduler's calls in between
                 since = time.perf_counter()
-            if not (membership.has(group) or group in state.podgroups or group in state.invalid_podgroups):
+            if not scheduler.exists(group):
                 self.phases.pop(group, None)  # neither pods nor an object: gone
                 continue
             status = self.scheduler.status(group)
@@ -210,7 +209,7 @@ class PodGroupWriter:
     # -- writing --------------------------------------------------------------------------------
 
     async def _write(self, group: str, status: GroupStatus) -> None:
-        namespace, _, name = group.partition("/")
+        namespace, name = (key := GroupKey.parse(group)).namespace, key.name
         path = TOPOGANG_PODGROUPS.object_path(TOPOGANG_PODGROUPS.versions[0], name, namespace)
         async with self._slots:
             try:
@@ -242,22 +241,21 @@ class PodGroupWriter:
                 self.log.warning("podgroup event failed", group=group, error=str(exc))
 
     def _generation(self, group: str, written: _Written) -> int:
-        spec = self.scheduler.state.podgroups.get(group)
+        spec = self.scheduler.podgroup(group)
         return spec.generation if spec is not None and spec.generation else written.generation
 
     async def _target(self, group: str, namespace: str, name: str, path: str) -> _Written | None:
         """What was last written to GROUP's object, creating or updating the object first for a
         gang derived from a workload; None when topogang does not write this gang."""
-        state = self.scheduler.state
-        membership = self.scheduler.membership
-        view = membership.view(group) if membership.has(group) else None
+        scheduler = self.scheduler
+        view = scheduler.view(group) if scheduler.has_pods(group) else None
         written = self._written.get(group)
         if view is not None and view.owner is not None:  # derived from a workload
             owner = view.owner
-            seen = state.objects.get(object_key(owner.api_version, owner.kind, namespace, owner.name))
+            seen = scheduler.watched_object(owner.api_version, owner.kind, namespace, owner.name)
             if seen is None or (seen.get("metadata") or {}).get("uid") != owner.uid:
                 return None  # the workload is gone (its PodGroup goes with it) or not visible
-            existing = state.podgroups.get(group)
+            existing = scheduler.podgroup(group)
             if existing is not None and existing.labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
                 self._say(group, "PodGroup of this name exists and is not managed by topogang; not writing it")
                 return None
@@ -271,10 +269,10 @@ class PodGroupWriter:
             written = self._remember(group, obj, written)
             written.applied = desired
             return written
-        spec = state.podgroups.get(group)
+        spec = scheduler.podgroup(group)
         if spec is not None and spec.api_version != API_VERSION:
             return None  # KAI-Scheduler's PodGroup: its status is KAI's
-        if spec is None and group not in state.invalid_podgroups:
+        if spec is None and not scheduler.podgroup_invalid(group):
             return None
         if written is None:
             written = self._remember(group, await self.client.get(path), None)

@@ -56,7 +56,12 @@ class TopologySpec:
 
     @property
     def node_level(self) -> int:
-        return len(self.levels) - 1
+        """The node's level as placement counts levels: 0 is the whole cluster, 1 the first label."""
+        return len(self.levels)
+
+    def level(self, name: str) -> int:
+        """The placement level (cluster = 0) of the level a constraint names; see `resolve`."""
+        return self.resolve(name) + 1
 
     @cached_property
     def _names(self) -> dict[str, frozenset[int]]:

@@ -1,29 +1,65 @@
 """The placement core: a pure function from a cluster snapshot and a gang to a plan or a reason.
 
 No I/O, no clock, no logging, no asyncio: the same input always gives the same answer. The
-server, the simulator and the benchmarks all call `plan()`; nothing else places pods.
+server, the simulator and the benchmarks all call `plan()`; nothing else places pods. Other
+packages import placement through this module only.
 """
 
-from extender.placement.build import BuiltGang, build_gang
 from extender.placement.engine import incomplete, meets_minimum, plan
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
-from extender.placement.result import Plan, PlanResult, Unplaceable
-from extender.placement.snapshot import ClusterSnapshot, NodeTable
+from extender.placement.gang_from_podgroup import BuiltGang, build_gang
+from extender.placement.leftout import Excluded, Exclusion, left_out
+from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
+from extender.placement.result import DomainRef, Plan, PlanResult, Unplaceable
+from extender.placement.snapshot import ClusterSnapshot, DictUsage, NodeTable
+from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
+from extender.placement.victim_search import find_victims
+from extender.placement.victims import (
+    Budget,
+    Cost,
+    NoPreemption,
+    Preemption,
+    PreemptionResult,
+    RunningPod,
+    Workload,
+)
 
 __all__ = [
+    "INCOMPLETE",
+    "NO_CAPACITY",
+    "NO_DOMAIN",
+    "SEARCH_LIMIT",
+    "BoolArray",
+    "Budget",
     "BuiltGang",
     "ClusterSnapshot",
+    "Cost",
+    "DictUsage",
+    "Domain",
+    "DomainRef",
+    "Excluded",
+    "Exclusion",
     "Gang",
+    "IntArray",
     "Member",
+    "NoPreemption",
     "NodeTable",
     "Plan",
     "PlanResult",
+    "Preemption",
+    "PreemptionResult",
     "Rule",
+    "RunningPod",
     "Scope",
     "Shape",
+    "Shortfall",
+    "TopologyTree",
     "Unplaceable",
+    "Workload",
     "build_gang",
+    "find_victims",
     "incomplete",
+    "left_out",
     "meets_minimum",
     "plan",
 ]

@@ -56,6 +56,7 @@ class Scope:
     rule: Rule | None = None
     weight: int = 1
     name: str = ""  # the SubGroup name ("" for the PodGroup and sets)
+    key: str = ""  # its identity in results: the PodGroup's ns/name, the SubGroup name, a set's label
 
     @property
     def leaf(self) -> bool:

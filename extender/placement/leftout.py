@@ -3,7 +3,9 @@ pending messages and of `topogang explain`."""
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,23 +15,47 @@ from extender.placement.snapshot import NOT_SCHEDULABLE, NOT_SELECTED, TAINTED, 
 from extender.placement.tree import IntArray
 
 
-def left_out(snapshot: ClusterSnapshot, shape: Shape, nodes: IntArray | None = None) -> dict[str, int]:
+class Exclusion(enum.Enum):
+    NOT_SCHEDULABLE = "not ready or cordoned"
+    NOT_SELECTED = "node selector or affinity"
+    TAINT = "taint"  # a taint the pod does not tolerate (detail: the taint)
+    TOO_MANY_PODS = "too many pods"
+    RESOURCE = "resource"  # short of one pod's request (detail: the resource)
+
+
+@dataclass(frozen=True, slots=True)
+class Excluded:
+    """Why nodes were left out, as a code and what it is about."""
+
+    code: Exclusion
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.code is Exclusion.TAINT:
+            return f"taint {self.detail}"
+        if self.code is Exclusion.RESOURCE:
+            return self.detail
+        return str(self.code.value)
+
+
+def left_out(snapshot: ClusterSnapshot, shape: Shape, nodes: IntArray | None = None) -> dict[Excluded, int]:
     """Among NODES (node indices; all by default): not ready or cordoned, a taint not tolerated,
     selector or affinity not matched, else the first resource short of one pod's request."""
     if nodes is None:
         nodes = np.arange(len(snapshot.table), dtype=np.int64)
     elig = snapshot.table.eligibility(shape.placement)
-    out: Counter[str] = Counter()
+    out: Counter[Excluded] = Counter()
     codes = elig.code[nodes]
-    out["not ready or cordoned"] += int(np.count_nonzero(codes == NOT_SCHEDULABLE))
-    out["node selector or affinity"] += int(np.count_nonzero(codes == NOT_SELECTED))
+    out[Excluded(Exclusion.NOT_SCHEDULABLE)] += int(np.count_nonzero(codes == NOT_SCHEDULABLE))
+    out[Excluded(Exclusion.NOT_SELECTED)] += int(np.count_nonzero(codes == NOT_SELECTED))
     for n in nodes[codes == TAINTED]:
-        out[f"taint {elig.taint[int(n)]}"] += 1
+        out[Excluded(Exclusion.TAINT, elig.taint[int(n)])] += 1
     left = nodes[codes == 0]
     for resource, need in shape.requests:
         if need <= 0:
             continue
         short = snapshot.free(resource)[left] < need
-        out["too many pods" if resource == POD_SLOT else resource] += int(np.count_nonzero(short))
+        why = Excluded(Exclusion.TOO_MANY_PODS) if resource == POD_SLOT else Excluded(Exclusion.RESOURCE, resource)
+        out[why] += int(np.count_nonzero(short))
         left = left[~short]
     return {k: v for k, v in out.items() if v}

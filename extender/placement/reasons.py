@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from extender.placement.leftout import Excluded
 
 # Shortfall kinds.
 NO_DOMAIN = "NoDomain"  # no domain of the required level holds the scope
@@ -30,7 +34,7 @@ class Shortfall:
     region: str | None = None  # where it had to be, "zone z1"; None for the whole cluster
     best: int = 0  # the most pods of that shape one domain (or the region) could take
     source: str = ""  # the constraint's field
-    excluded: Mapping[str, int] = field(default_factory=dict)  # reason -> nodes left out
+    excluded: Mapping[Excluded, int] = field(default_factory=dict)  # why -> nodes left out
     tried: int = 0  # SEARCH_LIMIT: candidate domains tried before giving up
     progress: int = 0  # pods placed when this failed: the deepest failure explains best
     present: int = 0  # for INCOMPLETE: pods that exist
@@ -51,6 +55,6 @@ class Shortfall:
         else:
             text = f"{self.scope}: {need}{where or ' in the cluster'}; only {self.best} fit"
         if self.excluded:
-            parts = sorted(self.excluded.items(), key=lambda kv: (-kv[1], kv[0]))
+            parts = sorted(((str(why), n) for why, n in self.excluded.items()), key=lambda kv: (-kv[1], kv[0]))
             text += "; nodes left out: " + ", ".join(f"{n} {why}" for why, n in parts)
         return text

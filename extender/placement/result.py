@@ -8,11 +8,22 @@ from dataclasses import dataclass, field
 from extender.placement.reasons import Shortfall
 
 
+@dataclass(frozen=True, slots=True)
+class DomainRef:
+    """A domain of the gang's Topology, by value: its level's name and its path of label values."""
+
+    level: str  # "rack", "node", "cluster"
+    path: str  # "z1/b1/r3" from the coarsest level down; the node's name at the node level; "" for the cluster
+
+    def __str__(self) -> str:
+        return f"{self.level} {self.path}" if self.path else "the cluster"
+
+
 @dataclass(frozen=True)
 class Plan:
     gang: str
     assignments: Mapping[str, str]  # pod key -> node name, for the pods placed by this plan
-    domains: Mapping[str, str]  # scope label -> the domain it was placed in ("rack z1/b1/r3")
+    domains: Mapping[str, DomainRef]  # constrained scope (Scope.key) -> the domain it was placed in
     unplaced: tuple[str, ...] = ()  # optional pods (beyond the minimum) that did not fit
     minimum: frozenset[str] = frozenset()  # the pods of `assignments` that form the minimum tree
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used

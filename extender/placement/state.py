@@ -1,22 +1,41 @@
-"""Per-attempt mutable state: free capacity and pod counts per domain, with a rollback log.
+"""Per-attempt mutable state: free capacity, pod counts per domain and pins, with one undo log.
 
 The snapshot and the tree are shared and read-only; everything one planning attempt changes
 lives here, so two attempts on one tree never see each other's work. Counts are kept per pod
 shape, per level, per domain: `counts[s][l][d]` is how many more pods of shape `s` fit in
 domain `d` of level `l` (summed per node, as Kueue counts). Placing a pod updates its node and
-the node's ancestors for every shape, so counts stay exact; a checkpoint is the log's length
-and a rollback undoes placements in reverse.
+the node's ancestors for every shape, so counts stay exact. A pin records where a scope was
+put. Placements and pins go to one undo log: a checkpoint is its length and a rollback undoes
+both in reverse.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from extender.placement.gang import Shape
 from extender.placement.snapshot import ClusterSnapshot, Eligibility
-from extender.placement.tree import IntArray, TopologyTree
+from extender.placement.tree import Domain, IntArray, TopologyTree
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """Where a scope stands: the domain its required constraints hold it in, and the domain its
+    preference (or compactness) put its minimum in (the same or narrower)."""
+
+    required: Domain
+    preferred: Domain
+
+
+@dataclass(frozen=True, slots=True)
+class _Repin:
+    """Undo record of a pin: the scope's previous pin (None: it had none)."""
+
+    scope: int
+    previous: Pin | None
 
 
 class AttemptState:
@@ -33,8 +52,10 @@ class AttemptState:
         self.counts: list[list[IntArray]] = [self._domain_counts(c) for c in self.node_count]
         # Per node, its domain index at every level: the path a count update walks up.
         self._ancestors = np.stack([li.domain_of_node for li in tree.levels], axis=1) if len(tree.node_names) else None
-        self.log: list[tuple[int, int, str]] = []  # (node, shape, pod key) in placement order
+        # The undo log: (node, shape, pod key) per placement, a _Repin per pin, in order.
+        self._log: list[tuple[int, int, str] | _Repin] = []
         self.where: dict[str, int] = {}  # pod key -> node index
+        self.pins: dict[int, Pin] = {}  # scope id -> where it stands
 
     def _vector_count(self, shape: int) -> IntArray:
         count: IntArray | None = None
@@ -76,16 +97,32 @@ class AttemptState:
 
     # -- the transaction ----------------------------------------------------------------------
 
+    @property
+    def placed(self) -> int:
+        """Pods placed so far in this attempt."""
+        return len(self.where)
+
     def place(self, node: int, shape: int, key: str) -> None:
         self._apply(node, shape, +1)
-        self.log.append((node, shape, key))
+        self._log.append((node, shape, key))
         self.where[key] = node
 
+    def pin(self, scope: int, required: Domain, preferred: Domain) -> None:
+        self._log.append(_Repin(scope, self.pins.get(scope)))
+        self.pins[scope] = Pin(required, preferred)
+
     def checkpoint(self) -> int:
-        return len(self.log)
+        return len(self._log)
 
     def rollback(self, checkpoint: int) -> None:
-        while len(self.log) > checkpoint:
-            node, shape, key = self.log.pop()
-            self._apply(node, shape, -1)
-            del self.where[key]
+        while len(self._log) > checkpoint:
+            entry = self._log.pop()
+            if isinstance(entry, _Repin):
+                if entry.previous is None:
+                    del self.pins[entry.scope]
+                else:
+                    self.pins[entry.scope] = entry.previous
+            else:
+                node, shape, key = entry
+                self._apply(node, shape, -1)
+                del self.where[key]

@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from extender.model.node import NodeInfo
 from extender.model.topology import TopologySpec
+from extender.placement.result import DomainRef
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
@@ -48,8 +49,8 @@ class LevelIndex:
 class TopologyTree:
     def __init__(self, spec: TopologySpec, nodes: Sequence[NodeInfo]) -> None:
         self.spec = spec
-        self.depth = len(spec.levels) + 1  # levels 0 (cluster) .. k (node)
-        self.node_level = self.depth - 1
+        self.node_level = spec.node_level
+        self.depth = self.node_level + 1  # levels 0 (cluster) .. k (node)
         label_names = [lv.node_label for lv in spec.levels[:-1]]
 
         def path(node: NodeInfo) -> tuple[str | None, ...]:
@@ -125,6 +126,11 @@ class TopologyTree:
         """The node index of a node-level domain."""
         return int(self.pos_to_node[self.levels[self.node_level].starts[domain.index]])
 
+    def nodes_in(self, domain: Domain) -> IntArray:
+        """The node indices (snapshot order) inside `domain`."""
+        li = self.levels[domain.level]
+        return self.pos_to_node[li.starts[domain.index] : li.ends[domain.index]]
+
     def labeled(self, domain: Domain) -> bool:
         return bool(self.levels[domain.level].labeled[domain.index])
 
@@ -141,11 +147,21 @@ class TopologyTree:
         """'rack z1/b2/r3', 'node gpu-17', 'the cluster'."""
         if domain.level == 0:
             return "the cluster"
-        values = self.levels[domain.level].values[domain.index]
         if domain.level == self.node_level:
-            return f"node {values[-1]}"
-        shown = "/".join(v if v is not None else "(unlabeled)" for v in values)
-        return f"{self.level_name(domain.level)} {shown}"
+            return f"node {self.levels[domain.level].values[domain.index][-1]}"
+        return f"{self.level_name(domain.level)} {self.path(domain)}"
+
+    def ref(self, domain: Domain) -> DomainRef:
+        """The domain by value, for results that outlive the tree."""
+        if domain.level == 0:
+            return DomainRef(self.level_name(0), "")
+        if domain.level == self.node_level:
+            return DomainRef(self.level_name(domain.level), self.value(domain))
+        return DomainRef(self.level_name(domain.level), self.path(domain))
+
+    def path(self, domain: Domain) -> str:
+        """The label values from the coarsest level down to the domain's own: 'z1/b2/r3'."""
+        return "/".join(v if v is not None else "(unlabeled)" for v in self.levels[domain.level].values[domain.index])
 
     def value(self, domain: Domain) -> str:
         """The label value of the domain's own level ('r3'), or the node name."""

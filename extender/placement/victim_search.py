@@ -168,7 +168,7 @@ class _Search:
         workloads = self.units.workloads
         return Preemption(
             gang=self.gang.key,
-            domain=self.tree.describe(cand.domain),
+            domain=self.tree.ref(cand.domain),
             victims=tuple(sorted(workloads[w].key for w in victims.whole)),
             elastic={
                 workloads[w].key: tuple(sorted(keys)) for w, keys in victims.alone.items() if w not in victims.whole

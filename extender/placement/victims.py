@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from extender.model.pod import POD_SLOT
-from extender.placement.result import Plan
+from extender.placement.result import DomainRef, Plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ class Preemption:
     """The victims to evict, and the plan that places the gang once they are gone."""
 
     gang: str
-    domain: str  # where the gang's whole required tree goes: "rack z1/b1/r3", "the cluster"
+    domain: DomainRef  # where the gang's whole required tree goes: rack z1/b1/r3, the cluster
     victims: tuple[str, ...]  # workloads evicted whole
     elastic: Mapping[str, tuple[str, ...]]  # workload -> its elastic pods taken alone
     pods: tuple[str, ...]  # every pod to evict, sorted

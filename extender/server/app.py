@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-import orjson
 import structlog
 from aiohttp import web
 
@@ -58,10 +57,10 @@ def _guarded(verb: str, handler: Handler) -> Handler:
                 response = _not_leader(verb, app[METRICS])
         except wire.WireError as exc:
             log.warning("bad request", path=request.path, error=str(exc))
-            response = _json(orjson.dumps({"Error": str(exc)}), status=400)
+            response = _json(wire.encode_error(str(exc)), status=400)
         except Exception as exc:
             log.exception("request failed", path=request.path)
-            response = _json(orjson.dumps({"Error": f"topogang: internal error: {exc}"}), status=500)
+            response = _json(wire.encode_error(f"topogang: internal error: {exc}"), status=500)
         app[METRICS].observe_request(verb, response.status, time.perf_counter() - start)
         return response
 
@@ -72,8 +71,8 @@ def _not_leader(verb: str, metrics: Metrics) -> web.Response:
     if verb == "bind":
         metrics.bind_failed(BIND_NOT_LEADER)
     if verb in ("filter", "bind"):
-        return _json(orjson.dumps({"Error": NOT_LEADER}))  # the result type's own Error field
-    return _json(orjson.dumps({"Error": NOT_LEADER}), status=503)
+        return _json(wire.encode_error(NOT_LEADER))  # the result type's own Error field
+    return _json(wire.encode_error(NOT_LEADER), status=503)
 
 
 async def _filter(request: web.Request) -> web.StreamResponse:
@@ -92,7 +91,8 @@ async def _bind(request: web.Request) -> web.StreamResponse:
 
 
 async def _preempt(request: web.Request) -> web.StreamResponse:
-    return _json(request.app[EXTENDER].preempt(await request.read()))
+    args = wire.decode_preempt(await request.read())
+    return _json(request.app[EXTENDER].preempt(args))
 
 
 async def _healthz(_: web.Request) -> web.StreamResponse:

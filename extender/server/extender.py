@@ -16,10 +16,10 @@ from typing import Protocol
 
 import structlog
 
-from extender.core.cluster import ClusterState
-from extender.core.decisions import BIND, R_NOT_LEADER, REJECT, WAIT, PlanEvent
+from extender.core.decisions import BIND, R_NOT_LEADER, REJECT, WAIT, PlanEvent, Released
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
+from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
 from extender.server import wire
 from extender.server.metrics import (
@@ -72,16 +72,12 @@ class Extender:
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake_soon = False
-        scheduler.state.subscribe(self._changed_object)
-
-    @property
-    def state(self) -> ClusterState:
-        return self.scheduler.state
+        scheduler.subscribe(self._changed_object)
 
     # -- filter and prioritize -------------------------------------------------------------------
 
     def _pod(self, args: wire.NodeArgs) -> PodInfo:
-        pod = self.state.pods.get(args.pod_key)
+        pod = self.scheduler.pod(args.pod_key)
         if pod is not None:
             return pod  # kube-scheduler's copy is the one our watch delivered
         try:
@@ -95,11 +91,11 @@ class Extender:
         result = self.scheduler.filter(pod, args.names, time.monotonic())
         if result.event is not None:
             self._decided(result.event, time.perf_counter() - start)
-        if result.event is not None or not result.nodes:  # not the steered path, which is hot
-            self._seen(pod.key)
+        if result.group is not None and (result.event is not None or not result.nodes):
+            self._seen(result.group)  # not on the steered path, which is hot
         self._fail_dropped(BIND_PLAN_RELEASED)
         if result.wake:
-            self._wake(result.wake, pod)
+            self._wake(result.wake, result.group or "")
         if result.nodes:
             self._refused.pop(pod.key, None)
         else:
@@ -112,18 +108,17 @@ class Extender:
     def prioritize(self, args: wire.NodeArgs) -> bytes:
         return wire.encode_priorities(self.scheduler.prioritize(self._pod(args), args.names))
 
-    def preempt(self, body: bytes) -> bytes:
+    def preempt(self, args: wire.PreemptArgs) -> bytes:
         """Gang members: no victims for kube-scheduler (preempting for one pod cannot seat a
         gang); topogang preempts for the whole gang instead, evicting its own victims. Plain
         pods: kube-scheduler's own choice, unchanged."""
-        key, pod_body, victims = wire.decode_preemption(body)
-        if key not in self.state.pods:  # the request can be ahead of our watch
+        key = args.pod_key
+        if self.scheduler.pod(key) is None:  # the request can be ahead of our watch
             with contextlib.suppress(InvalidObject):
-                self.state.upsert_pod(parse_pod(pod_body))
-        membership = self.scheduler.membership
-        if membership.group_of(key) is None:
+                self.scheduler.observe_pod(parse_pod(args.pod))
+        if self.scheduler.group_of(key) is None:
             # a pod naming a gang that cannot be resolved yet is no plain pod either
-            return wire.encode_victims({} if membership.waiting(key) is not None else victims)
+            return wire.encode_victims({} if self.scheduler.waiting(key) is not None else args.victims)
         start = time.perf_counter()
         event = self.scheduler.preempt(key, time.monotonic())
         if event is not None:
@@ -147,13 +142,11 @@ class Extender:
         assert p is not None
         self.metrics.preemptions.inc()
         self.metrics.preemption_victims.inc(len(p.pods))
-        victims = [pod for key in p.pods if (pod := self.state.pods.get(key)) is not None]
+        victims = [pod for key in p.pods if (pod := self.scheduler.pod(key)) is not None]
         for pod in victims:
             self._emit(pod, "Preempted", f"Preempted by {event.group} for {p.domain}", "Normal")
-        for key in self.scheduler.membership.members(event.group):
-            member = self.state.pods.get(key)
-            if member is not None and member.node_name is None:
-                self._emit(member, "Preempting", event.reason, "Normal")
+        for member in self._unbound_members(event.group):
+            self._emit(member, "Preempting", event.reason, "Normal")
         self._spawn(self._evict_all(event.group, victims), "eviction")
 
     async def _evict_all(self, group: str, victims: Sequence[PodInfo]) -> None:
@@ -195,14 +188,18 @@ class Extender:
             self.changed(group)
             self._wake_members(group)
 
+    def _unbound_members(self, group: str) -> list[PodInfo]:
+        pods = (self.scheduler.pod(k) for k in self.scheduler.members(group))
+        return [p for p in pods if p is not None and p.node_name is None]
+
     def _wake_members(self, group: str) -> None:
         """Requeue every unbound member of GROUP: room is waiting for them."""
-        pods = [self.state.pods[k] for k in self.scheduler.membership.members(group) if k in self.state.pods]
-        parked = [(p.namespace, p.name) for p in pods if p.node_name is None]
-        for p in pods:
+        parked = self._unbound_members(group)
+        for p in parked:
             self._refused.pop(p.key, None)
         if parked:
-            self._spawn(self.actions.wake(parked, self.scheduler.next_generation()), "wake")
+            pods = [(p.namespace, p.name) for p in parked]
+            self._spawn(self.actions.wake(pods, self.scheduler.next_generation()), "wake")
 
     # -- bind ------------------------------------------------------------------------------------
 
@@ -217,7 +214,7 @@ class Extender:
             errors = await self._bind_all(decision.bind)
             return wire.encode_binding(errors.get(key, ""))
         assert decision.action == WAIT
-        group = self.scheduler.membership.group_of(key) or ""
+        group = self.scheduler.group_of(key) or ""
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         old = self._waiting.pop(key, None)
         if old is not None and not old.done():
@@ -232,7 +229,7 @@ class Extender:
 
     async def _bind_all(self, batch: Sequence[tuple[str, str]]) -> dict[str, str]:
         """Bind every pod of a released gate at once; answer the calls that were waiting."""
-        groups = {g for p, _ in batch if (g := self.scheduler.membership.group_of(p))}
+        groups = {g for p, _ in batch if (g := self.scheduler.group_of(p))}
         for group in groups:
             timer = self._gates.pop(group, None)
             if timer is not None:
@@ -247,7 +244,7 @@ class Extender:
         now = time.monotonic()
         for group in groups:
             first = self._first_seen.pop(group, None)
-            if first is not None and not any(self.scheduler.membership.group_of(p) == group for p in errors):
+            if first is not None and not any(self.scheduler.group_of(p) == group for p in errors):
                 self.metrics.gang_wait.observe(now - first)  # the gate opened: the whole minimum is bound
             self.changed(group)
         if len(batch) > 1 or groups:
@@ -263,7 +260,7 @@ class Extender:
         return errors
 
     async def _bind_one(self, pod_key: str, node: str) -> str:
-        pod = self.state.pods.get(pod_key)
+        pod = self.scheduler.pod(pod_key)
         if pod is None:
             self.metrics.bind_failed(BIND_POD_GONE)
             return "topogang: the pod no longer exists"
@@ -287,7 +284,7 @@ class Extender:
                 group=group,
                 arrived=len(waiting),
                 missing=missing[:10],
-                reason=self.scheduler.reasons.get(group, ""),
+                reason=self.scheduler.reason_text(group),
             )
         self._fail_dropped(BIND_GATE_TIMEOUT)
 
@@ -296,12 +293,11 @@ class Extender:
         for pod, reason in self.scheduler.take_dropped():
             waiter = self._waiting.pop(pod, None)
             if waiter is not None and not waiter.done():
-                waiter.set_result(f"topogang: {reason}")
+                waiter.set_result(f"topogang: {reason.render()}")
                 self.metrics.bind_failed(why)
 
-    def _seen(self, pod_key: str) -> None:
-        group = self.scheduler.membership.group_of(pod_key)
-        if group is not None and group not in self._first_seen:
+    def _seen(self, group: str) -> None:
+        if group not in self._first_seen:
             self._first_seen[group] = time.monotonic()
 
     # -- housekeeping ---------------------------------------------------------------------------
@@ -310,18 +306,18 @@ class Extender:
         """The periodic sweep: plans that stopped progressing, and memory of pods and gangs gone."""
         now = time.monotonic()
         for group, waiting in self.scheduler.expire(now).items():
-            log.warning("plan expired", group=group, waiting=len(waiting), reason=self.scheduler.reasons.get(group, ""))
+            reason = self.scheduler.reason_text(group)
+            log.warning("plan expired", group=group, waiting=len(waiting), reason=reason)
             self.changed(group)
         for nom in self.scheduler.expire_preemptions(now):
             self.metrics.preemption_timeouts.inc()
-            log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reasons.get(nom.group, ""))
+            log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reason_text(nom.group))
             self.changed(nom.group)
         self._wake_preempted()
         self._fail_dropped(BIND_PLAN_RELEASED)
-        pods = self.state.pods
-        for key in [k for k in self._refused if k not in pods]:
+        for key in [k for k in self._refused if self.scheduler.pod(k) is None]:
             del self._refused[key]
-        groups = set(self.scheduler.membership.groups())
+        groups = set(self.scheduler.groups())
         for group in [g for g in self._pending_logged if g not in groups]:
             del self._pending_logged[group]
         for group in [g for g in self._first_seen if g not in groups]:
@@ -333,8 +329,7 @@ class Extender:
         for timer in self._gates.values():
             timer.cancel()
         self._gates.clear()
-        for group in list(self.scheduler.plans):
-            self.scheduler.release(group, "this replica is no longer the leader", R_NOT_LEADER)
+        self.scheduler.release_all(Released(R_NOT_LEADER))
         self.scheduler.drop_preemptions()
         self._fail_dropped(BIND_NOT_LEADER)
         for waiter in self._waiting.values():
@@ -369,17 +364,16 @@ class Extender:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _wake(self, pods: Sequence[str], current: PodInfo) -> None:
+    def _wake(self, pods: Sequence[str], group: str) -> None:
         """Requeue members kube-scheduler parked as unschedulable: an update to the pod itself
         moves it back to the active queue at once (a new pod elsewhere would not)."""
-        group = self.scheduler.membership.group_of(current.key) or ""
         parked = [p for p in pods if p in self._refused]
         if not parked:
             return
         for p in parked:
             self._refused.pop(p, None)
-        names = [tuple(p.split("/", 1)) for p in parked]
-        self._spawn(self.actions.wake([(ns, name) for ns, name in names], self.scheduler.generation(group)), "wake")
+        names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
+        self._spawn(self.actions.wake(names, self.scheduler.generation(group)), "wake")
 
     def _emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}

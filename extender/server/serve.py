@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import structlog
 from aiohttp import web
@@ -60,32 +60,13 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
         label.want(False)
         await writer.stop()
 
-    elector = None
-    if settings.leader_elect:
-        config = LeaseConfig(
-            settings.lease_namespace,
-            settings.lease_name,
-            settings.identity,
-            settings.lease_duration,
-            settings.lease_renew_deadline,
-            settings.lease_retry_period,
-        )
-        elector = LeaderElector(client, config, on_started=started, on_stopped=stopped)
+    elector = _elector(client, settings, started, stopped)
 
     def leading() -> bool:
         return elector.leading if elector is not None else True
 
     app = create_app(extender, lambda: cache.ready, settings.prefix, leading=leading)
-    m.watch(
-        extender.metrics,
-        reservations=lambda: len(scheduler.state.reservations),
-        phases=writer.phase_counts,
-        status_writes=lambda: {"ok": writer.writes["ok"], "failed": writer.writes["failed"]},
-        cache_ready=lambda: float(cache.ready),
-        relists=lambda: {name: informer.relists for name, informer in cache.informers.items()},
-        leading=lambda: float(leading()),
-        transitions=lambda: elector.transitions if elector is not None else 0,
-    )
+    _watch(extender, scheduler, writer, cache, elector, leading)
 
     async def lead() -> None:
         await cache.wait_ready()
@@ -125,6 +106,47 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
 
     app.cleanup_ctx.append(running)
     return app, cache
+
+
+def _elector(
+    client: KubeClient,
+    settings: Settings,
+    started: Callable[[], Awaitable[None]],
+    stopped: Callable[[], Awaitable[None]],
+) -> LeaderElector | None:
+    """The Lease campaign, or None without leader election (the replica leads at once)."""
+    if not settings.leader_elect:
+        return None
+    config = LeaseConfig(
+        settings.lease_namespace,
+        settings.lease_name,
+        settings.identity,
+        settings.lease_duration,
+        settings.lease_renew_deadline,
+        settings.lease_retry_period,
+    )
+    return LeaderElector(client, config, on_started=started, on_stopped=stopped)
+
+
+def _watch(
+    extender: Extender,
+    scheduler: GangScheduler,
+    writer: PodGroupWriter,
+    cache: ClusterCache,
+    elector: LeaderElector | None,
+    leading: Callable[[], bool],
+) -> None:
+    """The gauges read at each scrape."""
+    m.watch(
+        extender.metrics,
+        reservations=scheduler.reservation_count,
+        phases=writer.phase_counts,
+        status_writes=lambda: {"ok": writer.writes["ok"], "failed": writer.writes["failed"]},
+        cache_ready=lambda: float(cache.ready),
+        relists=lambda: {name: informer.relists for name, informer in cache.informers.items()},
+        leading=lambda: float(leading()),
+        transitions=lambda: elector.transitions if elector is not None else 0,
+    )
 
 
 async def serve(settings: Settings, started: asyncio.Event | None = None) -> None:

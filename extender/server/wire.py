@@ -183,22 +183,15 @@ def encode_binding(error: str = "") -> bytes:
 
 def decode_victims(body: bytes) -> tuple[str, dict[str, Any]]:
     """The pod key and the victims kube-scheduler proposes, as MetaVictims (UIDs only)."""
-    key, _, victims = decode_preemption(body)
-    return key, victims
-
-
-def decode_preemption(body: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """The pod key, the pod as sent, and the victims kube-scheduler proposes as MetaVictims."""
     doc = _loads(body, "ExtenderPreemptionArgs")
     pod = _field(doc, "Pod")
     meta = pod.get("metadata") if isinstance(pod, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
         raise WireError("ExtenderPreemptionArgs.Pod.metadata.name: expected the pod's name")
     key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
-    assert isinstance(pod, dict)
     meta_victims = _field(doc, "NodeNameToMetaVictims")
     if isinstance(meta_victims, dict):
-        return key, pod, meta_victims
+        return key, meta_victims
     victims = _field(doc, "NodeNameToVictims") or {}
     if not isinstance(victims, dict):
         raise WireError("ExtenderPreemptionArgs.NodeNameToVictims: expected a map of node name to victims")
@@ -207,9 +200,27 @@ def decode_preemption(body: bytes) -> tuple[str, dict[str, Any], dict[str, Any]]
         pods = (_field(v, "Pods") or []) if isinstance(v, dict) else []
         uids = [{"UID": (p.get("metadata") or {}).get("uid", "")} for p in pods if isinstance(p, dict)]
         out[node] = {"Pods": uids, "NumPDBViolations": _field(v, "NumPDBViolations") or 0}
-    return key, pod, out
+    return key, out
+
+
+@dataclass(frozen=True)
+class PreemptArgs:
+    pod_key: str
+    victims: dict[str, Any]  # node -> MetaVictims, as kube-scheduler proposes them
+    pod: Mapping[str, Any]  # the Pod as kube-scheduler sent it
+
+
+def decode_preempt(body: bytes) -> PreemptArgs:
+    key, victims = decode_victims(body)
+    pod = _field(_loads(body, "ExtenderPreemptionArgs"), "Pod")
+    return PreemptArgs(key, victims, pod if isinstance(pod, dict) else {})
 
 
 def encode_victims(victims: Mapping[str, Any]) -> bytes:
     result: ExtenderPreemptionResult = {"NodeNameToMetaVictims": dict(victims)}
     return orjson.dumps(result)
+
+
+def encode_error(message: str) -> bytes:
+    """The Error field every extender result type has: a refusal, a bad request, a failure."""
+    return orjson.dumps({"Error": message})

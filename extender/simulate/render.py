@@ -6,8 +6,10 @@ from collections import defaultdict
 
 import orjson
 
+from extender.model.keys import GroupKey
 from extender.model.node import NodeInfo
 from extender.model.topology import TopologySpec
+from extender.placement import DomainRef
 from extender.simulate.runner import SimResult
 
 
@@ -18,7 +20,7 @@ def to_json(result: SimResult) -> str:
                 "namespace": p.namespace,
                 "name": p.name,
                 "labels": p.labels,
-                "podGroup": p.group.partition("/")[2] if p.group else None,
+                "podGroup": GroupKey.parse(p.group).name if p.group else None,
                 "subGroup": p.subgroup,
                 "node": p.node,
             }
@@ -26,8 +28,8 @@ def to_json(result: SimResult) -> str:
         ],
         "podGroups": [
             {
-                "namespace": g.key.partition("/")[0],
-                "name": g.key.partition("/")[2],
+                "namespace": GroupKey.parse(g.key).namespace,
+                "name": GroupKey.parse(g.key).name,
                 "phase": g.phase,
                 "message": g.message,
             }
@@ -35,10 +37,10 @@ def to_json(result: SimResult) -> str:
         ],
         "preempted": [
             {
-                "namespace": v.pod.partition("/")[0],
-                "name": v.pod.partition("/")[2],
+                "namespace": GroupKey.parse(v.pod).namespace,
+                "name": GroupKey.parse(v.pod).name,
                 "preemptedBy": v.by,
-                "domain": v.domain,
+                "domain": str(v.domain),
             }
             for v in result.preempted
         ],
@@ -69,7 +71,7 @@ def to_text(result: SimResult) -> str:
         out += _picture(result, {p.node: p for p in placed if p.node})
     if result.preempted:
         out.append(f"Preempted ({len(result.preempted)}):")
-        by: dict[tuple[str, str], list[str]] = defaultdict(list)
+        by: dict[tuple[str, DomainRef], list[str]] = defaultdict(list)
         for v in result.preempted:
             by[(v.by, v.domain)].append(v.pod)
         for (gang, domain), names in by.items():

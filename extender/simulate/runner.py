@@ -27,6 +27,7 @@ from extender.core.usage import UsageLedger
 from extender.grouping import can_synthesize, synthesize
 from extender.model.errors import InvalidObject
 from extender.model.pod import PodInfo, parse_pod
+from extender.placement import DomainRef
 from extender.simulate.loader import InputError, Loaded
 
 TICK = 0.001  # seconds of simulated time per scheduling call
@@ -47,7 +48,7 @@ class PodOutcome:
 class Preempted:
     pod: str  # namespace/name of the victim
     by: str  # the gang it made room for
-    domain: str
+    domain: DomainRef
 
 
 @dataclass
@@ -83,7 +84,7 @@ class Simulation:
     def _synthesize(self, objects: Sequence[Loaded]) -> None:
         """A workload given without pods gets the pods (and intermediate owners, such as a
         JobSet's Jobs) its controller would create; pods given in the input are used as they are."""
-        with_pods = self.scheduler.membership.families()
+        with_pods = self.scheduler.families()
         for obj in objects:
             meta = obj.body.get("metadata") or {}
             name, ns = meta.get("name"), meta.get("namespace") or "default"
@@ -156,9 +157,9 @@ class Simulation:
                 elif decision.action == REJECT:
                     reasons[key] = decision.error
         # Pods still at the gate: the rest of their minimum never came, so the gate times out.
-        for group in sorted({g for k in assumed if (g := self.scheduler.membership.group_of(k))}):
+        for group in sorted({g for k in assumed if (g := self.scheduler.group_of(k))}):
             for key in self.scheduler.gate_timeout(group, 0):
-                reasons[key] = self.scheduler.reasons.get(group, "bind gate timed out")
+                reasons[key] = self.scheduler.reason_text(group, "bind gate timed out")
         return self._result(events, reasons)
 
     def _evict(self, event: PlanEvent) -> bool:
@@ -176,14 +177,14 @@ class Simulation:
         """kube-scheduler's PrioritySort: priority, then age, then the order read. A gang's
         members go by the gang's priority (its pods' highest, or its PodGroup's priorityClassName)
         and age, so gangs are handled one after another in that order."""
-        membership = self.scheduler.membership
+        scheduler = self.scheduler
 
         def key(k: str) -> tuple[int, float, int]:
             pod = self.state.pods[k]
             priority, created = self.state.pod_priority(pod), pod.created
-            group = membership.group_of(k)
+            group = scheduler.group_of(k)
             if group is not None:
-                view = membership.view(group)
+                view = scheduler.view(group)
                 priority, created = max(priority, view.priority), view.created
             return (-priority, created if created is not None else 0.0, self.order.get(k, 0))
 
@@ -228,10 +229,10 @@ class Simulation:
     # -- output ---------------------------------------------------------------------------------
 
     def _result(self, events: list[PlanEvent], reasons: dict[str, str]) -> SimResult:
-        membership = self.scheduler.membership
+        scheduler = self.scheduler
         leaf_of: dict[str, str] = {}
-        for group in membership.groups():
-            view = membership.view(group)
+        for group in scheduler.groups():
+            view = scheduler.view(group)
             gang = view.built.gang if view.built else None
             if gang is not None:
                 for scope in gang.scopes:
@@ -242,7 +243,7 @@ class Simulation:
             if key in self.running:
                 continue
             pod = self.state.pods[key]
-            pod_group = membership.group_of(key)
+            pod_group = scheduler.group_of(key)
             if pod.node_name is None and key not in reasons and pod_group is not None:
                 reasons[key] = self.scheduler.status(pod_group).message
             pods.append(
@@ -256,7 +257,7 @@ class Simulation:
                     "" if pod.node_name else reasons.get(key, ""),
                 )
             )
-        groups = [self.scheduler.status(g) for g in membership.groups()]
+        groups = [self.scheduler.status(g) for g in scheduler.groups()]
         return SimResult(pods, groups, events, self.state, self.warnings, self.preempted)
 
 

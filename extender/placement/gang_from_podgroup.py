@@ -1,4 +1,5 @@
-"""From a PodGroup, its pods and the cluster's Topologies to the Gang the engine places.
+"""A gang from a PodGroup: its spec, its pods and the cluster's Topologies make the Gang the
+engine places.
 
 This is where names become levels: each constraint picks its Topology (its own `topology`, else
 the PodGroup's `kai.scheduler/topology` annotation, else the only Topology object), and level
@@ -49,46 +50,34 @@ def build_gang(
     `order` ranks pods within a leaf (the pod index, where the workload has one); `subgroup_of`
     gives the leaf SubGroup of pods the grouper assigned, instead of their SubGroup label.
     """
-    obj = f"PodGroup {pg.key}"
     errors: list[FieldError] = []
-    topology = _choose_topology(pg, topologies, obj, errors)
-    rules: dict[str, Rule] = {}  # constraint field -> resolved rule
+    topology = _choose_topology(pg, topologies, f"PodGroup {pg.key}", errors)
+    builder = _GangBuilder(pg, topology, errors, order or {})
+    members, stray = _assign_pods(pg, pods, subgroup_of or {})
+    root = builder.root(members)
+    if errors or topology is None:
+        return BuiltGang(None, tuple(errors), stray)
+    return BuiltGang(Gang(pg.key, root, builder.shapes(), topology), (), stray)
 
-    def resolve(c: TopologyConstraint | None) -> Rule | None:
-        if c is None or topology is None:
-            return None
-        levels: list[int | None] = []
-        for attr, key in (("required", "requiredTopologyLevel"), ("preferred", "preferredTopologyLevel")):
-            name = getattr(c, attr)
-            if not name:
-                levels.append(None)
-                continue
-            try:
-                levels.append(topology.resolve(name) + 1)  # tree level 0 is the cluster
-            except LevelError as exc:
-                errors.append(FieldError(obj, f"{c.field}.{key}", str(exc)))
-                levels.append(None)
-        required, preferred = levels
-        if preferred is not None and required is not None and preferred <= required:
-            preferred = None  # already implied by the required level
-        if required is None and preferred is None:
-            return None
-        rule = Rule(required, preferred, c.field, c.exclusive)
-        rules[c.field] = rule
-        return rule
 
+def _assign_pods(
+    pg: PodGroupSpec, pods: Sequence[PodInfo], subgroup_of: Mapping[str, str]
+) -> tuple[dict[str | None, list[PodInfo]], dict[str, str]]:
+    """The live pods of each leaf SubGroup (None: the PodGroup itself when it has no SubGroups),
+    and the pods that cannot join, with why."""
+    obj = f"PodGroup {pg.key}"
     leaves = {sg.name for sg in pg.subgroups if not pg.children_of(sg.name)}
-    members: dict[str, list[PodInfo]] = {name: [] for name in leaves}
-    root_members: list[PodInfo] = []
+    members: dict[str | None, list[PodInfo]] = {name: [] for name in leaves}
+    members[None] = []
     stray: dict[str, str] = {}
     leaf_names = ", ".join(sorted(leaves))
     for pod in pods:
         if pod.terminal or pod.deleting:
             continue
         if not pg.subgroups:
-            root_members.append(pod)
+            members[None].append(pod)
             continue
-        name = (subgroup_of or {}).get(pod.key) or pod.labels.get(SUBGROUP_LABEL)
+        name = subgroup_of.get(pod.key) or pod.labels.get(SUBGROUP_LABEL)
         if name is None:
             stray[pod.key] = f"no label {SUBGROUP_LABEL}; {obj} has SubGroups ({leaf_names})"
         elif name in leaves:
@@ -100,62 +89,101 @@ def build_gang(
             )
         else:
             stray[pod.key] = f"label {SUBGROUP_LABEL}={name} names no SubGroup of {obj} (have: {leaf_names})"
+    return members, stray
 
-    shapes: dict[Shape, int] = {}
-    rank = order or {}
 
-    def to_members(ps: list[PodInfo]) -> tuple[Member, ...]:
-        ps = sorted(ps, key=lambda p: (rank.get(p.key, 0), natural_key(p.name)))
+class _GangBuilder:
+    """The scope tree of one PodGroup: rules resolved against its Topology, pods as members."""
+
+    def __init__(
+        self, pg: PodGroupSpec, topology: TopologySpec | None, errors: list[FieldError], rank: Mapping[str, int]
+    ) -> None:
+        self.pg = pg
+        self.obj = f"PodGroup {pg.key}"
+        self.topology = topology
+        self.errors = errors
+        self.rank = rank
+        self._shapes: dict[Shape, int] = {}
+        self._ids = iter(range(1 << 30))  # pre-order scope ids
+        self._set_of = {name: i for i, s in enumerate(pg.subgroup_sets) for name in s.subgroups}
+        self._members: Mapping[str | None, list[PodInfo]] = {}
+
+    def shapes(self) -> tuple[Shape, ...]:
+        return tuple(self._shapes)
+
+    def root(self, members: Mapping[str | None, list[PodInfo]]) -> Scope:
+        pg = self.pg
+        self._members = members
+        root_id = next(self._ids)
+        rule = self.rule(pg.global_constraint)
+        if pg.subgroups:
+            children = self.children(None)
+            minimum = _first(pg.min_subgroup, pg.min_member, sum(c.weight for c in children))
+            return Scope(root_id, self.obj, minimum, children, rule=rule, key=pg.key)
+        own = self.to_members(None)
+        return Scope(root_id, self.obj, _first(pg.min_member, 1), members=own, rule=rule, key=pg.key)
+
+    def rule(self, c: TopologyConstraint | None) -> Rule | None:
+        if c is None or self.topology is None:
+            return None
+        levels: list[int | None] = []
+        for attr, key in (("required", "requiredTopologyLevel"), ("preferred", "preferredTopologyLevel")):
+            name = getattr(c, attr)
+            if not name:
+                levels.append(None)
+                continue
+            try:
+                levels.append(self.topology.level(name))
+            except LevelError as exc:
+                self.errors.append(FieldError(self.obj, f"{c.field}.{key}", str(exc)))
+                levels.append(None)
+        required, preferred = levels
+        if preferred is not None and required is not None and preferred <= required:
+            preferred = None  # already implied by the required level
+        if required is None and preferred is None:
+            return None
+        return Rule(required, preferred, c.field, c.exclusive)
+
+    def to_members(self, leaf: str | None) -> tuple[Member, ...]:
+        ps = sorted(self._members[leaf], key=lambda p: (self.rank.get(p.key, 0), natural_key(p.name)))
         out = []
         for p in ps:
             shape = Shape(tuple(sorted(p.requests.items())), p.placement)
-            idx = shapes.setdefault(shape, len(shapes))
+            idx = self._shapes.setdefault(shape, len(self._shapes))
             out.append(Member(p.key, idx, p.node_name if p.uses_capacity else None))
         return tuple(out)
 
-    counter = iter(range(1 << 30))
-    set_of = {name: i for i, s in enumerate(pg.subgroup_sets) for name in s.subgroups}
-
-    def build_children(parent: str | None) -> tuple[Scope, ...]:
+    def children(self, parent: str | None) -> tuple[Scope, ...]:
+        pg = self.pg
         kids = pg.children_of(parent)
         built: list[Scope] = []
         done_sets: set[int] = set()
         for sg in kids:
-            i = set_of.get(sg.name)
+            i = self._set_of.get(sg.name)
             if i is None:
-                built.append(build_subgroup(sg))
+                built.append(self.subgroup(sg))
             elif i not in done_sets:
                 done_sets.add(i)
                 s = pg.subgroup_sets[i]
-                sid = next(counter)
-                inner = tuple(build_subgroup(k) for k in kids if k.name in s.subgroups)
+                sid = next(self._ids)
+                inner = tuple(self.subgroup(k) for k in kids if k.name in s.subgroups)
                 label = "SubGroupSet [" + ", ".join(k.name for k in kids if k.name in s.subgroups) + "]"
-                built.append(Scope(sid, label, len(inner), inner, rule=resolve(s.constraint), weight=len(inner)))
+                rule = self.rule(s.constraint)
+                built.append(Scope(sid, label, len(inner), inner, rule=rule, weight=len(inner), key=label))
         return tuple(built)
 
-    def build_subgroup(sg: SubGroupSpec) -> Scope:
-        sid = next(counter)
-        rule = resolve(pg.subgroup_constraints.get(sg.name))
-        children = build_children(sg.name)
+    def subgroup(self, sg: SubGroupSpec) -> Scope:
+        sid = next(self._ids)
+        rule = self.rule(self.pg.subgroup_constraints.get(sg.name))
+        children = self.children(sg.name)
+        label = f"SubGroup {sg.name}"
         if children:
             n = sum(c.weight for c in children)
             minimum = _first(sg.min_subgroup, sg.min_member, n)
-            return Scope(sid, f"SubGroup {sg.name}", minimum, children, rule=rule, name=sg.name)
+            return Scope(sid, label, minimum, children, rule=rule, name=sg.name, key=sg.name)
         minimum = _first(sg.min_member, 1)
-        return Scope(sid, f"SubGroup {sg.name}", minimum, members=to_members(members[sg.name]), rule=rule, name=sg.name)
-
-    root_id = next(counter)
-    root_rule = resolve(pg.global_constraint)
-    if pg.subgroups:
-        children = build_children(None)
-        minimum = _first(pg.min_subgroup, pg.min_member, sum(c.weight for c in children))
-        root = Scope(root_id, obj, minimum, children, rule=root_rule)
-    else:
-        root = Scope(root_id, obj, _first(pg.min_member, 1), members=to_members(root_members), rule=root_rule)
-
-    if errors or topology is None:
-        return BuiltGang(None, tuple(errors), stray)
-    return BuiltGang(Gang(pg.key, root, tuple(shapes), topology), (), stray)
+        members = self.to_members(sg.name)
+        return Scope(sid, label, minimum, members=members, rule=rule, name=sg.name, key=sg.name)
 
 
 def _first(*values: int | None) -> int:

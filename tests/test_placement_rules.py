@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from extender.model.selectors import Taint
-from extender.placement import ClusterSnapshot, Plan, Unplaceable, build_gang, plan
+from extender.placement import ClusterSnapshot, Domain, Plan, Unplaceable, build_gang, plan
+from extender.placement.state import AttemptState
 from tests.builders import GPU, TOPO, grid, node, placed, pod, podgroup, racks_of, run
 
 CLUSTER = grid(zones=1, blocks=2, racks=2, nodes=4)
@@ -360,3 +361,69 @@ def test_elastic_segments_are_not_confined_to_the_compact_domain_of_the_minimum(
     got = racks_of(result.assignments)
     assert len({got[f"default/w-{i}"] for i in range(12, 16)}) == 1
     assert not result.minimum & {f"default/w-{i}" for i in range(12, 16)}
+
+
+# -- exact plans where only one answer is right ----------------------------------------------------
+
+
+def test_the_tightest_rack_takes_the_pods_in_order_on_its_free_nodes() -> None:
+    # Only rack z1-b1-r2 has exactly 3 free nodes; one 8-GPU pod per node, in member order.
+    pg, pods = gang(3, {"requiredTopologyLevel": "rack"})
+    assert placed(run(CLUSTER, pg, pods, used=full("z1-b1-r2-n1"))) == {
+        "default/p-0": "z1-b1-r2-n2",
+        "default/p-1": "z1-b1-r2-n3",
+        "default/p-2": "z1-b1-r2-n4",
+    }
+
+
+def test_a_gang_of_one_rack_fills_the_first_rack_by_path() -> None:
+    pg, pods = gang(4, {"requiredTopologyLevel": "rack"})
+    assert placed(run(CLUSTER, pg, pods)) == {f"default/p-{i}": f"z1-b1-r1-n{i + 1}" for i in range(4)}
+
+
+def test_half_node_pods_share_the_partly_used_node_first() -> None:
+    nodes = [node("n1"), node("n2")]
+    pg, pods = gang(3, gpus=4)
+    got = placed(run(nodes, pg, pods, used={"n1": {GPU: 4000}}))
+    assert got == {"default/p-0": "n2", "default/p-1": "n2", "default/p-2": "n1"}
+
+
+# -- attempts on one shared tree stay isolated -------------------------------------------------------
+
+
+def test_two_attempts_on_one_shared_tree_do_not_see_each_other() -> None:
+    snapshot = ClusterSnapshot.of(CLUSTER)
+    topologies = {TOPO.name: TOPO}
+    first_pg, first_pods = gang(4, {"requiredTopologyLevel": "rack"})
+    second_pg, second_pods = gang(4, {"requiredTopologyLevel": "rack"})
+    first = build_gang(first_pg, first_pods, topologies).gang
+    second = build_gang(second_pg, second_pods, topologies).gang
+    assert first is not None
+    assert second is not None
+    alone = placed(plan(ClusterSnapshot.of(CLUSTER), second))
+    tree = snapshot.table.tree(TOPO)
+    starts = [li.starts.copy() for li in tree.levels]
+    placed(plan(snapshot, first))
+    assert snapshot.table.tree(TOPO) is tree  # the same tree served both attempts...
+    assert placed(plan(snapshot, second)) == alone  # ...and the first left nothing in it
+    assert all((li.starts == s).all() for li, s in zip(tree.levels, starts, strict=True))
+
+
+def test_a_rolled_back_attempt_leaves_its_counts_and_pins_as_they_were() -> None:
+    snapshot = ClusterSnapshot.of(CLUSTER)
+    pg, pods = gang(2)
+    built = build_gang(pg, pods, {TOPO.name: TOPO}).gang
+    assert built is not None
+    tree = snapshot.table.tree(TOPO)
+    one, other = AttemptState(snapshot, tree, built.shapes), AttemptState(snapshot, tree, built.shapes)
+    before = [c.copy() for c in one.counts[0]]
+    cp = one.checkpoint()
+    one.pin(0, tree.root, Domain(1, 0))
+    one.place(0, 0, "default/p-0")
+    assert one.counts[0][0][0] == before[0][0] - 1
+    assert one.pins
+    assert [c.tolist() for c in other.counts[0]] == [c.tolist() for c in before]  # not shared
+    one.rollback(cp)
+    assert [c.tolist() for c in one.counts[0]] == [c.tolist() for c in before]
+    assert not one.pins
+    assert not one.where

@@ -13,8 +13,10 @@ The cluster (grid(zones=2, blocks=2, racks=2, nodes=4), 8 GPUs per node):
 
 from __future__ import annotations
 
+from extender.model.pod import PodInfo
+from extender.model.podgroup import PodGroupSpec
 from extender.placement import Plan
-from tests.builders import grid, placed, pod, podgroup, racks_of, run
+from tests.builders import decode_prefill_pods, decode_prefill_spec, grid, placed, pod, podgroup, racks_of, run
 
 CLUSTER = grid(zones=2, blocks=2, racks=2, nodes=4)
 
@@ -39,37 +41,13 @@ def test_example_1_two_subgroups_each_in_one_rack() -> None:
     }
 
 
-def example_2() -> tuple[object, list[object]]:
-    subgroups = []
-    constraints: dict[str, dict[str, str]] = {}
-    sets = []
-    pods = []
-    for part in ("decode", "prefill"):
-        subgroups += [
-            {"name": part, "minMember": 2},
-            {"name": f"{part}-workers", "parent": part, "minMember": 4},
-            {"name": f"{part}-leaders", "parent": part, "minMember": 1},
-        ]
-        constraints[f"{part}-workers"] = {"requiredTopologyLevel": "rack"}
-        constraints[f"{part}-leaders"] = {"requiredTopologyLevel": "rack"}
-        sets.append(
-            {"subGroups": [f"{part}-workers", f"{part}-leaders"], "constraint": {"requiredTopologyLevel": "block"}}
-        )
-        pods += [pod(f"{part}-worker-{i}", subgroup=f"{part}-workers") for i in range(4)]
-        pods.append(pod(f"{part}-leader-0", subgroup=f"{part}-leaders"))
-    pg = podgroup(
-        {
-            "minMember": 2,
-            "subGroups": subgroups,
-            "topologyConstraints": {"subGroups": constraints, "subGroupSets": sets},
-        }
-    )
-    return pg, pods
+def example_2() -> tuple[PodGroupSpec, list[PodInfo]]:
+    return podgroup(decode_prefill_spec()), decode_prefill_pods()
 
 
 def test_example_2_leaders_and_workers_share_a_block_per_part() -> None:
     pg, pods = example_2()
-    got = racks_of(placed(run(CLUSTER, pg, pods)))  # type: ignore[arg-type]
+    got = racks_of(placed(run(CLUSTER, pg, pods)))
     assert got == {
         **{f"default/decode-worker-{i}": "z1-b1-r1" for i in range(4)},
         "default/decode-leader-0": "z1-b1-r2",
@@ -83,7 +61,7 @@ def test_example_2_set_constraint_holds_when_blocks_are_fragmented() -> None:
     # one block, so z1 cannot hold either part; the set constraint moves each part to z2's blocks.
     used = {n.name: {"nvidia.com/gpu": 8000} for n in CLUSTER if n.name.startswith("z1") and n.name[-1] in "12"}
     pg, pods = example_2()
-    got = racks_of(placed(run(CLUSTER, pg, pods, used=used)))  # type: ignore[arg-type]
+    got = racks_of(placed(run(CLUSTER, pg, pods, used=used)))
     blocks = {part: {got[k].rsplit("-", 1)[0] for k in got if part in k} for part in ("decode", "prefill")}
     assert blocks == {"decode": {"z2-b1"}, "prefill": {"z2-b2"}}
 
@@ -164,5 +142,5 @@ def test_story_2_tfjob_segments_on_racks_inside_one_zone() -> None:
         assert len({got[f"default/worker-{i}"] for i in range(4 * s, 4 * s + 4)}) == 1, f"segment {s} split"
     assert {r.split("-")[0] for r in got.values()} == {"z1"}
     assert isinstance(result, Plan)
-    assert result.domains["PodGroup default/pg"] == "zone z1"
-    assert result.domains["SubGroup worker-0"] == "rack z1/b1/r1"
+    assert str(result.domains["default/pg"]) == "zone z1"
+    assert str(result.domains["worker-0"]) == "rack z1/b1/r1"

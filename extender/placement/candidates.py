@@ -1,0 +1,159 @@
+"""Candidate domains for a scope, best first.
+
+Both searches open the same way: the domains of one level inside the region that can hold the
+scope's minimum, narrowed by the nodes its running pods already hold. The required level keeps
+them all, orders domains where the preferred level also holds the scope first, and (exclusive
+topology) drops domains that host other gangs' pods; a preferred level keeps the best few.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import overload
+
+import numpy as np
+
+from extender.placement.demand import Demand
+from extender.placement.gang import Scope
+from extender.placement.snapshot import ClusterSnapshot
+from extender.placement.state import AttemptState
+from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
+
+# How many single domains to try at a level reached by a *preference* before spreading out:
+# a preference is best effort, so it must not multiply the search.
+MAX_PREFERRED_CANDIDATES = 3
+
+
+class Candidates:
+    def __init__(self, snapshot: ClusterSnapshot, tree: TopologyTree, state: AttemptState, demand: Demand) -> None:
+        self.snapshot = snapshot
+        self.tree = tree
+        self.state = state
+        self.demand = demand
+
+    def required(self, scope: Scope, region: Domain, level: int) -> Sequence[Domain]:
+        """Domains of `level` inside `region` that can hold the scope's minimum, best first."""
+        opened = self._fitting(scope, region, level)
+        if opened is None:
+            return []
+        lo, hi, ok = opened
+        if scope.rule is not None and scope.rule.exclusive:
+            ok &= self.free_of_others(level, lo, hi)
+        fixed = self.demand.fixed[scope.id]
+        if fixed:  # pods already running pin the constraint to their domain (the most of them)
+            dom = self.tree.levels[level].domain_of_node
+            forced = Counter(int(dom[n]) for n in fixed).most_common(1)[0][0]
+            ok &= np.arange(lo, hi) == forced
+        cand: IntArray = np.flatnonzero(ok) + lo
+        if len(cand) == 0:
+            return []
+        rule = scope.rule
+        preferred = rule.preferred if rule is not None else None
+        rank: IntArray = np.zeros(len(cand), dtype=np.int64)
+        if preferred is not None and preferred > level:
+            rank = self._preference_rank(scope, level, cand, preferred)
+        return _Domains(level, cand[self._order(scope, level, cand, rank)])
+
+    def preferred(self, scope: Scope, region: Domain, level: int, preferred: int) -> list[Domain]:
+        """The best few domains of `level` inside `region` on the way up from `preferred`."""
+        opened = self._fitting(scope, region, level)
+        if opened is None:
+            return []
+        lo, hi, ok = opened
+        fixed = self.demand.fixed[scope.id]
+        if fixed:
+            dom = self.tree.levels[level].domain_of_node
+            ok &= np.isin(np.arange(lo, hi), [int(dom[n]) for n in fixed])
+        cand: IntArray = np.flatnonzero(ok) + lo
+        if len(cand) == 0:
+            return []
+        if level == preferred:
+            order = self._order(scope, level, cand)
+        else:
+            order = self._order(scope, level, cand, self._domains_needed(scope, level, cand, preferred))
+        return [Domain(level, int(i)) for i in cand[order][:MAX_PREFERRED_CANDIDATES]]
+
+    def _fitting(self, scope: Scope, region: Domain, level: int) -> tuple[int, int, BoolArray] | None:
+        """The opening both searches share: the range of `level` in `region`, and where the
+        scope's minimum fits in it (None: the region has no domain of that level)."""
+        lo, hi = self.tree.descendants(region, level)
+        if lo == hi:
+            return None
+        return lo, hi, self.fits(level, lo, hi, self.demand.minimum[scope.id])
+
+    def fits(self, level: int, lo: int, hi: int, demand: Sequence[int]) -> BoolArray:
+        ok: BoolArray = self.tree.levels[level].labeled[lo:hi].copy()
+        for s, need in enumerate(demand):
+            if need > 0:
+                ok &= self.state.counts[s][level][lo:hi] >= need
+        return ok
+
+    def free_of_others(self, level: int, lo: int, hi: int) -> BoolArray:
+        """Domains of `level` in [lo, hi) that host no other gang's pods (exclusive topology)."""
+        busy = self.snapshot.busy
+        if busy is None or not len(busy):
+            return np.ones(hi - lo, dtype=np.bool_)
+        li = self.tree.levels[level]
+        per_domain = np.add.reduceat(busy[self.tree.pos_to_node].astype(np.int64), li.starts)
+        free: BoolArray = per_domain[lo:hi] == 0
+        return free
+
+    def _order(self, scope: Scope, level: int, cand: IntArray, *primary: IntArray) -> IntArray:
+        """Tightest fit first: domains that hold every pod by leftover room, then the rest by
+        room, largest first (to take as many optional pods as possible); ties by path."""
+        if not self.demand.nshapes:
+            return np.lexsort((cand, *reversed(primary)))
+        counts = self.state.counts
+        full = self.demand.full[scope.id]
+        s = self.demand.dominant(scope)
+        room = counts[s][level][cand]
+        full_ok = np.ones(len(cand), dtype=np.bool_)
+        for shape, need in enumerate(full):
+            if need > 0:
+                full_ok &= counts[shape][level][cand] >= need
+        leftover = np.where(full_ok, room - full[s], -room)
+        keys = (cand, leftover, (~full_ok).astype(np.int64), *reversed(primary))
+        return np.lexsort(keys)
+
+    def _preference_rank(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
+        """0 where one domain of the preferred level holds the scope, 1 for the next level up..."""
+        rank = np.full(len(cand), preferred - level, dtype=np.int64)
+        demand = self.demand.minimum[scope.id]
+        for finer in range(level + 1, preferred + 1):
+            li = self.tree.levels[finer]
+            fits = self.fits(finer, 0, len(li.starts), demand)
+            owners = self.tree.levels[level].domain_of_pos[li.starts[fits]]
+            rank[np.isin(cand, owners)] = preferred - finer
+        return rank
+
+    def _domains_needed(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
+        """For each candidate, how many preferred-level domains its pods would span (greedy)."""
+        s = self.demand.dominant(scope)
+        need = self.demand.minimum[scope.id][s]
+        counts = self.state.counts[s][preferred]
+        out = np.empty(len(cand), dtype=np.int64)
+        for i, d in enumerate(cand):
+            lo, hi = self.tree.descendants(Domain(level, int(d)), preferred)
+            inner = np.sort(counts[lo:hi])[::-1]
+            out[i] = int(np.searchsorted(np.cumsum(inner), need)) + 1
+        return out
+
+
+class _Domains(Sequence[Domain]):
+    """Candidate domains in order, made into Domain objects only as the search reaches them."""
+
+    def __init__(self, level: int, indices: IntArray) -> None:
+        self._level, self._indices = level, indices
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    @overload
+    def __getitem__(self, i: int) -> Domain: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Domain]: ...
+    def __getitem__(self, i: int | slice) -> Domain | Sequence[Domain]:
+        if isinstance(i, slice):
+            return _Domains(self._level, self._indices[i])
+        return Domain(self._level, int(self._indices[i]))

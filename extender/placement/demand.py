@@ -1,0 +1,64 @@
+"""What each scope of a gang needs before any pod is placed: the first phase of planning.
+
+Per scope: the nodes its running pods already hold, the pods per shape its minimum needs at
+least (any choice of `minMember` children) and its whole needs, and whether it is satisfied
+without placing any pod (elastic). Children are prepared before their parents.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from extender.placement.gang import Gang, Scope
+
+
+class Demand:
+    def __init__(self, gang: Gang, index: Mapping[str, int]) -> None:
+        self.nshapes = len(gang.shapes)
+        self.fixed: dict[int, list[int]] = {}  # node indices of pods already running
+        self.minimum: dict[int, list[int]] = {}  # pods per shape the minimum needs at least
+        self.full: dict[int, list[int]] = {}  # pods per shape of every unplaced member
+        self.preplaced: dict[int, int] = {}  # leaves: members already on a node
+        self.empty_ok: dict[int, bool] = {}  # satisfied without placing any pod
+        for scope in reversed(gang.scopes):  # children before parents
+            if scope.leaf:
+                self._leaf(scope, index)
+            else:
+                self._inner(scope)
+
+    def _leaf(self, scope: Scope, index: Mapping[str, int]) -> None:
+        self.fixed[scope.id] = [index[m.node] for m in scope.members if m.node is not None and m.node in index]
+        pre = sum(1 for m in scope.members if m.node is not None)
+        unplaced = [m for m in scope.members if m.node is None]
+        need = max(0, scope.min_member - pre)
+        per_shape = Counter(m.shape for m in unplaced)
+        full = [per_shape.get(s, 0) for s in range(self.nshapes)]
+        self.full[scope.id] = full
+        # Any `need` of the unplaced pods will do: a lower bound per shape.
+        self.minimum[scope.id] = [max(0, need - (len(unplaced) - full[s])) for s in range(self.nshapes)]
+        self.preplaced[scope.id] = pre
+        self.empty_ok[scope.id] = need == 0
+
+    def _inner(self, scope: Scope) -> None:
+        kids = scope.children
+        self.empty_ok[scope.id] = sum(c.weight for c in kids if self.empty_ok[c.id]) >= scope.min_member
+        self.fixed[scope.id] = [n for c in kids for n in self.fixed[c.id]]
+        self.full[scope.id] = [sum(self.full[c.id][s] for c in kids) for s in range(self.nshapes)]
+        self.minimum[scope.id] = [self._cheapest(scope, s) for s in range(self.nshapes)]
+
+    def _cheapest(self, scope: Scope, shape: int) -> int:
+        """The fewest pods of `shape` that any choice of `min_member` children could need."""
+        got, total = 0, 0
+        for child in sorted(scope.children, key=lambda c: self.minimum[c.id][shape]):
+            if got >= scope.min_member:
+                break
+            got += child.weight
+            total += self.minimum[child.id][shape]
+        return total
+
+    def dominant(self, scope: Scope) -> int:
+        """The shape that decides where the scope fits: the one its minimum needs most of."""
+        full = self.full[scope.id]
+        low = self.minimum[scope.id]
+        return max(range(self.nshapes), key=lambda s: (low[s], full[s], -s)) if self.nshapes else 0
