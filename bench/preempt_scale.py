@@ -142,7 +142,7 @@ def run_case(nodes_n: int, repeat: int) -> dict[str, object]:
         "victim_gangs": len(result.victims),
         "elastic_pods": sum(len(v) for v in result.elastic.values()),
         "top_priority": result.cost.top_priority,
-        "domain": result.domain,
+        "domain": str(result.domain),
         "plans": result.plans,
         "gangs": len(workloads),
         "held": round(held, 3),
