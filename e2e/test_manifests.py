@@ -466,6 +466,7 @@ async def test_make_cluster_installs_the_crds_and_a_topology_of_its_nodes_labels
 READ = ("get", "list", "watch")
 WRITES = {
     ("", "pods/binding", "create"),
+    ("", "pods/eviction", "create"),
     ("", "pods", "patch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),

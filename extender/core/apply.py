@@ -9,6 +9,7 @@ so both see a cluster the same way:
                               invalid, so its gang shows `Invalid` with the field errors
     Topology (topogang, KAI, Kueue)  ClusterState.set_topology, by name
     PriorityClass             ClusterState.set_priority_class
+    PodDisruptionBudget       ClusterState.set_budget (read by preemption only)
     ResourceInterface         ClusterState.set_resource_interface, by name
     anything else             ClusterState.set_object: the workload owners the grouper reads
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from extender.core.cluster import object_key
 from extender.core.scheduler import GangScheduler
+from extender.model.budget import parse_budget
 from extender.model.errors import FieldError, InvalidObject
 from extender.model.node import parse_node
 from extender.model.pod import parse_pod
@@ -55,6 +57,8 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
         state.set_topology(topology.name, topology)
     elif kind == "PriorityClass":
         state.set_priority_class(_name(body), parse_priority_class(body))
+    elif kind == "PodDisruptionBudget":
+        state.set_budget(_namespaced_key(body), parse_budget(body))
     elif kind == "ResourceInterface":
         state.set_resource_interface(object_name(body), body)
     else:
@@ -76,6 +80,8 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
         state.set_topology(_name(body), None)
     elif kind == "PriorityClass":
         state.set_priority_class(_name(body), None)
+    elif kind == "PodDisruptionBudget":
+        state.set_budget(_namespaced_key(body), None)
     elif kind == "ResourceInterface":
         state.set_resource_interface(object_name(body), None)
     else:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from extender.core.usage import PlanningUsage, UsageLedger
+from extender.model.budget import DisruptionBudget
 from extender.model.errors import FieldError
 from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
@@ -35,6 +36,7 @@ class ClusterState:
         self.invalid_podgroups: dict[str, tuple[FieldError, ...]] = {}
         self.topologies: dict[str, TopologySpec] = {}
         self.priority_classes: dict[str, int] = {}
+        self.budgets: dict[str, DisruptionBudget] = {}  # PodDisruptionBudgets, by namespace/name
         self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
         self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
@@ -179,6 +181,13 @@ class ClusterState:
         else:
             self.resource_interfaces[name] = body
         self._notify("resource_interface", name)
+
+    def set_budget(self, key: str, budget: DisruptionBudget | None) -> None:
+        """A PodDisruptionBudget; only preemption reads them, so nothing is notified."""
+        if budget is None:
+            self.budgets.pop(key, None)
+        else:
+            self.budgets[key] = budget
 
     def set_priority_class(self, name: str, value: int | None) -> None:
         if value is None:

@@ -43,7 +43,9 @@ EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progr
 async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     """The application, wired to the cluster; its cleanup context runs the cache and sweeps."""
     client = await KubeClient.connect(settings.kubeconfig)
-    scheduler = GangScheduler(ClusterState(), plan_ttl=settings.plan_ttl)
+    scheduler = GangScheduler(
+        ClusterState(), plan_ttl=settings.plan_ttl, preemption_timeout=settings.preemption_timeout
+    )
     cache = ClusterCache(client, scheduler)
     actions = KubeActions(client)
     extender = Extender(scheduler, actions, bind_timeout=settings.bind_timeout)

@@ -7,6 +7,9 @@ bind gate timeout   --bind-timeout    TOPOGANG_BIND_TIMEOUT   25 (seconds; keep 
                                                               extender httpTimeout, 30s in
                                                               scheduler-config/)
 plan lifetime       --plan-ttl        TOPOGANG_PLAN_TTL       300 (seconds without progress)
+preemption timeout  --preemption-timeout  TOPOGANG_PREEMPTION_TIMEOUT  60 (seconds for a gang's
+                                                              victims to leave before the room
+                                                              held for it is released)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 request body limit  --max-body        TOPOGANG_MAX_BODY       64 (MiB; see server/limits.py)
 
@@ -66,6 +69,7 @@ class Settings:
     kubeconfig: str | None = None  # None: in-cluster
     bind_timeout: float = 25.0
     plan_ttl: float = 300.0
+    preemption_timeout: float = 60.0
     log_level: str = "info"
     log_format: str = "auto"
     leader_elect: bool = False
@@ -95,6 +99,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bind-timeout", metavar="SECONDS", help="longest a bind waits for its gang (TOPOGANG_BIND_TIMEOUT; 25)"
     )
     parser.add_argument("--plan-ttl", metavar="SECONDS", help="release a plan idle this long (TOPOGANG_PLAN_TTL; 300)")
+    parser.add_argument(
+        "--preemption-timeout",
+        metavar="SECONDS",
+        help="how long a gang's victims may take to leave (TOPOGANG_PREEMPTION_TIMEOUT; 60)",
+    )
     parser.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)")
     parser.add_argument("--log-format", metavar="FORMAT", help="json, console or auto (TOPOGANG_LOG_FORMAT; auto)")
     parser.add_argument(
@@ -171,6 +180,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         kubeconfig=pick(args.kubeconfig, "TOPOGANG_KUBECONFIG", "KUBECONFIG"),
         bind_timeout=seconds("--bind-timeout", args.bind_timeout, "TOPOGANG_BIND_TIMEOUT", 25.0),
         plan_ttl=seconds("--plan-ttl", args.plan_ttl, "TOPOGANG_PLAN_TTL", 300.0),
+        preemption_timeout=seconds(
+            "--preemption-timeout", args.preemption_timeout, "TOPOGANG_PREEMPTION_TIMEOUT", 60.0
+        ),
         log_level=pick(args.log_level, "TOPOGANG_LOG_LEVEL") or "info",
         log_format=pick(args.log_format, "TOPOGANG_LOG_FORMAT") or "auto",
     )

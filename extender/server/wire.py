@@ -209,10 +209,13 @@ def decode_victims(body: bytes) -> tuple[str, dict[str, Any]]:
 class PreemptArgs:
     pod_key: str
     victims: dict[str, Any]  # node -> MetaVictims, as kube-scheduler proposes them
+    pod: Mapping[str, Any]  # the Pod as kube-scheduler sent it
 
 
 def decode_preempt(body: bytes) -> PreemptArgs:
-    return PreemptArgs(*decode_victims(body))
+    key, victims = decode_victims(body)
+    pod = _field(_loads(body, "ExtenderPreemptionArgs"), "Pod")
+    return PreemptArgs(key, victims, pod if isinstance(pod, dict) else {})
 
 
 def encode_victims(victims: Mapping[str, Any]) -> bytes:
