@@ -49,8 +49,9 @@ class ClusterState:
         self._listeners: list[Callable[[str, object], None]] = []
 
     def subscribe(self, listener: Callable[[str, object], None]) -> None:
-        """Call `listener(kind, key)` on every change: kind is pod, podgroup, topology, object,
-        resource_interface or priority_class; key is what the API server keys it by."""
+        """Call `listener(kind, key)` on every change: kind is pod, node (added or changed),
+        podgroup, topology, object, resource_interface or priority_class; key is what the API
+        server keys it by."""
         self._listeners.append(listener)
 
     def _notify(self, kind: str, key: object) -> None:
@@ -66,6 +67,7 @@ class ClusterState:
             return False
         self.nodes[node.name] = node
         self._invalidate_nodes()
+        self._notify("node", node.name)
         return True
 
     def delete_node(self, name: str) -> bool:

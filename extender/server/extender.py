@@ -21,6 +21,7 @@ from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
+from extender.placement import NO_CAPACITY, NO_DOMAIN, Shortfall
 from extender.server import wire
 from extender.server.metrics import (
     BIND_API_ERROR,
@@ -37,6 +38,8 @@ from extender.server.metrics import (
 log = structlog.get_logger("topogang")
 EVICT_RETRY = 2.0  # seconds between evictions a PodDisruptionBudget refused
 BLOCKED = "blocked"  # KubeActions.evict: a PodDisruptionBudget refused it for now
+
+ROOM_WAKE_DELAY = 1.0  # seconds: node changes come in bursts; members parked for room wake once
 
 # API statuses after which no retry can bind the pod: it is gone (404), or its namespace is being
 # deleted (403 "being terminated"); its reservation is dropped instead of held for a retry.
@@ -76,6 +79,7 @@ class Extender:
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake_soon = False
+        self._room_wake: asyncio.TimerHandle | None = None
         scheduler.subscribe(self._changed_object)
 
     # -- filter and prioritize -------------------------------------------------------------------
@@ -175,7 +179,11 @@ class Extender:
                 await asyncio.sleep(EVICT_RETRY)
 
     def _changed_object(self, kind: str, key: object) -> None:
-        """A victim pod changed or went: wake its gang's members soon if it was the last."""
+        """A victim pod changed or went: wake its gang's members soon if it was the last. A node
+        came or changed: wake the members parked for want of room (at most once a second)."""
+        if kind == "node":
+            self._room_changed()
+            return
         if kind != "pod" or self._wake_soon or not isinstance(key, str) or not self.scheduler.is_victim(key):
             return
         try:
@@ -191,6 +199,28 @@ class Extender:
             log.info("victims gone", group=group)
             self.changed(group)
             self._wake_members(group)
+
+    def _room_changed(self) -> None:
+        # kube-scheduler requeues its parked pods on a node event, and may retry them before our
+        # watch has seen that node: refused again, they would wait for the next event or the
+        # 5-minute flush. Once we have seen the node, we requeue them ourselves.
+        if self._room_wake is not None or not self._refused:
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop (a test of the core alone)
+            self._room_wake = asyncio.get_running_loop().call_later(ROOM_WAKE_DELAY, self._wake_parked)
+
+    def _wake_parked(self) -> None:
+        self._room_wake = None
+        short = [p for p in self._refused if (g := self.scheduler.group_of(p)) is not None and self._wants_room(g)]
+        for p in short:
+            self._refused.pop(p, None)
+        if short:
+            names = [(k.namespace, k.name) for k in map(GroupKey.parse, short)]
+            self._spawn(self.actions.wake(names, self.scheduler.next_generation()), "wake")
+
+    def _wants_room(self, group: str) -> bool:
+        reason = self.scheduler.reason(group)
+        return isinstance(reason, Shortfall) and reason.kind in (NO_DOMAIN, NO_CAPACITY)
 
     def _unbound_members(self, group: str) -> list[PodInfo]:
         pods = (self.scheduler.pod(k) for k in self.scheduler.members(group))
