@@ -180,10 +180,12 @@ class Extender:
 
     def _changed_object(self, kind: str, key: object) -> None:
         """A victim pod changed or went: wake its gang's members soon if it was the last. A node
-        came or changed: wake the members parked for want of room (at most once a second)."""
-        if kind == "node":
-            self._room_changed()
-            return
+        came or changed, or a pod went: wake the members parked for want of room (at most once a
+        second)."""
+        if kind == "node" or (kind == "pod" and isinstance(key, str) and self.scheduler.pod(key) is None):
+            self._room_changed()  # a node came or changed, or a pod went: there may be room
+            if kind == "node":
+                return
         if kind != "pod" or self._wake_soon or not isinstance(key, str) or not self.scheduler.is_victim(key):
             return
         try:
