@@ -29,6 +29,7 @@ from extender.grouping.values import annotations_of, controller_ref
 from extender.grouping.workload import Grouper, Link, WorkloadDraft
 from extender.model.errors import FieldError
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
+from extender.model.limits import MAX_GANG_PODS, beyond
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
 
@@ -190,7 +191,7 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
             pod_group[k] = grouping.key
 
     for key, ps in sorted(explicit.items()):
-        add(Grouping(key=key, podgroup=podgroups[key], source=f"PodGroup {key}"), [p.key for p in ps])
+        add(_explicit(key, podgroups[key], len(ps)), [p.key for p in ps])
     for (dkey, gang_key), ms in members.items():
         workload = drafts[dkey]
         assert workload is not None
@@ -201,6 +202,13 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
     for top, ps in orphans.values():
         add(assemble(_fallback(top, ps), [Member(p, top.ref.kind.lower()) for p in ps]), [p.key for p in ps])
     return GroupingResult(groups, pod_group, waiting, tuple(warnings))
+
+
+def _explicit(key: str, podgroup: PodGroupSpec, pods: int) -> Grouping:
+    if pods <= MAX_GANG_PODS:
+        return Grouping(key=key, podgroup=podgroup, source=f"PodGroup {key}")
+    error = FieldError(f"PodGroup {key}", "metadata.name", f"{pods:,} pods name it; {beyond(MAX_GANG_PODS)}")
+    return Grouping(key=key, podgroup=None, errors=(error,), source=f"PodGroup {key}")
 
 
 def _ri_grouper(ri: ResourceInterface) -> Grouper:

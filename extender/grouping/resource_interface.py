@@ -44,7 +44,7 @@ from extender.grouping.jq_budget import RUNNER, Budget, JqFailed, JqRunner, Over
 from extender.grouping.values import annotations_of
 from extender.grouping.workload import Claim, Link, WorkloadDraft
 from extender.model.errors import ErrorList, FieldError
-from extender.model.limits import MAX_SUBGROUPS
+from extender.model.limits import MAX_SUBGROUPS, beyond
 from extender.model.pod import PodInfo
 from extender.model.podgroup import SubGroupSpec, TopologyConstraint
 from extender.model.raw import json_type, literal, unknown_fields
@@ -170,8 +170,7 @@ class _Evaluator:
         """Count one more SubGroup; False (reported once) past MAX_SUBGROUPS."""
         self.subgroups += 1
         if self.subgroups == MAX_SUBGROUPS + 1:
-            limit = "topogang's limit (the README lists the limits)"
-            self.fail(where, f"makes more than {MAX_SUBGROUPS:,} SubGroups, {limit}")
+            self.fail(where, f"makes more than {MAX_SUBGROUPS:,} SubGroups; {beyond(MAX_SUBGROUPS)}")
         return self.subgroups <= MAX_SUBGROUPS
 
     def one(self, expr: str, scope: Mapping[str, Any], where: str) -> tuple[bool, Any]:

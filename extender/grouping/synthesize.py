@@ -36,6 +36,7 @@ from extender.grouping.kinds.job import job_replicas
 from extender.grouping.kinds.lws import requests_accelerator, subgroup_index
 from extender.grouping.values import count, list_at, mapping_at, positive_int
 from extender.model.errors import FieldError, InvalidObject
+from extender.model.limits import MAX_WORKLOAD_PODS, beyond
 
 JSON = dict[str, Any]
 
@@ -47,6 +48,10 @@ OPERATOR_NAMES = {
     "MPIJob": "mpi-operator",
 }
 MASTER_ROLES = frozenset({"chief", "master"})
+
+
+class _TooMany(Exception):
+    """The workload would have more pods than MAX_WORKLOAD_PODS (the error is in `_Out.errors`)."""
 
 
 @dataclass(frozen=True)
@@ -76,12 +81,21 @@ class _Out:
         self.errors: list[FieldError] = []
         self.pods: list[JSON] = []
         self.owners: list[JSON] = []
+        self.expected = 0  # pods announced so far, checked before they are made
         spec = workload.get("spec")
         self.spec: Mapping[str, Any] = spec if isinstance(spec, Mapping) else {}
         if not self.name:
             self.errors.append(FieldError(self.obj, "metadata.name", "expected a non-empty string"))
         if not isinstance(spec, Mapping):
             self.errors.append(FieldError(self.obj, "spec", "expected an object"))
+
+    def expect(self, pods: int, field: str) -> None:
+        """Count `pods` more before making them; past MAX_WORKLOAD_PODS, stop with an error."""
+        self.expected += pods
+        if self.expected > MAX_WORKLOAD_PODS:
+            why = f"would make {self.expected:,} pods or more; {beyond(MAX_WORKLOAD_PODS)}"
+            self.errors.append(FieldError(self.obj, field, why))
+            raise _TooMany
 
     def ref(self) -> JSON:
         return owner_ref(self.api_version, self.kind, self.name, self.uid)
@@ -163,6 +177,7 @@ def _job_pods(
     replicas = job_replicas(job_spec, out.obj, where, out.errors)
     template = mapping_at(job_spec, "template", out.obj, where, out.errors)
     indexed = job_spec.get("completionMode") == "Indexed"
+    out.expect(replicas, f"{where}.parallelism")
     uid = str(job_ref["uid"])
     for i in range(replicas):
         labels = {
@@ -204,6 +219,7 @@ def _kubeflow(out: _Out) -> None:
             job_spec = {"parallelism": replicas, "completions": replicas, "template": template}
             _job_pods(out, f"{out.name}-launcher", job_ref, job_spec, where, labels)
             continue
+        out.expect(replicas, f"{where}.replicas")
         for i in range(replicas):
             index = i + 1 if launcher_as_worker and lower == "worker" else i
             labels = {**base, n.KF_REPLICA_INDEX: str(index)}
@@ -234,6 +250,7 @@ def _lws(out: _Out) -> None:
     if sgs is not None:
         size_ann[n.LWS_SUBGROUP_SIZE] = str(sgs)
     leader_sts = out.owner(n.APPS_V1, "StatefulSet", out.name, out.ref(), base, {"replicas": replicas})
+    out.expect(replicas * size, "spec.replicas")
     for g in range(replicas):
         leader_name = f"{out.name}-{g}"
         group = {**base, n.LWS_GROUP_INDEX: str(g), n.LWS_GROUP_KEY: uid_for("group", out.namespace, leader_name)}
@@ -303,6 +320,7 @@ def _ray_pods(out: _Out, cluster: str, cluster_ref: JSON, spec: Mapping[str, Any
         hosts = max(count(wg, "numOfHosts", 1, out.obj, at, out.errors), 1)
         template = mapping_at(wg, "template", out.obj, at, out.errors)
         labels = {**base, n.RAY_NODE_TYPE: "worker", n.RAY_GROUP: group, n.RAY_IDENTIFIER: f"{cluster}-worker"}
+        out.expect(replicas * hosts, f"{at}.replicas")
         for k in range(replicas * hosts):
             out.pod(f"{cluster}-{group}-worker-{k}", template, cluster_ref, labels)
 
@@ -343,8 +361,11 @@ def synthesize(workload: Mapping[str, Any], default_namespace: str = "default") 
             f"topogang cannot create the pods of {out.kind} {out.api_version}; give them in the input (it can: {kinds})"
         )
         raise InvalidObject([FieldError(out.obj, "kind", msg)])
-    if not out.errors:
-        make(out)
+    try:
+        if not out.errors:
+            make(out)
+    except _TooMany:
+        pass
     if out.errors:
         raise InvalidObject(out.errors)
     return Synthesized(tuple(out.pods), tuple(out.owners))

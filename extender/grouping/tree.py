@@ -25,6 +25,7 @@ from extender.grouping.draft import GangDraft, Member, Part
 from extender.grouping.types import Grouping
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
+from extender.model.limits import MAX_GANG_PODS, MAX_SUBGROUPS, beyond
 from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint, validate_structure
 
 __all__ = ["GangDraft", "Member", "Part", "assemble"]
@@ -71,6 +72,9 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
     constraints: dict[str, TopologyConstraint] = dict(draft.constraints)
     layouts: dict[str, Layout] = {}
     placed_targets: set[str] = set()
+    total = sum(p.replicas for p in draft.parts)
+    if total > MAX_GANG_PODS:  # and no segments are cut: they would take memory for nothing
+        errors.append(FieldError(draft.obj, "spec", f"the gang has {total:,} pods; {beyond(MAX_GANG_PODS)}"))
     for part in draft.parts:
         obj = part.template_obj or draft.obj
         target = part.target or part.name
@@ -80,6 +84,8 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
             constraints[target] = merge(constraints.get(target), c, obj, errors) or c
         placed_targets.add(target)
         layout = layout_of(part, obj, topology, errors, warnings)
+        if total > MAX_GANG_PODS:
+            layout = Layout(part, index_label=layout.index_label, offset=layout.offset)
         layouts[part.name] = layout
         if layout.layers:
             seg: list[SubGroupSpec] = []
@@ -130,6 +136,10 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
             continue
         subgroup_of[m.pod.key] = layout.leaf(index)
 
+    if len(subgroups) > MAX_SUBGROUPS:
+        errors.append(
+            FieldError(draft.obj, "spec", f"the gang has {len(subgroups):,} SubGroups; {beyond(MAX_SUBGROUPS)}")
+        )
     top = [s for s in subgroups if s.parent is None]
     namespace, _, name = draft.key.partition("/")
     pg = PodGroupSpec(

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.model.errors import FieldError
-from extender.model.limits import MAX_REPLICAS, over
+from extender.model.limits import MAX_REPLICAS, beyond
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.raw import json_type, literal
 
@@ -67,7 +67,7 @@ def count(body: Mapping[str, Any], key: str, default: int, obj: str, where: str,
     field = f"{where}.{key}" if where else key
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         if value > MAX_REPLICAS:
-            errors.append(FieldError(obj, field, over(value, MAX_REPLICAS)))
+            errors.append(FieldError(obj, field, f"is {value:,}; {beyond(MAX_REPLICAS)}"))
             return min(default, MAX_REPLICAS)
         return value
     errors.append(FieldError(obj, field, f"expected an integer >= 0, got {literal(value)}"))

@@ -31,7 +31,6 @@ JQ_MAX_RESULTS = MAX_SUBGROUPS
 JQ_MAX_RESULT_BYTES = 16 * 2**20
 
 
-def over(value: int, limit: int, what: str = "") -> str:
-    """The message for a size past its limit: "[what ]1,000,000 is above topogang's limit ..."."""
-    subject = f"{what} {value:,}" if what else f"{value:,}"
-    return f"{subject} is above topogang's limit of {limit:,} (the README lists the limits)"
+def beyond(limit: int) -> str:
+    """The end of every message about a size past its limit."""
+    return f"topogang's limit is {limit:,} (the README lists the limits)"

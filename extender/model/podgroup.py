@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from extender.model.errors import ErrorList
 from extender.model.labels import TOPOLOGY_ANNOTATION
-from extender.model.limits import MAX_SUBGROUPS, over
+from extender.model.limits import MAX_SUBGROUPS, beyond
 from extender.model.pod import _timestamp
 from extender.model.raw import JSON, identify, mapping, opt_bool, opt_int, opt_str, seq, str_map, unknown_fields
 
@@ -141,7 +141,7 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
     inline_constraints: dict[str, TopologyConstraint] = {}
     raw_subgroups = seq(spec.get("subGroups"), "spec.subGroups", errors)
     if len(raw_subgroups) > MAX_SUBGROUPS:  # not even read: the gang is Invalid anyway
-        errors.add("spec.subGroups", over(len(raw_subgroups), MAX_SUBGROUPS, "the number of SubGroups"))
+        errors.add("spec.subGroups", f"has {len(raw_subgroups):,} SubGroups; {beyond(MAX_SUBGROUPS)}")
         raw_subgroups = []
     for i, item in enumerate(raw_subgroups):
         where = f"spec.subGroups[{i}]"

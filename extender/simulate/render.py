@@ -21,6 +21,7 @@ def to_json(result: SimResult) -> str:
                 "podGroup": p.group.partition("/")[2] if p.group else None,
                 "subGroup": p.subgroup,
                 "node": p.node,
+                "reason": p.reason or None,  # why it is pending; null once placed
             }
             for p in result.pods
         ],
@@ -29,6 +30,7 @@ def to_json(result: SimResult) -> str:
                 "namespace": g.key.partition("/")[0],
                 "name": g.key.partition("/")[2],
                 "phase": g.phase,
+                "reason": g.reason or None,  # a word for programs: Invalid, GangIncomplete, NoDomain...
                 "message": g.message,
             }
             for g in result.groups
