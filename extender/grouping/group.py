@@ -110,7 +110,8 @@ def _fallback(top: Link, pods: list[PodInfo]) -> GangDraft:
     if template is not None:
         part = Part(top.ref.kind.lower(), len(pods), len(pods), annotations_of(template), "spec.template")
     else:  # no template: the pods carry the template's annotations
-        part = Part(top.ref.kind.lower(), len(pods), len(pods), dict(first.annotations), "", f"Pod {first.key}")
+        obj = f"{top.label} (read from its Pod {first.key})"
+        part = Part(top.ref.kind.lower(), len(pods), len(pods), dict(first.annotations), "", obj)
     workload = annotations_of(top.obj) if top.obj is not None else {}
     return GangDraft(top.key(), top.label, top.label, top.ref, workload, [part], uid=top.ref.uid)
 

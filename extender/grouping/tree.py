@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from extender.grouping import names as n
-from extender.grouping.annotations import Layer, Layout, layout_of, merge, placement
+from extender.grouping.annotations import Layer, Layout, anns_field, layout_of, merge, placement
 from extender.grouping.draft import GangDraft, Member, Part
 from extender.grouping.types import Grouping
 from extender.grouping.values import label_field, pod_index
@@ -67,6 +67,10 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
     topology = ann.get(n.KAI_TOPOLOGY) or None
     workload = placement(ann, draft.obj, "", None, errors, kueue_too=False)
     global_constraint = merge(draft.global_constraint, workload, draft.obj, errors)
+    stray = [a for a in (*n.KAI_SEGMENT_ANNOTATIONS, n.KUEUE_SLICE_SIZE, n.KUEUE_SLICE_REQUIRED) if a in ann]
+    if stray:  # KAI and Kueue read these from PodTemplates only; say so rather than drop them
+        where = "segments and slices are cut per replica type: put them on its PodTemplate"
+        warnings.append(f"{draft.obj}: {anns_field('', stray)} ignored: {where}")
 
     subgroups: list[SubGroupSpec] = list(draft.parents)
     constraints: dict[str, TopologyConstraint] = dict(draft.constraints)
