@@ -185,7 +185,7 @@ def test_json_carries_each_pending_pods_and_groups_reason(tmp_path: Path, capsys
         "namespace": "default",
         "name": "big",
         "phase": "Pending",
-        "reason": "NoFit",
+        "reason": "NoCapacity",
         "message": why,
     }
 
