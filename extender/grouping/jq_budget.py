@@ -40,6 +40,7 @@ from extender.model.limits import (
 
 WORKER = Path(__file__).with_name("jq_worker.py")
 _REMEMBERED = 1024  # over-budget verdicts kept
+STARTUP_SECONDS = 30.0  # a Python interpreter and jq starting: not part of any expression's budget
 
 
 class JqFailed(Exception):
@@ -68,6 +69,10 @@ class _Worker:
         assert self.proc.stdout is not None
         self.stdin: IO[bytes] = self.proc.stdin
         self.stdout: IO[bytes] = self.proc.stdout
+        ready, _, _ = select.select([self.stdout], [], [], STARTUP_SECONDS)
+        if not ready or not self.stdout.readline():
+            self.kill()
+            raise OSError(f"the jq worker {WORKER} did not start within {STARTUP_SECONDS:g} s")
 
     def ask(self, request: bytes, timeout: float) -> tuple[dict[str, Any] | None, bool]:
         """(the answer, False), or (None, whether the time ran out) when the worker did not
@@ -115,7 +120,10 @@ class JqRunner:
                 raise OverBudget(f"not run: the {budget.seconds:g} s budget was spent by earlier expressions")
             parts = (b'{"p":', orjson.dumps(program), b',"a":', encoded_args, b',"r":', root)
             request = b"".join((*parts, b',"t":', str(budget.left).encode(), b"}\n"))
-            worker = self._worker = self._worker or _Worker(self.memory)
+            try:
+                worker = self._worker = self._worker or _Worker(self.memory)
+            except OSError as exc:
+                raise JqFailed(f"not evaluated: {exc}") from None
             start = time.monotonic()
             answer, timed_out = worker.ask(request, budget.left)
             budget.left -= time.monotonic() - start

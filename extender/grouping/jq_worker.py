@@ -98,6 +98,8 @@ def _answer(request: dict[str, Any], max_results: int, max_bytes: int) -> str:
 def main() -> None:
     memory, max_results, max_bytes = (int(a) for a in sys.argv[1:4])
     _limit_memory(memory)
+    sys.stdout.write('{"ready": true}\n')  # the parent's budget starts after this
+    sys.stdout.flush()
     for line in sys.stdin.buffer:
         request = json.loads(line)
         signal.setitimer(signal.ITIMER_REAL, float(request["t"]) + 1.0)
