@@ -409,13 +409,13 @@ def _known_fields(ev: _Evaluator, body: Mapping[str, Any]) -> None:
         ev.known(spec.get("gangScheduling"), GANG_FIELDS, "spec.gangScheduling")
 
 
-def group_with(ri: ResourceInterface, link: Link) -> WorkloadDraft | None:
+def group_with(ri: ResourceInterface, link: Link, runner: JqRunner = RUNNER) -> WorkloadDraft | None:
     """The gangs `ri` defines for the owner object; None hands it off (no podGroups)."""
     root = link.obj or {}
     spec = ri.body.get("spec")
     gang_scheduling = spec.get("gangScheduling") if isinstance(spec, Mapping) else None
     pod_groups = gang_scheduling.get("podGroups") if isinstance(gang_scheduling, Mapping) else None
-    ev = _Evaluator(ri, root)
+    ev = _Evaluator(ri, root, runner)
     _known_fields(ev, ri.body)
     if not pod_groups and not ev.errors:
         return None
