@@ -69,6 +69,7 @@ class _Worker:
         assert self.proc.stdout is not None
         self.stdin: IO[bytes] = self.proc.stdin
         self.stdout: IO[bytes] = self.proc.stdout
+        self.root: bytes | None = None  # the input document the worker holds
         ready, _, _ = select.select([self.stdout], [], [], STARTUP_SECONDS)
         if not ready or not self.stdout.readline():
             self.kill()
@@ -118,12 +119,15 @@ class JqRunner:
                 raise OverBudget(known)
             if budget.left <= 0:
                 raise OverBudget(f"not run: the {budget.seconds:g} s budget was spent by earlier expressions")
-            parts = (b'{"p":', orjson.dumps(program), b',"a":', encoded_args, b',"r":', root)
-            request = b"".join((*parts, b',"t":', str(budget.left).encode(), b"}\n"))
             try:
                 worker = self._worker = self._worker or _Worker(self.memory)
             except OSError as exc:
                 raise JqFailed(f"not evaluated: {exc}") from None
+            # the worker keeps the last object it was sent: one workload's expressions share it
+            same = worker.root is root or worker.root == root
+            parts = (b'{"p":', orjson.dumps(program), b',"a":', encoded_args, b',"t":', str(budget.left).encode())
+            request = b"".join((*parts, b"}\n" if same else b',"r":true}\n' + root + b"\n"))
+            worker.root = root
             start = time.monotonic()
             answer, timed_out = worker.ask(request, budget.left)
             budget.left -= time.monotonic() - start

@@ -2,7 +2,9 @@
 
 Run by `jq_budget` as `python -I jq_worker.py MEMORY MAX_RESULTS MAX_BYTES` (a script, not a
 module: it imports nothing of topogang, so it starts in tens of milliseconds). Each request is
-one JSON line {"p": program, "a": args, "r": input, "t": seconds}; each answer one JSON line,
+one JSON line {"p": program, "a": args, "t": seconds, "r": true}, followed, when "r" is set,
+by a line holding the input document as JSON (else the input of the request before is used);
+each answer one JSON line,
 {"ok": [results]}, {"err": "jq's message"} or {"limit": "which limit"}.
 
 Limits: RLIMIT_AS caps the address space at what the process needs to start plus MEMORY (jq
@@ -65,11 +67,12 @@ def _limit_memory(extra: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def _evaluate(request: dict[str, Any], max_results: int, max_bytes: int) -> dict[str, Any]:
+def _evaluate(request: dict[str, Any], root: str, max_results: int) -> dict[str, Any]:
     try:
         results = []
         args = request["a"]
-        program = _program(request["p"], args).input_value([args, request["r"]])
+        # jq parses the input text itself: cheaper than converting Python values
+        program = _program(request["p"], args).input_text(f"[{json.dumps(args)},{root}]")
         for value in program:
             results.append(value)
             if len(results) > max_results:
@@ -84,8 +87,8 @@ def _evaluate(request: dict[str, Any], max_results: int, max_bytes: int) -> dict
         return {"err": text.splitlines()[0] if text else type(exc).__name__}
 
 
-def _answer(request: dict[str, Any], max_results: int, max_bytes: int) -> str:
-    answer = _evaluate(request, max_results, max_bytes)
+def _answer(request: dict[str, Any], root: str, max_results: int, max_bytes: int) -> str:
+    answer = _evaluate(request, root, max_results)
     try:
         text = json.dumps(answer, allow_nan=False)
     except ValueError:  # nan or infinity among the results
@@ -100,10 +103,13 @@ def main() -> None:
     _limit_memory(memory)
     sys.stdout.write('{"ready": true}\n')  # the parent's budget starts after this
     sys.stdout.flush()
+    root = "null"
     for line in sys.stdin.buffer:
         request = json.loads(line)
+        if request.get("r"):
+            root = sys.stdin.buffer.readline().decode()
         signal.setitimer(signal.ITIMER_REAL, float(request["t"]) + 1.0)
-        answer = _answer(request, max_results, max_bytes)
+        answer = _answer(request, root, max_results, max_bytes)
         signal.setitimer(signal.ITIMER_REAL, 0)
         sys.stdout.write(answer + "\n")
         sys.stdout.flush()
