@@ -257,3 +257,11 @@ def test_a_null_replica_count_says_null() -> None:
     pods = [owned_pod("train-worker-0", TFJOB, labels={"training.kubeflow.org/replica-type": "worker"})]
     g = group_pods(pods, ObjectIndex([tfjob]), {}).groups["ml/tfjob-train"]
     assert errors(g) == ["TFJob ml/train: spec.tfReplicaSpecs.Worker.replicas: expected an integer >= 0, got [null]"]
+
+
+def test_a_missing_name_says_null() -> None:
+    js = jobset([("a", 1, 1)])
+    del js["spec"]["replicatedJobs"][0]["name"]
+    pods = [owned_pod("js-a-0-0", ("jobset.x-k8s.io/v1alpha2", "JobSet", "js"))]
+    g = group_pods(pods, ObjectIndex([js]), {}).groups["ml/jobset-js"]
+    assert "JobSet ml/js: spec.replicatedJobs[0].name: expected a non-empty name, got null" in errors(g)

@@ -23,6 +23,7 @@ from extender.grouping.workload import Claim, Link, WorkloadDraft, single
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import SubGroupSpec, TopologyConstraint
+from extender.model.raw import literal
 
 
 def group_jobset(link: Link) -> WorkloadDraft:
@@ -37,7 +38,7 @@ def group_jobset(link: Link) -> WorkloadDraft:
         rjob = raw if isinstance(raw, dict) else {}
         name = rjob.get("name")
         if not isinstance(name, str) or not name:
-            errors.append(FieldError(obj, f"{where}.name", f"expected a non-empty name, got {name!r}"))
+            errors.append(FieldError(obj, f"{where}.name", f"expected a non-empty name, got {literal(name)}"))
             continue
         replicas = count(rjob, "replicas", 1, obj, where, errors)
         job_template = mapping_at(rjob, "template", obj, where, errors)

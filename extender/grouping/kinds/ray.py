@@ -20,6 +20,7 @@ from extender.grouping.values import count, label_field, list_at, mapping_at
 from extender.grouping.workload import Claim, Classifier, Link, WorkloadDraft, single
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
+from extender.model.raw import literal
 
 HEAD = "head"
 
@@ -33,7 +34,7 @@ def cluster_parts(cluster: Mapping[str, Any], obj: str, where: str, errors: list
         wg: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         name = wg.get("groupName")
         if not isinstance(name, str) or not name:
-            errors.append(FieldError(obj, f"{at}.groupName", f"expected a non-empty name, got {name!r}"))
+            errors.append(FieldError(obj, f"{at}.groupName", f"expected a non-empty name, got {literal(name)}"))
             continue
         if name == HEAD:
             errors.append(FieldError(obj, f"{at}.groupName", f"{name!r} is the head's SubGroup name"))
