@@ -59,6 +59,22 @@ def _segment_subgroups(
     return count
 
 
+def _checks(draft: GangDraft, errors: list[FieldError], warnings: list[str]) -> bool:
+    """The workload-wide checks: segment annotations on the workload itself (KAI and Kueue read
+    them from PodTemplates only: say so rather than drop them), and the gang's size; True when
+    the gang has more pods than MAX_GANG_PODS."""
+    stray = [
+        a for a in (*n.KAI_SEGMENT_ANNOTATIONS, n.KUEUE_SLICE_SIZE, n.KUEUE_SLICE_REQUIRED) if a in draft.annotations
+    ]
+    if stray:
+        where = "segments and slices are cut per replica type: put them on its PodTemplate"
+        warnings.append(f"{draft.obj}: {anns_field('', stray)} ignored: {where}")
+    total = sum(p.replicas for p in draft.parts)
+    if total > MAX_GANG_PODS:
+        errors.append(FieldError(draft.obj, "spec", f"the gang has {total:,} pods; {beyond(MAX_GANG_PODS)}"))
+    return total > MAX_GANG_PODS
+
+
 def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
     """The Grouping of one gang: its PodGroup tree from the draft, and where each pod goes."""
     errors = list(draft.errors)
@@ -67,18 +83,12 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
     topology = ann.get(n.KAI_TOPOLOGY) or None
     workload = placement(ann, draft.obj, "", None, errors, kueue_too=False)
     global_constraint = merge(draft.global_constraint, workload, draft.obj, errors)
-    stray = [a for a in (*n.KAI_SEGMENT_ANNOTATIONS, n.KUEUE_SLICE_SIZE, n.KUEUE_SLICE_REQUIRED) if a in ann]
-    if stray:  # KAI and Kueue read these from PodTemplates only; say so rather than drop them
-        where = "segments and slices are cut per replica type: put them on its PodTemplate"
-        warnings.append(f"{draft.obj}: {anns_field('', stray)} ignored: {where}")
+    oversized = _checks(draft, errors, warnings)
 
     subgroups: list[SubGroupSpec] = list(draft.parents)
     constraints: dict[str, TopologyConstraint] = dict(draft.constraints)
     layouts: dict[str, Layout] = {}
     placed_targets: set[str] = set()
-    total = sum(p.replicas for p in draft.parts)
-    if total > MAX_GANG_PODS:  # and no segments are cut: they would take memory for nothing
-        errors.append(FieldError(draft.obj, "spec", f"the gang has {total:,} pods; {beyond(MAX_GANG_PODS)}"))
     for part in draft.parts:
         obj = part.template_obj or draft.obj
         target = part.target or part.name
@@ -88,7 +98,7 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
             constraints[target] = merge(constraints.get(target), c, obj, errors) or c
         placed_targets.add(target)
         layout = layout_of(part, obj, topology, errors, warnings)
-        if total > MAX_GANG_PODS:
+        if oversized:  # no segments cut: they would take memory for a gang that is Invalid anyway
             layout = Layout(part, index_label=layout.index_label, offset=layout.offset)
         layouts[part.name] = layout
         if layout.layers:

@@ -128,15 +128,8 @@ def _count(raw: object, where: str, errors: ErrorList) -> int | None:
     return value
 
 
-def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSpec:
-    """Parse and check a PodGroup; raise InvalidObject listing every problem with its field."""
-    meta, name, namespace, errors = identify(body, "PodGroup", default_namespace)
-    api_version = str(body.get("apiVersion") or "scheduling.topogang.io/v1alpha1")
-    spec = mapping(body.get("spec"), "spec", errors)
-    unknown_fields(body, OBJECT_FIELDS, "", errors)
-    kai = KAI_ONLY_SPEC_FIELDS if api_version == KAI_API_VERSION else frozenset()
-    unknown_fields(spec, SPEC_FIELDS | kai, "spec", errors)
-
+def _subgroups(spec: JSON, errors: ErrorList) -> tuple[list[SubGroupSpec], dict[str, TopologyConstraint]]:
+    """spec.subGroups, and the constraints written inline on them (KAI's v2alpha2 spelling)."""
     subgroups: list[SubGroupSpec] = []
     inline_constraints: dict[str, TopologyConstraint] = {}
     raw_subgroups = seq(spec.get("subGroups"), "spec.subGroups", errors)
@@ -163,6 +156,19 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
         inline = _constraint(sg.get("topologyConstraint"), f"{where}.topologyConstraint", errors)
         if inline is not None:
             inline_constraints[sg_name] = inline
+    return subgroups, inline_constraints
+
+
+def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSpec:
+    """Parse and check a PodGroup; raise InvalidObject listing every problem with its field."""
+    meta, name, namespace, errors = identify(body, "PodGroup", default_namespace)
+    api_version = str(body.get("apiVersion") or "scheduling.topogang.io/v1alpha1")
+    spec = mapping(body.get("spec"), "spec", errors)
+    unknown_fields(body, OBJECT_FIELDS, "", errors)
+    kai = KAI_ONLY_SPEC_FIELDS if api_version == KAI_API_VERSION else frozenset()
+    unknown_fields(spec, SPEC_FIELDS | kai, "spec", errors)
+
+    subgroups, inline_constraints = _subgroups(spec, errors)
 
     tc = mapping(spec.get("topologyConstraints"), "spec.topologyConstraints", errors)
     unknown_fields(tc, CONSTRAINTS_FIELDS, "spec.topologyConstraints", errors)
