@@ -51,12 +51,13 @@ class Released:
     total: int = 0  # ... of this many
     seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED: the time they had
     pod: str = ""  # R_MEMBER_GONE: the pod that went away
+    nodes: tuple[str, ...] = ()  # R_REPLANNING: the planned nodes that stopped fitting, when known
 
     def render(self) -> str:
         if self.kind == R_BIND_TIMEOUT:
             return (
-                f"bind gate timed out: {self.arrived}/{self.total} pods of the minimum reached bind"
-                f" within {self.seconds:g}s"
+                f"bind gate timed out: {self.arrived}/{self.total} pods of the minimum reached bind,"
+                f" and none more for {self.seconds:g}s"
             )
         if self.kind == R_PLAN_EXPIRED:
             return f"plan expired after {self.seconds:g}s without all pods binding"
@@ -64,6 +65,9 @@ class Released:
             return f"pod {self.pod} of the minimum went away before binding"
         if self.kind == R_NOT_LEADER:
             return "this replica is no longer the leader"
+        if self.nodes:
+            shown = ", ".join(self.nodes[:5]) + (f" and {len(self.nodes) - 5} more" if len(self.nodes) > 5 else "")
+            return f"re-planning: planned node(s) {shown} no longer fit (deleted, cordoned, not ready or full)"
         return "re-planning: a planned node no longer fits"
 
 
@@ -97,12 +101,14 @@ class FilterResult:
 class BindDecision:
     """What to do with one bind call at the gang's bind gate."""
 
-    action: str  # BIND (these pods now), WAIT (hold this call), REJECT (fail this call)
+    action: str  # BIND (these pods now), WAIT (hold this call), REJECT (fail this call), DONE (bound already)
     bind: tuple[tuple[str, str], ...] = ()  # (pod, node) to bind now, this call's pod included
     error: str = ""
+    event: PlanEvent | None = None  # a plan made when the gate found a planned node gone
+    stale: tuple[str, ...] = ()  # the planned nodes that no longer fit when the gate opened
 
 
-BIND, WAIT, REJECT = "bind", "wait", "reject"
+BIND, WAIT, REJECT, DONE = "bind", "wait", "reject", "done"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import structlog
 
-from extender.core.decisions import BIND, R_NOT_LEADER, REJECT, WAIT, PlanEvent, Released
+from extender.core.decisions import BIND, DONE, R_NOT_LEADER, REJECT, WAIT, BindDecision, PlanEvent, Released
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
@@ -23,6 +23,7 @@ from extender.model.pod import PodInfo, parse_pod
 from extender.server import wire
 from extender.server.metrics import (
     BIND_API_ERROR,
+    BIND_CALL_BUDGET,
     BIND_GATE_TIMEOUT,
     BIND_NOT_LEADER,
     BIND_PLAN_RELEASED,
@@ -34,6 +35,7 @@ from extender.server.metrics import (
 )
 
 log = structlog.get_logger("topogang")
+PODGROUP_API = "scheduling.topogang.io/v1alpha1"
 
 
 class Actions(Protocol):
@@ -52,17 +54,24 @@ def _ignore(group: str) -> None:
 
 class Extender:
     def __init__(
-        self, scheduler: GangScheduler, actions: Actions, *, bind_timeout: float, metrics: Metrics | None = None
+        self,
+        scheduler: GangScheduler,
+        actions: Actions,
+        *,
+        bind_timeout: float,
+        call_budget: float = 20.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.actions = actions
-        self.bind_timeout = bind_timeout
+        self.bind_timeout = bind_timeout  # silence: no new member at the gate this long closes it
+        self.call_budget = call_budget  # the longest one bind call waits (under kube-scheduler's httpTimeout)
         self.metrics = metrics if metrics is not None else Metrics()
         # Told the group whenever a decision may have changed its status (the PodGroup writer).
         self.changed: Callable[[str], None] = _ignore
         self._first_seen: dict[str, float] = {}  # group -> when a member was first filtered (monotonic)
         self._waiting: dict[str, asyncio.Future[str]] = {}  # pod -> its bind's answer
-        self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> gate timeout
+        self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> its gate's silence timer
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
         self._tasks: set[asyncio.Task[None]] = set()
@@ -116,26 +125,61 @@ class Extender:
     async def bind(self, args: wire.BindArgs) -> bytes:
         key = args.pod_key
         decision = self.scheduler.bind(key, args.node, time.monotonic())
+        if decision.action == DONE:
+            return wire.encode_binding("")
         if decision.action == REJECT:
-            log.info("bind refused", pod=key, node=args.node, reason=decision.error)
-            self.metrics.bind_failed(BIND_REJECTED)
+            self._rejected(key, args.node, decision)
             return wire.encode_binding(decision.error)
         if decision.action == BIND:
             errors = await self._bind_all(decision.bind)
             return wire.encode_binding(errors.get(key, ""))
         assert decision.action == WAIT
+        return wire.encode_binding(await self._wait(key, args.node))
+
+    def _rejected(self, key: str, node: str, decision: BindDecision) -> None:
+        self.metrics.bind_failed(BIND_REJECTED)
+        if decision.event is None:
+            log.info("bind refused", pod=key, node=node, reason=decision.error)
+            return
+        # The gate found planned nodes gone when the minimum was all there: none bound, planned again.
+        group = decision.event.group
+        log.warning("bind gate found planned nodes gone", group=group, nodes=list(decision.stale), pod=key)
+        self._log_decision(decision.event, 0.0)
+        self._fail_dropped(BIND_PLAN_RELEASED)
+        self.changed(group)
+        message = f"{decision.error.removeprefix('topogang: ')}: {decision.event.outcome}"
+        self._emit_group(group, "GangReplanned", message, "Warning")
+
+    async def _wait(self, key: str, node: str) -> str:
+        """Hold this bind call at its gang's gate for at most the call budget. Past it the call is
+        answered with a retryable error while the pod stays arrived (its node and reservation
+        kept): kube-scheduler requeues it, and the gate binds it with the rest either way."""
         group = self.scheduler.group_of(key) or ""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
         old = self._waiting.pop(key, None)
         if old is not None and not old.done():
             old.set_result("topogang: superseded by a newer bind call for this pod")
             self.metrics.bind_failed(BIND_SUPERSEDED)
         self._waiting[key] = future
+        budget = loop.call_later(self.call_budget, self._call_budget_spent, key, node, group, future)
+        future.add_done_callback(lambda _: budget.cancel())
         if group not in self._gates:
-            self._gates[group] = asyncio.get_running_loop().call_later(self.bind_timeout, self._gate_expired, group)
-        missing = self.scheduler.gate_missing(group)
-        log.debug("bind waiting at the gate", pod=key, node=args.node, group=group, missing=len(missing))
-        return wire.encode_binding(await future)
+            self._gates[group] = loop.call_later(self.bind_timeout, self._gate_expired, group)
+        log.debug("bind waiting at the gate", pod=key, node=node, group=group)
+        return await future
+
+    def _call_budget_spent(self, key: str, node: str, group: str, future: asyncio.Future[str]) -> None:
+        if future.done():
+            return
+        if self._waiting.get(key) is future:
+            del self._waiting[key]
+        arrived, total = self.scheduler.gate_progress(group)
+        future.set_result(
+            f"topogang: waiting at gang {group}'s bind gate ({arrived}/{total} of the minimum arrived);"
+            f" the pod keeps its place on {node} and binds with the gang"
+        )
+        self.metrics.bind_failed(BIND_CALL_BUDGET)
 
     async def _bind_all(self, batch: Sequence[tuple[str, str]]) -> dict[str, str]:
         """Bind every pod of a released gate at once; answer the calls that were waiting."""
@@ -183,9 +227,16 @@ class Extender:
         return ""
 
     def _gate_expired(self, group: str) -> None:
+        """GROUP's silence timer fired: wait on while a new member came within the bind timeout,
+        else close the gate (no partial gang: the plan is released, the waiting calls fail)."""
+        now = time.monotonic()
+        left = self.scheduler.gate_silence_left(group, now, self.bind_timeout)
+        if left is not None and left > 0:
+            self._gates[group] = asyncio.get_running_loop().call_later(left, self._gate_expired, group)
+            return
         self._gates.pop(group, None)
         missing = self.scheduler.gate_missing(group)
-        waiting = self.scheduler.gate_timeout(group, self.bind_timeout)
+        waiting = self.scheduler.gate_timeout(group, self.bind_timeout) if left is not None else []
         if waiting:
             self.metrics.gate_timeouts.inc()
             self.changed(group)
@@ -277,6 +328,12 @@ class Extender:
             self._refused.pop(p, None)
         names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
         self._spawn(self.actions.wake(names, self.scheduler.generation(group)), "wake")
+
+    def _emit_group(self, group: str, reason: str, message: str, kind: str) -> None:
+        """An Event about GROUP's PodGroup (topogang writes one for every gang of a workload)."""
+        key = GroupKey.parse(group)
+        involved = {"apiVersion": PODGROUP_API, "kind": "PodGroup", "namespace": key.namespace, "name": key.name}
+        self._spawn(self.actions.event(involved, reason, message, kind), "event")
 
     def _emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}

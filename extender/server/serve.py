@@ -44,7 +44,7 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     scheduler = GangScheduler(ClusterState(), plan_ttl=settings.plan_ttl)
     cache = ClusterCache(client, scheduler)
     actions = KubeActions(client)
-    extender = Extender(scheduler, actions, bind_timeout=settings.bind_timeout)
+    extender = Extender(scheduler, actions, bind_timeout=settings.bind_timeout, call_budget=settings.bind_call_budget)
     writer = PodGroupWriter(client, scheduler, actions)
     extender.changed = writer.touch
     label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
@@ -159,6 +159,7 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> Non
         listen=f"{settings.host}:{settings.port}",
         prefix=settings.prefix,
         bind_timeout=settings.bind_timeout,
+        bind_call_budget=settings.bind_call_budget,
         leader_elect=settings.leader_elect,
         **(
             {"lease": f"{settings.lease_namespace}/{settings.lease_name}", "identity": settings.identity}
