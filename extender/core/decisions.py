@@ -28,6 +28,7 @@ R_MEMBER_GONE = "MemberGone"  # a pod of the minimum went away before binding; p
 R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
+R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -38,6 +39,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_BIND_TIMEOUT,
         R_PLAN_EXPIRED,
         R_MEMBER_GONE,
+        R_PARTIAL_EVICTED,
     }
 )
 
@@ -46,10 +48,10 @@ UNSCHEDULABLE_REASONS = frozenset(
 class Released:
     """Why a group's plan was dropped, as data."""
 
-    kind: str  # R_REPLANNING, R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_MEMBER_GONE or R_NOT_LEADER
+    kind: str  # R_REPLANNING, R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_MEMBER_GONE, R_NOT_LEADER, R_PARTIAL_EVICTED
     arrived: int = 0  # R_BIND_TIMEOUT: pods of the minimum that reached bind...
-    total: int = 0  # ... of this many
-    seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED: the time they had
+    total: int = 0  # ... of this many; R_PARTIAL_EVICTED: the bound pods evicted
+    seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_PARTIAL_EVICTED: the time they had
     pod: str = ""  # R_MEMBER_GONE: the pod that went away
     nodes: tuple[str, ...] = ()  # R_REPLANNING: the planned nodes that stopped fitting, when known
 
@@ -63,6 +65,11 @@ class Released:
             return f"plan expired after {self.seconds:g}s without all pods binding"
         if self.kind == R_MEMBER_GONE:
             return f"pod {self.pod} of the minimum went away before binding"
+        if self.kind == R_PARTIAL_EVICTED:
+            return (
+                f"evicted {self.total} bound pod(s): the gang was found below its minimum after a restart"
+                f" and the rest could not be placed within {self.seconds:g}s"
+            )
         if self.kind == R_NOT_LEADER:
             return "this replica is no longer the leader"
         if self.nodes:

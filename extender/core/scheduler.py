@@ -30,6 +30,7 @@ from extender.core.decisions import (
     R_GANG_INCOMPLETE,
     R_INVALID,
     R_MEMBER_GONE,
+    R_PARTIAL_EVICTED,
     R_PLAN_EXPIRED,
     R_PLANNED,
     R_REPLANNING,
@@ -209,6 +210,18 @@ class GangScheduler:
         waiting = sorted(gp.gate.arrived)
         self.dropped.extend((p, why) for p in waiting)
         return waiting
+
+    def plan_group(self, group: str, now: float) -> PlanEvent | None:
+        """Plan GROUP now if it is valid and has no plan (a gang found part-bound at start)."""
+        view = self.membership.view(group)
+        if group in self.plans or not view.valid:
+            return None
+        return self._plan(group, view, now, extend=False)
+
+    def give_up(self, group: str, why: Released) -> None:
+        """Drop GROUP's plan, if any, and say why (its bound pods are being taken back)."""
+        self.release(group, why)
+        self._why(group, why)
 
     def release_all(self, why: Released) -> None:
         """Drop every plan (this replica stopped leading)."""
@@ -445,6 +458,8 @@ class GangScheduler:
         # What is true now (pods missing) before what last happened (why a plan was refused).
         elif missing_message := self._incomplete_message(view):
             message, phase, reason = missing_message, PENDING, R_GANG_INCOMPLETE
+            if (why := self.reasons.get(group)) is not None and why.kind == R_PARTIAL_EVICTED:
+                message, reason = f"{why.render()}; {missing_message}", R_PARTIAL_EVICTED
         elif group in self.reasons:
             message, phase, reason = self.reasons[group].render(), PENDING, self.reasons[group].kind
         else:

@@ -6,6 +6,8 @@ bind    POST pods/{name}/binding with the pod's uid as a precondition, as kube-s
 wake    merge-patch `scheduling.topogang.io/plan-generation: "<n>"` onto each pod: an update
         to the pod itself moves a parked pod back to kube-scheduler's active queue. Best
         effort: a pod gone (404) is skipped, other failures are logged, nothing raises.
+evict   POST pods/{name}/eviction (policy/v1, the pod's uid as a precondition), so PodDisruption-
+        Budgets are honoured; a pod gone (404) is not an error, a refusal (429) raises ApiError
 event   an events.k8s.io/v1 Event from reportingController `topogang`. Repeats of the same
         event (object, type, reason, message) within `SERIES_WINDOW` bump its series (count,
         lastObservedTime) instead of creating Events, patched at most once per
@@ -83,6 +85,21 @@ class KubeActions:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await self._write(self.client.post(PODS.object_path("v1", name, namespace, "binding"), body))
+
+    # -- evict -----------------------------------------------------------------------------------------
+
+    async def evict(self, namespace: str, name: str, uid: str) -> None:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}} if uid else {},
+        }
+        try:
+            await self._write(self.client.post(PODS.object_path("v1", name, namespace, "eviction"), body))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
 
     # -- wake ------------------------------------------------------------------------------------------
 

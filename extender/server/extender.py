@@ -16,6 +16,7 @@ from typing import Protocol
 import structlog
 
 from extender.core.decisions import BIND, DONE, R_NOT_LEADER, REJECT, WAIT, BindDecision, PlanEvent, Released
+from extender.core.recovery import Recovery
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
@@ -45,6 +46,8 @@ class Actions(Protocol):
 
     async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None: ...
 
+    async def evict(self, namespace: str, name: str, uid: str) -> None: ...
+
     async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
 
 
@@ -60,6 +63,7 @@ class Extender:
         *,
         bind_timeout: float,
         call_budget: float = 20.0,
+        recovery_grace: float = 30.0,
         metrics: Metrics | None = None,
     ) -> None:
         self.scheduler = scheduler
@@ -75,6 +79,7 @@ class Extender:
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
         self._tasks: set[asyncio.Task[None]] = set()
+        self.recovery = Recovery(bind_timeout + recovery_grace)  # gangs found part-bound at start
 
     # -- filter and prioritize -------------------------------------------------------------------
 
@@ -270,6 +275,7 @@ class Extender:
             log.warning("plan expired", group=group, waiting=len(waiting), reason=reason)
             self.changed(group)
         self._fail_dropped(BIND_PLAN_RELEASED)
+        self._evict_overdue()
         for key in [k for k in self._refused if self.scheduler.pod(k) is None]:
             del self._refused[key]
         groups = set(self.scheduler.groups())
@@ -277,6 +283,35 @@ class Extender:
             del self._pending_logged[group]
         for group in [g for g in self._first_seen if g not in groups]:
             del self._first_seen[group]
+
+    def recover(self) -> None:
+        """This replica starts leading: plan the rest of every gang found part-bound (a crash
+        between a gate's binds) and give each the bind timeout plus a grace to reach its minimum."""
+        events = self.recovery.start(self.scheduler, time.monotonic())
+        for event in events:
+            self._log_decision(event, 0.0)
+            self.changed(event.group)
+        if self.recovery.deadlines:
+            log.warning(
+                "gangs found below their minimum",
+                groups=sorted(self.recovery.deadlines)[:20],
+                count=len(self.recovery.deadlines),
+                within_s=self.recovery.within,
+            )
+
+    def _evict_overdue(self) -> None:
+        """Part-bound gangs that did not reach their minimum in time: evict what was bound, so no
+        gang runs below its minimum; the PodGroup status and an Event say why."""
+        for group, bound in self.recovery.overdue(self.scheduler, time.monotonic()).items():
+            why = self.scheduler.reason_text(group)
+            log.warning("evicting a gang left below its minimum", group=group, pods=bound[:20], reason=why)
+            for key in bound:
+                pod = self.scheduler.pod(key)
+                if pod is not None:
+                    self._spawn(self.actions.evict(pod.namespace, pod.name, pod.uid), "eviction")
+            self._emit_group(group, "PartialGangEvicted", why, "Warning")
+            self.changed(group)
+        self._fail_dropped(BIND_PLAN_RELEASED)
 
     def demote(self) -> None:
         """This replica stopped being the leader: drop every plan and reservation at once (the
@@ -293,6 +328,7 @@ class Extender:
         self._waiting.clear()
         self._first_seen.clear()
         self._pending_logged.clear()
+        self.recovery.deadlines.clear()
 
     async def close(self) -> None:
         for timer in self._gates.values():

@@ -44,7 +44,13 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     scheduler = GangScheduler(ClusterState(), plan_ttl=settings.plan_ttl)
     cache = ClusterCache(client, scheduler)
     actions = KubeActions(client)
-    extender = Extender(scheduler, actions, bind_timeout=settings.bind_timeout, call_budget=settings.bind_call_budget)
+    extender = Extender(
+        scheduler,
+        actions,
+        bind_timeout=settings.bind_timeout,
+        call_budget=settings.bind_call_budget,
+        recovery_grace=settings.recovery_grace,
+    )
     writer = PodGroupWriter(client, scheduler, actions)
     extender.changed = writer.touch
     label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
@@ -52,6 +58,7 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     async def started() -> None:
         label.want(True)  # patched in the background: planning never waits for it
         writer.start()
+        extender.recover()
 
     async def stopped() -> None:
         extender.demote()  # first, in the same step as `leading` turned false

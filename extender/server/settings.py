@@ -10,6 +10,10 @@ bind call budget    --bind-call-budget  TOPOGANG_BIND_CALL_BUDGET  20 (seconds o
                                                               at the gate before a retryable
                                                               answer; keep it under the extender
                                                               httpTimeout, 30s in scheduler-config/)
+recovery grace      --recovery-grace  TOPOGANG_RECOVERY_GRACE 30 (seconds: a gang found with part of
+                                                              its minimum bound at start has the
+                                                              bind timeout plus this to complete,
+                                                              else its bound pods are evicted)
 plan lifetime       --plan-ttl        TOPOGANG_PLAN_TTL       300 (seconds without progress)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 
@@ -56,6 +60,7 @@ class Settings:
     kubeconfig: str | None = None  # None: in-cluster
     bind_timeout: float = 25.0
     bind_call_budget: float = 20.0
+    recovery_grace: float = 30.0
     plan_ttl: float = 300.0
     log_level: str = "info"
     log_format: str = "auto"
@@ -87,6 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bind-call-budget",
         metavar="SECONDS",
         help="longest one bind call waits at the gate; keep it under httpTimeout (TOPOGANG_BIND_CALL_BUDGET; 20)",
+    )
+    parser.add_argument(
+        "--recovery-grace",
+        metavar="SECONDS",
+        help="a gang part-bound at start gets the bind timeout plus this, else its bound pods are evicted"
+        " (TOPOGANG_RECOVERY_GRACE; 30)",
     )
     parser.add_argument("--plan-ttl", metavar="SECONDS", help="release a plan idle this long (TOPOGANG_PLAN_TTL; 300)")
     parser.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)")
@@ -134,6 +145,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         kubeconfig=pick(args.kubeconfig, "TOPOGANG_KUBECONFIG", "KUBECONFIG"),
         bind_timeout=seconds("--bind-timeout", args.bind_timeout, "TOPOGANG_BIND_TIMEOUT", 25.0),
         bind_call_budget=seconds("--bind-call-budget", args.bind_call_budget, "TOPOGANG_BIND_CALL_BUDGET", 20.0),
+        recovery_grace=seconds("--recovery-grace", args.recovery_grace, "TOPOGANG_RECOVERY_GRACE", 30.0),
         plan_ttl=seconds("--plan-ttl", args.plan_ttl, "TOPOGANG_PLAN_TTL", 300.0),
         log_level=pick(args.log_level, "TOPOGANG_LOG_LEVEL") or "info",
         log_format=pick(args.log_format, "TOPOGANG_LOG_FORMAT") or "auto",
