@@ -219,3 +219,44 @@ async def test_a_gang_with_a_gated_member_is_not_planned_until_the_gate_is_remov
     placed = await wait_all_bound(kube, namespace, 3, within=60)
     assert len(set(placed.values())) == 3
     assert not any(p["spec"].get("nodeName") is None for p in await pods(kube, namespace))
+
+
+# -- hole 4: finished workloads, and no Warning for a gang still being created -----------------------------
+
+
+async def test_a_finished_job_says_finished_and_was_never_warned_about_while_created(
+    topogang: Topogang, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (3 nodes): a Job of 3 pods of 8 GPUs, made one by one by the Job controller and
+    #   completed by kwok as soon as they run
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=3)
+    container = {
+        "name": "main",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}},
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "done"},
+        "spec": {
+            "completions": 3,
+            "parallelism": 3,
+            "template": {
+                "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
+            },
+        },
+    }
+    await create(kube, job, namespace)
+
+    async def finished() -> dict[str, Any] | None:
+        pg = await podgroup(kube, namespace, "job-done")
+        return pg if pg is not None and pg.get("status", {}).get("phase") == "Finished" else None
+
+    pg = await eventually(finished, within=90, what="PodGroup job-done to be Finished")
+    assert pg["status"]["message"] == "finished: 3 pod(s) succeeded, 0 failed"
+    assert condition(pg, "Unschedulable")["status"] == "False"
+    assert all(p["status"]["phase"] == "Succeeded" for p in await pods(kube, namespace))
+    events = await podgroup_events(kube, namespace, "job-done")
+    assert [e for e in events if e[0] == "Warning"] == []
+    assert ("Normal", "Finished", "finished: 3 pod(s) succeeded, 0 failed") in events

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, DomainRef, Shortfall
 
 # Phases of a group (PodGroup status.phase).
-PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"
+PENDING, SCHEDULED, INVALID, FINISHED = "Pending", "Scheduled", "Invalid", "Finished"
 
 # Why a group is in its phase: the `reason` of its PodGroup conditions. A plan that failed gives
 # its Shortfall kind (extender.placement.reasons: NoDomain, NoCapacity, GangIncomplete,
 # SearchLimit); the rest are decided here. UNSCHEDULABLE_REASONS say the gang cannot run now.
 R_SCHEDULED = "Scheduled"  # the minimum is bound
+R_FINISHED = "Finished"  # every pod ran to completion (succeeded or failed)
 R_PLANNED = "Planned"  # planned and reserved; waiting for the minimum to bind
 R_WAITING = "Waiting"  # complete, not planned yet (no member has been filtered)
 R_INVALID = "Invalid"  # the PodGroup (or the workload's annotations) cannot be used

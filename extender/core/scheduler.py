@@ -24,9 +24,11 @@ from extender.core.cluster import ClusterState, object_key
 from extender.core.decisions import (
     BIND,
     DONE,
+    FINISHED,
     INVALID,
     PENDING,
     R_BIND_TIMEOUT,
+    R_FINISHED,
     R_GANG_INCOMPLETE,
     R_INVALID,
     R_MEMBER_GONE,
@@ -441,6 +443,11 @@ class GangScheduler:
         bound = sum(1 for p in pods if p.node_name is not None)
         if not view.valid:
             return GroupStatus(group, INVALID, view.message, len(pods), 0, bound, reason=R_INVALID)
+        if pods and all(p.terminal for p in pods):
+            # The workload ran: its pods are done, not missing.
+            succeeded = sum(1 for p in pods if p.phase == "Succeeded")
+            message = f"finished: {succeeded} pod(s) succeeded, {len(pods) - succeeded} failed"
+            return GroupStatus(group, FINISHED, message, len(pods), 0, bound, reason=R_FINISHED)
         gp = self.plans.get(group)
         planned = bound + (len(gp.reserved) if gp else 0)
         domains = dict(gp.plan.domains if gp else self.domains.get(group, {}))
