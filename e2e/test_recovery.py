@@ -55,7 +55,7 @@ async def part_bound_gang(kube: KubeClient, namespace: str, nodes: list[str]) ->
 
 
 async def restart(control_plane: ControlPlane, scheduler: SchedulerSwitch, server: Topogang) -> None:
-    await scheduler.use(scheduler_config(server.url))
+    await scheduler.use(scheduler_config(server.url, server.tls))
 
 
 async def test_a_part_bound_gang_that_cannot_finish_is_evicted_and_says_so(

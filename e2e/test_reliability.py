@@ -95,7 +95,7 @@ async def topogang(kubeconfig: Path, control_plane: ControlPlane, slow: Slow) ->
                 raise
     budget = ["--bind-call-budget", str(CALL_BUDGET)]
     async with Topogang.start(kubeconfig, control_plane.logs_dir, bind_timeout=BIND_TIMEOUT, args=budget) as server:
-        config = scheduler_config(server.url)
+        config = scheduler_config(server.url, server.tls)
         config["extenders"].append(
             {"urlPrefix": slow.url, "filterVerb": "filter", "nodeCacheCapable": True, "httpTimeout": "30s"}
         )

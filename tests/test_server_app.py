@@ -258,3 +258,37 @@ async def test_a_pod_naming_a_podgroup_that_does_not_exist_yet_waits(setup: Any)
     }
     scheduler.state.set_podgroup("default/later", podgroup({"minMember": 1}, name="later"))
     assert len((await call(client, "filter", args(early)))["NodeNames"]) == 1
+
+
+class _Refused(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"{status} refused")
+        self.status = status
+
+
+@pytest.mark.parametrize(("status", "held"), [(403, False), (404, False), (500, True)])
+async def test_a_bind_no_retry_can_carry_out_gives_its_room_back(setup: Any, status: int, held: bool) -> None:
+    """A pod whose namespace is being deleted (403) or that is gone (404) cannot be bound by any
+    retry: its reservation goes at once. A transient error keeps it for kube-scheduler's retry."""
+    client, scheduler, recorder = await setup()
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    nodes = {p.key: (await call(client, "filter", args(p)))["NodeNames"][0] for p in pods}
+
+    async def refuse(namespace: str, name: str, uid: str, node: str) -> None:
+        raise _Refused(status)
+
+    recorder.bind = refuse  # type: ignore[method-assign]
+    replies = await asyncio.gather(
+        *(
+            call(
+                client,
+                "bind",
+                orjson.dumps({"PodName": p.name, "PodNamespace": "default", "PodUID": "", "Node": nodes[p.key]}),
+            )
+            for p in pods
+        )
+    )
+    assert all(f"{status} refused" in r["Error"] for r in replies)
+    assert bool(scheduler.state.reservations) is held

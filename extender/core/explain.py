@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from extender.core.decisions import R_WAITING
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
 from extender.placement import Excluded, Plan, Scope, TopologyTree, Unplaceable, left_out, plan
@@ -93,11 +94,19 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         levels = "; ".join(f"{lv} {', '.join(d)}" for lv, d in result.levels.items() if d)
         extra = f"; {len(result.unplaced)} optional pod(s) would not fit" if result.unplaced else ""
         outcome = f"fits: {len(result.assignments)} pod(s) would be placed ({levels}){extra}"
+        headline = "not planned yet, and it fits now: kube-scheduler has not sent its pods since"
     else:
         assert isinstance(result, Unplaceable)
         outcome = f"does not fit: {result.message}"
+        headline = outcome
     shapes = {s.describe(): left_out(snapshot, s) for s in gang.shapes}
-    return replace(base, outcome=outcome, left_out={k: v for k, v in shapes.items() if v})
+    # A complete gang this scheduler never tried (always so for `explain` on a live cluster,
+    # whose cache is fresh) would say "waiting to be planned": the dry run knows better.
+    message = status.message.replace(WAITING, headline, 1) if status.reason == R_WAITING else status.message
+    return replace(base, message=message, outcome=outcome, left_out={k: v for k, v in shapes.items() if v})
+
+
+WAITING = "waiting to be planned"  # GangScheduler.status's message for R_WAITING
 
 
 def _lines(

@@ -53,6 +53,7 @@ from extender.core.decisions import (
 from extender.core.exclusivity import snapshot_for
 from extender.core.gate import Gate
 from extender.core.membership import GroupView, Membership
+from extender.grouping import Family
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
@@ -351,7 +352,7 @@ class GangScheduler:
         """The gangs some pod belongs to."""
         return self.membership.groups()
 
-    def families(self) -> set[str]:
+    def families(self) -> set[Family]:
         """The families that have pods (see Membership.families)."""
         return self.membership.families()
 

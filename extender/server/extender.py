@@ -38,6 +38,10 @@ from extender.server.metrics import (
 log = structlog.get_logger("topogang")
 PODGROUP_API = "scheduling.topogang.io/v1alpha1"
 
+# API statuses after which no retry can bind the pod: it is gone (404), or its namespace is being
+# deleted (403 "being terminated"); its reservation is dropped instead of held for a retry.
+BIND_HOPELESS = frozenset({403, 404})
+
 
 class Actions(Protocol):
     """What the extender asks of the API server (extender.kube.actions.KubeActions)."""
@@ -129,6 +133,12 @@ class Extender:
 
     async def bind(self, args: wire.BindArgs) -> bytes:
         key = args.pod_key
+        cached = self.scheduler.pod(key)
+        if cached is not None and args.uid and cached.uid and cached.uid != args.uid:
+            # The default binder's uid precondition: a call for a pod since replaced binds nothing.
+            log.info("bind refused", pod=key, node=args.node, reason="uid changed", uid=args.uid, now=cached.uid)
+            self.metrics.bind_failed(BIND_REJECTED)
+            return wire.encode_binding(f"topogang: pod {key} is now another pod (uid {cached.uid}, not {args.uid})")
         decision = self.scheduler.bind(key, args.node, time.monotonic())
         if decision.action == DONE:
             return wire.encode_binding("")
@@ -227,6 +237,8 @@ class Extender:
             await self.actions.bind(pod.namespace, pod.name, pod.uid, node)
         except Exception as exc:  # an API error: this pod's call fails, kube-scheduler retries it
             self.metrics.bind_failed(BIND_API_ERROR)
+            if getattr(exc, "status", None) in BIND_HOPELESS:
+                self.scheduler.forget_pod(pod_key)  # no retry can bind it: its room goes back
             return f"topogang: binding {pod_key} to {node} failed: {exc}"
         self.scheduler.observe_pod(replace(pod, node_name=node))
         return ""

@@ -196,9 +196,11 @@ def decode_victims(body: bytes) -> tuple[str, dict[str, Any]]:
     if not isinstance(victims, dict):
         raise WireError("ExtenderPreemptionArgs.NodeNameToVictims: expected a map of node name to victims")
     out: dict[str, Any] = {}
-    for node, v in victims.items():
-        pods = (_field(v, "Pods") or []) if isinstance(v, dict) else []
-        uids = [{"UID": (p.get("metadata") or {}).get("uid", "")} for p in pods if isinstance(p, dict)]
+    for node, raw in victims.items():
+        v = raw if isinstance(raw, dict) else {}
+        pods = _field(v, "Pods")
+        metas = [p.get("metadata") for p in pods if isinstance(p, dict)] if isinstance(pods, list) else []
+        uids = [{"UID": m.get("uid", "")} for m in metas if isinstance(m, dict)]
         out[node] = {"Pods": uids, "NumPDBViolations": _field(v, "NumPDBViolations") or 0}
     return key, out
 

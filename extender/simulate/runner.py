@@ -20,8 +20,9 @@ from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
-from extender.grouping import can_synthesize, synthesize
+from extender.grouping import Family, can_synthesize, synthesize
 from extender.model.errors import InvalidObject
+from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
 from extender.simulate.loader import InputError, Loaded
 
@@ -74,7 +75,7 @@ class Simulation:
         for obj in objects:
             meta = obj.body.get("metadata") or {}
             name, ns = meta.get("name"), meta.get("namespace") or "default"
-            if not can_synthesize(obj.api_version, obj.kind) or f"{obj.kind} {ns}/{name}" in with_pods:
+            if not can_synthesize(obj.api_version, obj.kind) or Family(obj.kind, GroupKey(ns, str(name))) in with_pods:
                 continue
             try:
                 made = synthesize(obj.body)
