@@ -126,7 +126,7 @@ def test_serve_help_names_every_flags_environment_variable() -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
-    assert len(flags) == 19
+    assert len(flags) == 21
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     for action in flags:
         env = re.search(r"TOPOGANG_[A-Z_]+", action.help or "")
