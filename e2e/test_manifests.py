@@ -729,10 +729,10 @@ def test_the_shipped_scheduler_configs_agree(installed: Installed) -> None:
     assert ["topogang-scheduler"] in [r.get("resourceNames") for r in role["rules"]]
     (configmap,) = [d for d in installed.scheduler if d["kind"] == "ConfigMap"]
     assert yaml.safe_load(configmap["data"]["config.yaml"]) == second
-    # topogang gives up on a gang before kube-scheduler gives up on the HTTP call.
+    # topogang answers a waiting bind call before kube-scheduler gives up on the HTTP call.
     args = installed.of("Deployment", "topogang")["spec"]["template"]["spec"]["containers"][0]["args"]
-    (bind_timeout,) = [float(a.split("=", 1)[1]) for a in args if a.startswith("--bind-timeout=")]
-    assert bind_timeout < float(shipped["extenders"][0]["httpTimeout"].removesuffix("s"))
+    (budget,) = [float(a.split("=", 1)[1]) for a in args if a.startswith("--bind-call-budget=")]
+    assert budget < float(shipped["extenders"][0]["httpTimeout"].removesuffix("s"))
     # Its urlPrefix path is the one topogang serves, over HTTPS.
     (prefix,) = [a.split("=", 1)[1] for a in args if a.startswith("--url-prefix=")]
     for doc in (shipped, second, kubeadm):

@@ -132,3 +132,17 @@ def test_a_status_only_update_of_a_podgroup_changes_nothing_that_plans() -> None
     assert scheduler.state.version == version  # the same spec: no regrouping, no dropped views
     scheduler.state.set_podgroup("default/g", podgroup({"minMember": 2, **RACK_CONSTRAINT}, name="g"))
     assert scheduler.state.version == version + 1
+
+
+def test_a_gang_whose_pods_all_ended_is_finished_not_incomplete() -> None:
+    scheduler, keys = setup()
+    planned = filter_all(scheduler, keys)
+    for k in keys:
+        for p, n in scheduler.bind(k, planned[k], 1.0).bind:
+            scheduler.observe_pod(replace(scheduler.state.pods[p], node_name=n))
+    for k, ended in zip(keys, ("Succeeded", "Succeeded", "Failed"), strict=True):
+        scheduler.observe_pod(replace(scheduler.state.pods[k], phase=ended))
+    status = scheduler.status("default/g")
+    assert (status.phase, status.reason, status.pods, status.bound) == ("Finished", "Finished", 3, 3)
+    assert status.message == "finished: 2 pod(s) succeeded, 1 failed"
+    assert not status.unschedulable

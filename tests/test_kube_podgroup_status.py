@@ -124,7 +124,8 @@ def test_a_scheduled_gang_keeps_the_domains_recorded_when_the_core_no_longer_kno
 @pytest.mark.parametrize(
     ("before", "now", "want"),
     [
-        (None, (PENDING, "GangIncomplete", "gang 1/4"), ("Warning", "Unschedulable", "gang 1/4")),
+        (None, (PENDING, "GangIncomplete", "gang 1/4"), None),  # the writer warns after a grace
+        ((SCHEDULED, "Scheduled", "4 bound"), ("Finished", "Finished", "done"), ("Normal", "Finished", "done")),
         ((PENDING, "GangIncomplete", "gang 1/4"), (PENDING, "GangIncomplete", "gang 2/4"), None),
         (
             (PENDING, "GangIncomplete", "gang 3/4"),
@@ -140,6 +141,7 @@ def test_a_scheduled_gang_keeps_the_domains_recorded_when_the_core_no_longer_kno
     ],
     ids=[
         "first-seen-incomplete",
+        "finished",
         "more-pods",
         "now-no-domain",
         "planned",

@@ -111,12 +111,17 @@ def phase(api: FakeApi, path: str) -> tuple[str, str] | None:
 async def test_a_podgroup_object_gets_its_status_and_an_event_per_transition() -> None:
     scheduler, api, events = cluster(), FakeApi(), Events()
     api.put_object(G_PATH, "uid-g", generation=2)
-    writer = PodGroupWriter(api, scheduler, events, interval=0.01)
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01, incomplete_grace=0.3)
     writer.start()
     try:
         await until(lambda: phase(api, G_PATH) == ("Pending", "GangIncomplete"), "a pending status")
         assert api.objects[G_PATH]["status"]["observedGeneration"] == 2
+        assert events.events == []  # incomplete for less than the grace: pods may still be coming
+        await until(lambda: bool(events.events), "the one Warning once the grace has passed")
         assert events.events == [("g/uid-g", "Warning", "Unschedulable", "PodGroup default/g: gang 2/3 pods present")]
+        writer.touch("default/g")
+        await asyncio.sleep(0.05)
+        assert len(events.events) == 1
         scheduler.observe_pod(pod("g-2", group="g"))  # the feed: a pod changed
         place(scheduler, ["default/g-0", "default/g-1", "default/g-2"])
         writer.touch("default/g")  # the feed: a decision
@@ -129,7 +134,7 @@ async def test_a_podgroup_object_gets_its_status_and_an_event_per_transition() -
         writer.touch("default/g")
         await asyncio.sleep(0.1)
         assert api.status_writes(G_PATH) == writes  # nothing changed: nothing written
-        assert writer.phase_counts() == {"Pending": 0, "Scheduled": 1, "Invalid": 0}
+        assert writer.phase_counts() == {"Pending": 0, "Scheduled": 1, "Invalid": 0, "Finished": 0}
         assert writer.writes["ok"] == writes
     finally:
         await writer.stop()
@@ -138,11 +143,12 @@ async def test_a_podgroup_object_gets_its_status_and_an_event_per_transition() -
 async def test_a_new_leader_learns_what_was_written_and_repeats_nothing() -> None:
     scheduler, api, events = cluster(), FakeApi(), Events()
     api.put_object(G_PATH, "uid-g")
-    first = PodGroupWriter(api, scheduler, events, interval=0.01)
+    first = PodGroupWriter(api, scheduler, events, interval=0.01, incomplete_grace=0)
     first.start()
     await until(lambda: phase(api, G_PATH) is not None, "the first status")
     await first.stop()
-    second = PodGroupWriter(api, scheduler, events, interval=0.01)
+    await asyncio.sleep(1.1)  # the written condition's time has a resolution of a second
+    second = PodGroupWriter(api, scheduler, events, interval=0.01, incomplete_grace=0)
     second.start()
     try:
         await until(lambda: f"get {G_PATH}" in api.calls[1:], "the new leader to read the object")
@@ -215,7 +221,7 @@ async def test_a_failed_write_is_one_log_line_and_is_tried_again() -> None:
     scheduler, api, events = cluster(), FakeApi(), Events()
     api.put_object(G_PATH, "uid-g")
     api.fail_status = True
-    writer = PodGroupWriter(api, scheduler, events, interval=0.01)
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01, incomplete_grace=0)
     with capture_logs() as logs:
         writer.start()
         try:

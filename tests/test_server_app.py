@@ -161,7 +161,7 @@ async def test_a_gate_that_never_fills_times_out_and_releases_the_plan(setup: An
         )
     )
     assert {r["Error"] for r in replies} == {
-        "topogang: bind gate timed out: 3/4 pods of the minimum reached bind within 0.2s"
+        "topogang: bind gate timed out: 3/4 pods of the minimum reached bind, and none more for 0.2s"
     }
     assert recorder.bound == []
     assert not scheduler.state.reservations

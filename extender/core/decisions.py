@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, DomainRef, Preemption, Shortfall
 
 # Phases of a group (PodGroup status.phase).
-PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"
+PENDING, SCHEDULED, INVALID, FINISHED = "Pending", "Scheduled", "Invalid", "Finished"
 
 # Why a group is in its phase: the `reason` of its PodGroup conditions. A plan that failed gives
 # its Shortfall kind (extender.placement.reasons: NoDomain, NoCapacity, GangIncomplete,
 # SearchLimit); the rest are decided here. UNSCHEDULABLE_REASONS say the gang cannot run now.
 R_SCHEDULED = "Scheduled"  # the minimum is bound
+R_FINISHED = "Finished"  # every pod ran to completion (succeeded or failed)
 R_PLANNED = "Planned"  # planned and reserved; waiting for the minimum to bind
 R_WAITING = "Waiting"  # complete, not planned yet (no member has been filtered)
 R_INVALID = "Invalid"  # the PodGroup (or the workload's annotations) cannot be used
@@ -30,6 +31,7 @@ R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
 R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
 R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
+R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -41,6 +43,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_PLAN_EXPIRED,
         R_MEMBER_GONE,
         R_PREEMPTION_TIMEOUT,
+        R_PARTIAL_EVICTED,
     }
 )
 
@@ -49,24 +52,33 @@ UNSCHEDULABLE_REASONS = frozenset(
 class Released:
     """Why a group's plan was dropped, as data."""
 
-    kind: str  # R_REPLANNING, R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_MEMBER_GONE or R_NOT_LEADER
+    kind: str  # R_REPLANNING, R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_MEMBER_GONE, R_NOT_LEADER, R_PARTIAL_EVICTED
     arrived: int = 0  # R_BIND_TIMEOUT: pods of the minimum that reached bind...
-    total: int = 0  # ... of this many
-    seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED: the time they had
+    total: int = 0  # ... of this many; R_PARTIAL_EVICTED: the bound pods evicted
+    seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_PARTIAL_EVICTED: the time they had
     pod: str = ""  # R_MEMBER_GONE: the pod that went away
+    nodes: tuple[str, ...] = ()  # R_REPLANNING: the planned nodes that stopped fitting, when known
 
     def render(self) -> str:
         if self.kind == R_BIND_TIMEOUT:
             return (
-                f"bind gate timed out: {self.arrived}/{self.total} pods of the minimum reached bind"
-                f" within {self.seconds:g}s"
+                f"bind gate timed out: {self.arrived}/{self.total} pods of the minimum reached bind,"
+                f" and none more for {self.seconds:g}s"
             )
         if self.kind == R_PLAN_EXPIRED:
             return f"plan expired after {self.seconds:g}s without all pods binding"
         if self.kind == R_MEMBER_GONE:
             return f"pod {self.pod} of the minimum went away before binding"
+        if self.kind == R_PARTIAL_EVICTED:
+            return (
+                f"evicted {self.total} bound pod(s): the gang was found below its minimum after a restart"
+                f" and the rest could not be placed within {self.seconds:g}s"
+            )
         if self.kind == R_NOT_LEADER:
             return "this replica is no longer the leader"
+        if self.nodes:
+            shown = ", ".join(self.nodes[:5]) + (f" and {len(self.nodes) - 5} more" if len(self.nodes) > 5 else "")
+            return f"re-planning: planned node(s) {shown} no longer fit (deleted, cordoned, not ready or full)"
         return "re-planning: a planned node no longer fits"
 
 
@@ -148,12 +160,14 @@ class FilterResult:
 class BindDecision:
     """What to do with one bind call at the gang's bind gate."""
 
-    action: str  # BIND (these pods now), WAIT (hold this call), REJECT (fail this call)
+    action: str  # BIND (these pods now), WAIT (hold this call), REJECT (fail this call), DONE (bound already)
     bind: tuple[tuple[str, str], ...] = ()  # (pod, node) to bind now, this call's pod included
     error: str = ""
+    event: PlanEvent | None = None  # a plan made when the gate found a planned node gone
+    stale: tuple[str, ...] = ()  # the planned nodes that no longer fit when the gate opened
 
 
-BIND, WAIT, REJECT = "bind", "wait", "reject"
+BIND, WAIT, REJECT, DONE = "bind", "wait", "reject", "done"
 
 
 @dataclass(frozen=True)

@@ -252,13 +252,17 @@ class Membership:
             spec = grouping.podgroup
             if spec.priority_class_name in state.priority_classes:
                 priority = max(priority, state.priority_classes[spec.priority_class_name])
-            built = build_gang(spec, pods, state.topologies, order=grouping.order, subgroup_of=grouping.subgroup_of)
+            # A pod held by a scheduling gate (Kueue's, a user's, topogang's own) is not present:
+            # it cannot be scheduled, so counting it would plan and hold room for a gang that
+            # cannot bind. It joins the gang once its gates are gone.
+            present = [p for p in pods if not p.scheduling_gates]
+            built = build_gang(spec, present, state.topologies, order=grouping.order, subgroup_of=grouping.subgroup_of)
             view = GroupView(
                 group,
                 spec,
                 built,
                 built.errors,
-                warnings=grouping.warnings,
+                warnings=grouping.warnings + _gated(pods),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),
@@ -269,6 +273,15 @@ class Membership:
         if not assumed:
             self._views[group] = view
         return view
+
+
+def _gated(pods: Sequence[PodInfo]) -> tuple[str, ...]:
+    """The note on a gang whose pods wait behind scheduling gates (they are not counted)."""
+    gated = [p for p in pods if p.scheduling_gates]
+    if not gated:
+        return ()
+    gates = sorted({g for p in gated for g in p.scheduling_gates})
+    return (f"{len(gated)} pod(s) held by scheduling gate(s) {', '.join(gates)}, not counted until released",)
 
 
 def _has_exclusive(spec: PodGroupSpec) -> bool:

@@ -17,18 +17,22 @@ longer fits (another scheduler took the space) is planned again for the pods not
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from extender.core.cluster import ClusterState, object_key
 from extender.core.decisions import (
     BIND,
+    DONE,
+    FINISHED,
     INVALID,
     PENDING,
     R_BIND_TIMEOUT,
+    R_FINISHED,
     R_GANG_INCOMPLETE,
     R_INVALID,
     R_MEMBER_GONE,
+    R_PARTIAL_EVICTED,
     R_PLAN_EXPIRED,
     R_PLANNED,
     R_REPLANNING,
@@ -48,6 +52,7 @@ from extender.core.decisions import (
     SubGroupStatus,
 )
 from extender.core.exclusivity import snapshot_for
+from extender.core.gate import Gate
 from extender.core.membership import GroupView, Membership
 from extender.core.nomination import Nomination
 from extender.core.preempting import Preempting
@@ -79,11 +84,9 @@ class GroupPlan:
     plan: Plan
     generation: int
     reserved: dict[str, str]  # pod -> node, not bound yet
-    minimum: set[str]  # the pods that must all reach bind before any binds
+    gate: Gate  # the minimum, who of it reached bind, and when the last new one did
     created: float
     touched: float  # last progress: a plan, a pod reaching bind
-    arrived: dict[str, str] = field(default_factory=dict)  # pods waiting at the gate
-    released: bool = False  # the minimum went through the gate
 
 
 class GangScheduler:
@@ -109,6 +112,10 @@ class GangScheduler:
             if waiting is not None:  # it names a gang that cannot be resolved yet: not a plain pod
                 return _refuse(nodes, f"topogang: {waiting}")
             return self._filter_plain(pod, nodes)
+        if pod.node_name is not None:  # bound at its gate while kube-scheduler was retrying it
+            if pod.node_name in nodes:
+                return FilterResult([pod.node_name], group=group)
+            return _refuse(nodes, f"topogang: the pod is bound to {pod.node_name} already", group)
         view = self.membership.view(group)
         if not view.valid:
             return _refuse(nodes, f"topogang: PodGroup {group} is invalid: {view.message}", group)
@@ -187,7 +194,7 @@ class GangScheduler:
             self.state.reserve(pod_key, node, self.state.pods[pod_key].requests)
         if gp is None:
             self._generation += 1
-            gp = GroupPlan(result, self._generation, dict(new), set(result.minimum), now, now)
+            gp = GroupPlan(result, self._generation, dict(new), Gate(frozenset(result.minimum)), now, now)
             self.plans[group] = gp
             outcome = "planned"
         else:
@@ -302,9 +309,21 @@ class GangScheduler:
             self.state.unreserve(pod_key)
         self.domains.pop(group, None)
         self._why(group, why)
-        waiting = sorted(gp.arrived)
+        waiting = sorted(gp.gate.arrived)
         self.dropped.extend((p, why) for p in waiting)
         return waiting
+
+    def plan_group(self, group: str, now: float) -> PlanEvent | None:
+        """Plan GROUP now if it is valid and has no plan (a gang found part-bound at start)."""
+        view = self.membership.view(group)
+        if group in self.plans or not view.valid:
+            return None
+        return self._plan(group, view, now, extend=False)
+
+    def give_up(self, group: str, why: Released) -> None:
+        """Drop GROUP's plan, if any, and say why (its bound pods are being taken back)."""
+        self.release(group, why)
+        self._why(group, why)
 
     def release_all(self, why: Released) -> None:
         """Drop every plan (this replica stopped leading)."""
@@ -349,6 +368,12 @@ class GangScheduler:
         group = self.membership.group_of(pod_key)
         if group is None:
             return BindDecision(BIND, ((pod_key, node),))
+        pod = self.state.pods.get(pod_key)
+        if pod is not None and pod.node_name is not None:
+            # Bound by topogang when its gate opened, after this call's attempt began.
+            if pod.node_name == node:
+                return BindDecision(DONE)
+            return BindDecision(REJECT, error=f"topogang: the pod is bound to {pod.node_name} already, not {node}")
         gp = self.plans.get(group)
         planned = gp.reserved.get(pod_key) if gp else None
         if gp is None or planned is None:
@@ -356,37 +381,59 @@ class GangScheduler:
         if planned != node:
             return BindDecision(REJECT, error=f"topogang: the pod is planned on {planned}, not {node}")
         gp.touched = now
-        if gp.released:
+        if gp.gate.opened:
             return BindDecision(BIND, ((pod_key, node),))
-        gp.arrived[pod_key] = node
-        if any(p in gp.reserved and p not in gp.arrived for p in gp.minimum):
+        gp.gate.arrive(pod_key, node, now)
+        if not gp.gate.complete(gp.reserved):
             return BindDecision(WAIT)
-        gp.released = True
-        batch = tuple(sorted(gp.arrived.items()))
-        gp.arrived.clear()
-        return BindDecision(BIND, batch)
+        return self._open(group, gp, now)
+
+    def _open(self, group: str, gp: GroupPlan, now: float) -> BindDecision:
+        """The whole minimum is at the gate. Its nodes are checked against the cluster as it is
+        now (one may have been deleted, cordoned, gone not ready or filled by another scheduler
+        while the members waited); if any fails, none binds and the gang is planned again."""
+        stale = tuple(sorted({n for n in gp.gate.arrived.values() if not self._still_fits(n)}))
+        if not stale:
+            return BindDecision(BIND, gp.gate.open())
+        self.release(group, Released(R_REPLANNING, nodes=stale))
+        event = self._plan(group, self.membership.view(group), now, extend=False)
+        if event.outcome == "planned":
+            event = replace(event, outcome="replanned")
+        error = f"topogang: {Released(R_REPLANNING, nodes=stale).render()}; planned again"
+        return BindDecision(REJECT, error=error, event=event, stale=stale)
 
     def gate_missing(self, group: str) -> list[str]:
         """Pods of the minimum that have not reached bind yet."""
         gp = self.plans.get(group)
-        if gp is None or gp.released:
-            return []
-        return sorted(p for p in gp.minimum if p in gp.reserved and p not in gp.arrived)
+        return gp.gate.missing(gp.reserved) if gp is not None else []
+
+    def gate_progress(self, group: str) -> tuple[int, int]:
+        """(arrived, total) of GROUP's minimum still unbound."""
+        gp = self.plans.get(group)
+        return gp.gate.counts(gp.reserved) if gp is not None else (0, 0)
+
+    def gate_silence_left(self, group: str, now: float, timeout: float) -> float | None:
+        """Seconds before GROUP's gate closes for want of a new member (<= 0: due); None: no
+        member is waiting at it."""
+        gp = self.plans.get(group)
+        return gp.gate.silence_left(now, timeout) if gp is not None else None
 
     def gate_timeout(self, group: str, seconds: float) -> list[str]:
+        """Close GROUP's gate: no new member reached bind for SECONDS; returns the pods that
+        were waiting (their plan and reservations are released)."""
         gp = self.plans.get(group)
-        if gp is None or gp.released:
+        if gp is None or gp.gate.opened:
             return []
-        arrived, total = len(gp.arrived), len([p for p in gp.minimum if p in gp.reserved])
+        arrived, total = gp.gate.counts(gp.reserved)
         return self.release(group, Released(R_BIND_TIMEOUT, arrived, total, seconds))
 
     def expire(self, now: float) -> dict[str, list[str]]:
         """Release plans whose minimum made no progress for `plan_ttl` seconds."""
         out = {}
         for group, gp in list(self.plans.items()):
-            if not gp.released and now - gp.touched > self.plan_ttl:
+            if not gp.gate.opened and now - gp.touched > self.plan_ttl:
                 out[group] = self.release(group, Released(R_PLAN_EXPIRED, seconds=self.plan_ttl))
-            elif gp.released and not gp.reserved:
+            elif gp.gate.opened and not gp.reserved:
                 del self.plans[group]  # carried out: the bound pods now speak for the gang
         groups = set(self.membership.groups())
         for group in (set(self.reasons) | set(self.domains)) - groups:  # the gang is gone
@@ -478,7 +525,7 @@ class GangScheduler:
         gp = self.plans.get(group) if group else None
         if gp is not None and pod.key in gp.reserved:
             del gp.reserved[pod.key]  # bound where planned, or elsewhere: no longer ours to hold
-            gp.arrived.pop(pod.key, None)
+            gp.gate.arrived.pop(pod.key, None)
             self.state.unreserve(pod.key)
 
     def forget_pod(self, key: str) -> None:
@@ -488,7 +535,7 @@ class GangScheduler:
         group = self.membership.group_of(key)
         gp = self.plans.get(group) if group else None
         if gp is not None and key in gp.reserved:
-            if not gp.released and key in gp.minimum:
+            if not gp.gate.opened and key in gp.gate.minimum:
                 assert group is not None
                 self.release(group, Released(R_MEMBER_GONE, pod=key))
             else:
@@ -510,6 +557,11 @@ class GangScheduler:
         bound = sum(1 for p in pods if p.node_name is not None)
         if not view.valid:
             return GroupStatus(group, INVALID, view.message, len(pods), 0, bound, reason=R_INVALID)
+        if pods and all(p.terminal for p in pods):
+            # The workload ran: its pods are done, not missing.
+            succeeded = sum(1 for p in pods if p.phase == "Succeeded")
+            message = f"finished: {succeeded} pod(s) succeeded, {len(pods) - succeeded} failed"
+            return GroupStatus(group, FINISHED, message, len(pods), 0, bound, reason=R_FINISHED)
         gp = self.plans.get(group)
         planned = bound + (len(gp.reserved) if gp else 0)
         domains = dict(gp.plan.domains if gp else self.domains.get(group, {}))
@@ -521,7 +573,7 @@ class GangScheduler:
             message = f"{bound} pod(s) bound" + (f"; {self.reasons[group].render()}" if group in self.reasons else "")
             phase, reason = SCHEDULED, R_SCHEDULED
         elif gp is not None:
-            missing = len([p for p in gp.minimum if p in gp.reserved])
+            missing = len([p for p in gp.gate.minimum if p in gp.reserved])
             message = f"planned; waiting for {missing} pod(s) of the minimum to bind"
             phase, reason = PENDING, R_PLANNED
         elif (nom := self.preempting.nominations.get(group)) is not None:
@@ -530,6 +582,8 @@ class GangScheduler:
         # What is true now (pods missing) before what last happened (why a plan was refused).
         elif missing_message := self._incomplete_message(view):
             message, phase, reason = missing_message, PENDING, R_GANG_INCOMPLETE
+            if (why := self.reasons.get(group)) is not None and why.kind == R_PARTIAL_EVICTED:
+                message, reason = f"{why.render()}; {missing_message}", R_PARTIAL_EVICTED
         elif group in self.reasons:
             message, phase, reason = self.reasons[group].render(), PENDING, self.reasons[group].kind
         else:

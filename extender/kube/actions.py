@@ -89,6 +89,8 @@ class KubeActions:
         }
         await self._write(self.client.post(PODS.object_path("v1", name, namespace, "binding"), body))
 
+    # -- evict -----------------------------------------------------------------------------------------
+
     # -- wake ------------------------------------------------------------------------------------------
 
     async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None:

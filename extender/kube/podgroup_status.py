@@ -9,7 +9,8 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/crds/podgro
     phase, message, observedGeneration, pods, planned, bound,
     domains      {"PodGroup": "zone z1", "<SubGroup>": "rack z1/b1/r3", ...} once placed
     subGroups    [{name, minMember, pods, planned, bound, domain}]
-    conditions   Scheduled      True once the minimum is bound; else False with why
+    phase        Pending, Scheduled, Invalid, or Finished once every pod has succeeded or failed
+    conditions   Scheduled      True once the minimum is bound (and once finished); else False with why
                  Unschedulable  True while the gang cannot run (GangIncomplete, NoCapacity,
                                 NoDomain, SearchLimit, Invalid, BindTimeout, PlanExpired,
                                 MemberGone); else False (Planned, Waiting, Scheduled)
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.core.decisions import R_SCHEDULED, SCHEDULED, GroupStatus
+from extender.core.decisions import FINISHED, R_GANG_INCOMPLETE, R_SCHEDULED, SCHEDULED, GroupStatus
 from extender.core.membership import GroupView
 from extender.model.podgroup_body import podgroup_spec_body
 
@@ -95,7 +96,7 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
         if subgroup_domains.get(sg.name):
             item["domain"] = subgroup_domains[sg.name]
         subgroups.append(item)
-    scheduled = status.phase == SCHEDULED
+    scheduled = status.phase in (SCHEDULED, FINISHED)
     body: JSON = {
         "phase": status.phase,
         "message": message,
@@ -106,7 +107,7 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
             _condition(
                 SCHEDULED_CONDITION,
                 scheduled,
-                R_SCHEDULED if scheduled else status.reason,
+                R_SCHEDULED if status.phase == SCHEDULED else status.reason,
                 message,
                 before.get(SCHEDULED_CONDITION),
                 now,
@@ -148,7 +149,10 @@ def transition(previous: Mapping[str, Any] | None, status: GroupStatus) -> tuple
         return None
     if status.phase == SCHEDULED:
         return ("Normal", "Scheduled", _message(status.message))
-    if status.unschedulable:
+    if status.phase == FINISHED:
+        return ("Normal", "Finished", _message(status.message))
+    if status.unschedulable and status.reason != R_GANG_INCOMPLETE:
+        # An incomplete gang is warned about by the writer, once, after a grace period.
         return ("Warning", "Unschedulable", _message(status.message))
     return None
 

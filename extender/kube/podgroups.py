@@ -16,7 +16,9 @@ the hot path, in a background task:
     was last written, at most once per `interval` seconds per gang, with at most `concurrency`
     writes in flight;
   - a change of phase (or of why the gang cannot run) gets an Event on the PodGroup: Normal
-    `Scheduled` or Warning `Unschedulable` with the message (KubeActions folds repeats);
+    `Scheduled` or `Finished`, or Warning `Unschedulable` with the message (KubeActions folds
+    repeats); a gang merely incomplete (its pods still being created) gets its one Warning only
+    once it has been incomplete for `incomplete_grace` seconds;
   - every `resync` seconds all gangs are looked at again, which also catches what the feed does
     not say (a pod deleted, a gang gone).
 
@@ -39,7 +41,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from extender.core.decisions import INVALID, PENDING, SCHEDULED, GroupStatus
+from extender.core.decisions import FINISHED, INVALID, PENDING, R_GANG_INCOMPLETE, SCHEDULED, GroupStatus
 from extender.core.scheduler import GangScheduler
 from extender.kube.client import ApiError, JSONDict
 from extender.kube.podgroup_status import (
@@ -47,6 +49,8 @@ from extender.kube.podgroup_status import (
     KIND,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    UNSCHEDULABLE_CONDITION,
+    conditions_of,
     derived_object,
     status_body,
     transition,
@@ -79,6 +83,18 @@ class _Written:
     applied: Mapping[str, Any] | None = None  # the derived object as last applied
 
 
+def _incomplete_for(status: Mapping[str, Any]) -> float:
+    """Seconds a written status has said GangIncomplete (0: it does not, or cannot be read)."""
+    condition = conditions_of(status).get(UNSCHEDULABLE_CONDITION) or {}
+    if condition.get("status") != "True" or condition.get("reason") != R_GANG_INCOMPLETE:
+        return 0.0
+    try:
+        since = datetime.datetime.fromisoformat(str(condition.get("lastTransitionTime")))
+    except ValueError:
+        return 0.0
+    return max(0.0, (datetime.datetime.now(datetime.UTC) - since).total_seconds())
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -92,6 +108,7 @@ class PodGroupWriter:
         *,
         interval: float = 1.0,
         resync: float = 30.0,
+        incomplete_grace: float = 60.0,
         concurrency: int = 8,
         log: structlog.typing.FilteringBoundLogger | None = None,
     ) -> None:
@@ -100,6 +117,10 @@ class PodGroupWriter:
         self.events = events
         self.interval = interval
         self.resync = resync
+        self.incomplete_grace = incomplete_grace
+        self._incomplete: dict[str, float] = {}  # group -> since when it is incomplete (monotonic)
+        self._warned: set[str] = set()  # incomplete gangs whose one Warning was emitted
+        self._ticks: dict[str, asyncio.TimerHandle] = {}  # group -> a look again when its grace ends
         self.log = log or structlog.get_logger("topogang.kube")
         self.phases: dict[str, str] = {}  # group -> its phase, as last computed (for metrics)
         self.writes: Counter[str] = Counter()  # "ok" / "failed": status writes (for metrics)
@@ -136,7 +157,7 @@ class PodGroupWriter:
         self._wake.set()
 
     def phase_counts(self) -> dict[str, int]:
-        counts = dict.fromkeys((PENDING, SCHEDULED, INVALID), 0)
+        counts = dict.fromkeys((PENDING, SCHEDULED, INVALID, FINISHED), 0)
         counts.update(Counter(self.phases.values()))
         return counts
 
@@ -153,6 +174,11 @@ class PodGroupWriter:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for tick in self._ticks.values():
+            tick.cancel()
+        self._ticks.clear()
+        self._incomplete.clear()
+        self._warned.clear()
         self._written.clear()
         self._dirty.clear()
         self._dirty_pods.clear()
@@ -211,18 +237,24 @@ class PodGroupWriter:
     async def _write(self, group: str, status: GroupStatus) -> None:
         namespace, name = (key := GroupKey.parse(group)).namespace, key.name
         path = TOPOGANG_PODGROUPS.object_path(TOPOGANG_PODGROUPS.versions[0], name, namespace)
+        late = None
         async with self._slots:
             try:
                 written = await self._target(group, namespace, name, path)
                 if written is None:
                     return
                 body = status_body(status, written.status, _now(), self._generation(group, written))
+                late = self._late_incomplete(group, status, written.status)
                 if body == written.status:
+                    if late is not None:
+                        await self._event(group, written.uid, late)
                     return
                 meta = {"name": name, "namespace": namespace}
                 patch = {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta, "status": body}
                 await self.client.apply(f"{path}/status", patch, field_manager=FIELD_MANAGER)
             except ApiError as exc:
+                if late is not None:
+                    self._warned.discard(group)  # said with the write that succeeds
                 self.writes["failed"] += 1
                 if exc.status == 404:
                     self._written.pop(group, None)  # deleted meanwhile: learnt again next time
@@ -230,15 +262,48 @@ class PodGroupWriter:
                 return
             self.writes["ok"] += 1
             previous, written.status = written.status, body
-            change = transition(previous, status)
+            change = late or transition(previous, status)
         if change is not None:
-            kind, reason, message = change
-            involved = {"apiVersion": API_VERSION, "kind": KIND, "namespace": namespace, "name": name}
-            involved["uid"] = written.uid
-            try:
-                await self.events.event(involved, reason, message, kind)
-            except Exception as exc:
-                self.log.warning("podgroup event failed", group=group, error=str(exc))
+            await self._event(group, written.uid, change)
+
+    async def _event(self, group: str, uid: str, change: tuple[str, str, str]) -> None:
+        kind, reason, message = change
+        key = GroupKey.parse(group)
+        involved = {"apiVersion": API_VERSION, "kind": KIND, "namespace": key.namespace, "name": key.name, "uid": uid}
+        try:
+            await self.events.event(involved, reason, message, kind)
+        except Exception as exc:
+            self.log.warning("podgroup event failed", group=group, error=str(exc))
+
+    def _late_incomplete(
+        self, group: str, status: GroupStatus, written: Mapping[str, Any]
+    ) -> tuple[str, str, str] | None:
+        """The one Warning for a gang incomplete longer than `incomplete_grace`: a gang whose pods
+        are still being created is not a problem worth an Event per count. A new leader counts
+        from when the written status became incomplete, and takes a gang incomplete for longer
+        than the grace as warned already."""
+        if status.reason != R_GANG_INCOMPLETE:
+            self._incomplete.pop(group, None)
+            self._warned.discard(group)
+            return None
+        if group not in self._incomplete:
+            since = self._incomplete[group] = time.monotonic() - _incomplete_for(written)
+            if since + self.incomplete_grace <= time.monotonic() and _incomplete_for(written) > 0:
+                self._warned.add(group)
+        since = self._incomplete[group]
+        if group in self._warned:
+            return None
+        left = since + self.incomplete_grace - time.monotonic()
+        if left > 0:
+            if group not in self._ticks:
+                self._ticks[group] = asyncio.get_running_loop().call_later(left, self._tick, group)
+            return None
+        self._warned.add(group)
+        return ("Warning", "Unschedulable", status.message)
+
+    def _tick(self, group: str) -> None:
+        self._ticks.pop(group, None)
+        self.touch(group)
 
     def _generation(self, group: str, written: _Written) -> int:
         spec = self.scheduler.podgroup(group)

@@ -16,7 +16,8 @@ from typing import Protocol
 
 import structlog
 
-from extender.core.decisions import BIND, R_NOT_LEADER, REJECT, WAIT, PlanEvent, Released
+from extender.core.decisions import BIND, DONE, R_NOT_LEADER, REJECT, WAIT, BindDecision, PlanEvent, Released
+from extender.core.recovery import Recovery
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
@@ -25,6 +26,7 @@ from extender.placement import NO_CAPACITY, NO_DOMAIN, Shortfall
 from extender.server import wire
 from extender.server.metrics import (
     BIND_API_ERROR,
+    BIND_CALL_BUDGET,
     BIND_GATE_TIMEOUT,
     BIND_NOT_LEADER,
     BIND_PLAN_RELEASED,
@@ -40,6 +42,7 @@ EVICT_RETRY = 2.0  # seconds between evictions a PodDisruptionBudget refused
 BLOCKED = "blocked"  # KubeActions.evict: a PodDisruptionBudget refused it for now
 
 ROOM_WAKE_DELAY = 1.0  # seconds: node changes come in bursts; members parked for room wake once
+PODGROUP_API = "scheduling.topogang.io/v1alpha1"
 
 # API statuses after which no retry can bind the pod: it is gone (404), or its namespace is being
 # deleted (403 "being terminated"); its reservation is dropped instead of held for a retry.
@@ -64,23 +67,32 @@ def _ignore(group: str) -> None:
 
 class Extender:
     def __init__(
-        self, scheduler: GangScheduler, actions: Actions, *, bind_timeout: float, metrics: Metrics | None = None
+        self,
+        scheduler: GangScheduler,
+        actions: Actions,
+        *,
+        bind_timeout: float,
+        call_budget: float = 20.0,
+        recovery_grace: float = 30.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.scheduler = scheduler
         self.actions = actions
-        self.bind_timeout = bind_timeout
+        self.bind_timeout = bind_timeout  # silence: no new member at the gate this long closes it
+        self.call_budget = call_budget  # the longest one bind call waits (under kube-scheduler's httpTimeout)
         self.metrics = metrics if metrics is not None else Metrics()
         # Told the group whenever a decision may have changed its status (the PodGroup writer).
         self.changed: Callable[[str], None] = _ignore
         self._first_seen: dict[str, float] = {}  # group -> when a member was first filtered (monotonic)
         self._waiting: dict[str, asyncio.Future[str]] = {}  # pod -> its bind's answer
-        self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> gate timeout
+        self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> its gate's silence timer
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake_soon = False
         self._room_wake: asyncio.TimerHandle | None = None
         scheduler.subscribe(self._changed_object)
+        self.recovery = Recovery(bind_timeout + recovery_grace)  # gangs found part-bound at start
 
     # -- filter and prioritize -------------------------------------------------------------------
 
@@ -248,26 +260,61 @@ class Extender:
             self.metrics.bind_failed(BIND_REJECTED)
             return wire.encode_binding(f"topogang: pod {key} is now another pod (uid {cached.uid}, not {args.uid})")
         decision = self.scheduler.bind(key, args.node, time.monotonic())
+        if decision.action == DONE:
+            return wire.encode_binding("")
         if decision.action == REJECT:
-            log.info("bind refused", pod=key, node=args.node, reason=decision.error)
-            self.metrics.bind_failed(BIND_REJECTED)
+            self._rejected(key, args.node, decision)
             return wire.encode_binding(decision.error)
         if decision.action == BIND:
             errors = await self._bind_all(decision.bind)
             return wire.encode_binding(errors.get(key, ""))
         assert decision.action == WAIT
+        return wire.encode_binding(await self._wait(key, args.node))
+
+    def _rejected(self, key: str, node: str, decision: BindDecision) -> None:
+        self.metrics.bind_failed(BIND_REJECTED)
+        if decision.event is None:
+            log.info("bind refused", pod=key, node=node, reason=decision.error)
+            return
+        # The gate found planned nodes gone when the minimum was all there: none bound, planned again.
+        group = decision.event.group
+        log.warning("bind gate found planned nodes gone", group=group, nodes=list(decision.stale), pod=key)
+        self._log_decision(decision.event, 0.0)
+        self._fail_dropped(BIND_PLAN_RELEASED)
+        self.changed(group)
+        message = f"{decision.error.removeprefix('topogang: ')}: {decision.event.outcome}"
+        self._emit_group(group, "GangReplanned", message, "Warning")
+
+    async def _wait(self, key: str, node: str) -> str:
+        """Hold this bind call at its gang's gate for at most the call budget. Past it the call is
+        answered with a retryable error while the pod stays arrived (its node and reservation
+        kept): kube-scheduler requeues it, and the gate binds it with the rest either way."""
         group = self.scheduler.group_of(key) or ""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
         old = self._waiting.pop(key, None)
         if old is not None and not old.done():
             old.set_result("topogang: superseded by a newer bind call for this pod")
             self.metrics.bind_failed(BIND_SUPERSEDED)
         self._waiting[key] = future
+        budget = loop.call_later(self.call_budget, self._call_budget_spent, key, node, group, future)
+        future.add_done_callback(lambda _: budget.cancel())
         if group not in self._gates:
-            self._gates[group] = asyncio.get_running_loop().call_later(self.bind_timeout, self._gate_expired, group)
-        missing = self.scheduler.gate_missing(group)
-        log.debug("bind waiting at the gate", pod=key, node=args.node, group=group, missing=len(missing))
-        return wire.encode_binding(await future)
+            self._gates[group] = loop.call_later(self.bind_timeout, self._gate_expired, group)
+        log.debug("bind waiting at the gate", pod=key, node=node, group=group)
+        return await future
+
+    def _call_budget_spent(self, key: str, node: str, group: str, future: asyncio.Future[str]) -> None:
+        if future.done():
+            return
+        if self._waiting.get(key) is future:
+            del self._waiting[key]
+        arrived, total = self.scheduler.gate_progress(group)
+        future.set_result(
+            f"topogang: waiting at gang {group}'s bind gate ({arrived}/{total} of the minimum arrived);"
+            f" the pod keeps its place on {node} and binds with the gang"
+        )
+        self.metrics.bind_failed(BIND_CALL_BUDGET)
 
     async def _bind_all(self, batch: Sequence[tuple[str, str]]) -> dict[str, str]:
         """Bind every pod of a released gate at once; answer the calls that were waiting."""
@@ -317,9 +364,16 @@ class Extender:
         return ""
 
     def _gate_expired(self, group: str) -> None:
+        """GROUP's silence timer fired: wait on while a new member came within the bind timeout,
+        else close the gate (no partial gang: the plan is released, the waiting calls fail)."""
+        now = time.monotonic()
+        left = self.scheduler.gate_silence_left(group, now, self.bind_timeout)
+        if left is not None and left > 0:
+            self._gates[group] = asyncio.get_running_loop().call_later(left, self._gate_expired, group)
+            return
         self._gates.pop(group, None)
         missing = self.scheduler.gate_missing(group)
-        waiting = self.scheduler.gate_timeout(group, self.bind_timeout)
+        waiting = self.scheduler.gate_timeout(group, self.bind_timeout) if left is not None else []
         if waiting:
             self.metrics.gate_timeouts.inc()
             self.changed(group)
@@ -359,6 +413,7 @@ class Extender:
             self.changed(nom.group)
         self._wake_preempted()
         self._fail_dropped(BIND_PLAN_RELEASED)
+        self._evict_overdue()
         for key in [k for k in self._refused if self.scheduler.pod(k) is None]:
             del self._refused[key]
         groups = set(self.scheduler.groups())
@@ -366,6 +421,42 @@ class Extender:
             del self._pending_logged[group]
         for group in [g for g in self._first_seen if g not in groups]:
             del self._first_seen[group]
+
+    def recover(self) -> None:
+        """This replica starts leading: plan the rest of every gang found part-bound (a crash
+        between a gate's binds) and give each the bind timeout plus a grace to reach its minimum."""
+        events = self.recovery.start(self.scheduler, time.monotonic())
+        for event in events:
+            self._log_decision(event, 0.0)
+            self.changed(event.group)
+        if self.recovery.deadlines:
+            log.warning(
+                "gangs found below their minimum",
+                groups=sorted(self.recovery.deadlines)[:20],
+                count=len(self.recovery.deadlines),
+                within_s=self.recovery.within,
+            )
+
+    def _evict_overdue(self) -> None:
+        """Part-bound gangs that did not reach their minimum in time: evict what was bound, so no
+        gang runs below its minimum; the PodGroup status and an Event say why."""
+        for group, bound in self.recovery.overdue(self.scheduler, time.monotonic()).items():
+            why = self.scheduler.reason_text(group)
+            log.warning("evicting a gang left below its minimum", group=group, pods=bound[:20], reason=why)
+            pods = [pod for key in bound if (pod := self.scheduler.pod(key)) is not None]
+            self._spawn(self._evict_below_minimum(group, pods), "eviction")
+            self._emit_group(group, "PartialGangEvicted", why, "Warning")
+            self.changed(group)
+        self._fail_dropped(BIND_PLAN_RELEASED)
+
+    async def _evict_below_minimum(self, group: str, pods: Sequence[PodInfo]) -> None:
+        outcomes = await asyncio.gather(
+            *(self.actions.evict(p.namespace, p.name, p.uid) for p in pods), return_exceptions=True
+        )
+        for pod, outcome in zip(pods, outcomes, strict=True):
+            if isinstance(outcome, BaseException) or outcome == BLOCKED:
+                why = str(outcome) if isinstance(outcome, BaseException) else "a PodDisruptionBudget refused it"
+                log.warning("could not evict a pod of a gang below its minimum", group=group, pod=pod.key, error=why)
 
     def demote(self) -> None:
         """This replica stopped being the leader: drop every plan and reservation at once (the
@@ -383,6 +474,7 @@ class Extender:
         self._waiting.clear()
         self._first_seen.clear()
         self._pending_logged.clear()
+        self.recovery.deadlines.clear()
 
     async def close(self) -> None:
         for timer in self._gates.values():
@@ -418,6 +510,12 @@ class Extender:
             self._refused.pop(p, None)
         names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
         self._spawn(self.actions.wake(names, self.scheduler.generation(group)), "wake")
+
+    def _emit_group(self, group: str, reason: str, message: str, kind: str) -> None:
+        """An Event about GROUP's PodGroup (topogang writes one for every gang of a workload)."""
+        key = GroupKey.parse(group)
+        involved = {"apiVersion": PODGROUP_API, "kind": "PodGroup", "namespace": key.namespace, "name": key.name}
+        self._spawn(self.actions.event(involved, reason, message, kind), "event")
 
     def _emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}

@@ -44,6 +44,7 @@ BIND_API_ERROR = "api_error"  # the Binding POST failed
 BIND_POD_GONE = "pod_gone"  # the pod no longer exists
 BIND_REJECTED = "rejected"  # no plan for the pod, or planned on another node
 BIND_GATE_TIMEOUT = "gate_timeout"  # waited at the gate, which closed before the minimum came
+BIND_CALL_BUDGET = "call_budget"  # waited its call budget at the gate; the pod stays arrived and retries
 BIND_PLAN_RELEASED = "plan_released"  # waited at the gate; the plan was released (expired, member gone, re-plan)
 BIND_SUPERSEDED = "superseded"  # a newer bind call came for the same pod
 BIND_NOT_LEADER = "not_leader"  # this replica is not the leader (or stopped being it while waiting)
@@ -53,6 +54,7 @@ BIND_FAILURES = (
     BIND_POD_GONE,
     BIND_REJECTED,
     BIND_GATE_TIMEOUT,
+    BIND_CALL_BUDGET,
     BIND_PLAN_RELEASED,
     BIND_SUPERSEDED,
     BIND_NOT_LEADER,

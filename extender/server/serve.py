@@ -48,7 +48,13 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     )
     cache = ClusterCache(client, scheduler)
     actions = KubeActions(client)
-    extender = Extender(scheduler, actions, bind_timeout=settings.bind_timeout)
+    extender = Extender(
+        scheduler,
+        actions,
+        bind_timeout=settings.bind_timeout,
+        call_budget=settings.bind_call_budget,
+        recovery_grace=settings.recovery_grace,
+    )
     writer = PodGroupWriter(client, scheduler, actions)
     extender.changed = writer.touch
     label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
@@ -56,6 +62,7 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     async def started() -> None:
         label.want(True)  # patched in the background: planning never waits for it
         writer.start()
+        extender.recover()
 
     async def stopped() -> None:
         extender.demote()  # first, in the same step as `leading` turned false
@@ -172,6 +179,7 @@ async def serve(
         **({"health_listen": "{}:{}".format(*settings.health)} if settings.health else {}),
         prefix=settings.prefix,
         bind_timeout=settings.bind_timeout,
+        bind_call_budget=settings.bind_call_budget,
         leader_elect=settings.leader_elect,
         **(
             {"lease": f"{settings.lease_namespace}/{settings.lease_name}", "identity": settings.identity}

@@ -3,9 +3,17 @@
 listen address      --listen          TOPOGANG_LISTEN         0.0.0.0:8888
 URL prefix          --url-prefix      TOPOGANG_URL_PREFIX     /topogang
 cluster access      --kubeconfig      TOPOGANG_KUBECONFIG, KUBECONFIG (else in-cluster)
-bind gate timeout   --bind-timeout    TOPOGANG_BIND_TIMEOUT   25 (seconds; keep it under the
-                                                              extender httpTimeout, 30s in
-                                                              scheduler-config/)
+bind gate silence   --bind-timeout    TOPOGANG_BIND_TIMEOUT   25 (seconds without a new member
+                                                              of the minimum reaching bind
+                                                              before a gang's plan is released)
+bind call budget    --bind-call-budget  TOPOGANG_BIND_CALL_BUDGET  20 (seconds one bind call waits
+                                                              at the gate before a retryable
+                                                              answer; keep it under the extender
+                                                              httpTimeout, 30s in scheduler-config/)
+recovery grace      --recovery-grace  TOPOGANG_RECOVERY_GRACE 30 (seconds: a gang found with part of
+                                                              its minimum bound at start has the
+                                                              bind timeout plus this to complete,
+                                                              else its bound pods are evicted)
 plan lifetime       --plan-ttl        TOPOGANG_PLAN_TTL       300 (seconds without progress)
 preemption timeout  --preemption-timeout  TOPOGANG_PREEMPTION_TIMEOUT  60 (seconds for a gang's
                                                               victims to leave before the room
@@ -68,6 +76,8 @@ class Settings:
     prefix: str = "/topogang"
     kubeconfig: str | None = None  # None: in-cluster
     bind_timeout: float = 25.0
+    bind_call_budget: float = 20.0
+    recovery_grace: float = 30.0
     plan_ttl: float = 300.0
     preemption_timeout: float = 60.0
     log_level: str = "info"
@@ -96,7 +106,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig", metavar="PATH", help="kubeconfig (TOPOGANG_KUBECONFIG, KUBECONFIG; else in-cluster)"
     )
     parser.add_argument(
-        "--bind-timeout", metavar="SECONDS", help="longest a bind waits for its gang (TOPOGANG_BIND_TIMEOUT; 25)"
+        "--bind-timeout",
+        metavar="SECONDS",
+        help="release a gang's plan when no new member reached bind this long (TOPOGANG_BIND_TIMEOUT; 25)",
+    )
+    parser.add_argument(
+        "--bind-call-budget",
+        metavar="SECONDS",
+        help="longest one bind call waits at the gate; keep it under httpTimeout (TOPOGANG_BIND_CALL_BUDGET; 20)",
+    )
+    parser.add_argument(
+        "--recovery-grace",
+        metavar="SECONDS",
+        help="a gang part-bound at start gets the bind timeout plus this, else its bound pods are evicted"
+        " (TOPOGANG_RECOVERY_GRACE; 30)",
     )
     parser.add_argument("--plan-ttl", metavar="SECONDS", help="release a plan idle this long (TOPOGANG_PLAN_TTL; 300)")
     parser.add_argument(
@@ -179,6 +202,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         prefix=pick(args.url_prefix, "TOPOGANG_URL_PREFIX") or "/topogang",
         kubeconfig=pick(args.kubeconfig, "TOPOGANG_KUBECONFIG", "KUBECONFIG"),
         bind_timeout=seconds("--bind-timeout", args.bind_timeout, "TOPOGANG_BIND_TIMEOUT", 25.0),
+        bind_call_budget=seconds("--bind-call-budget", args.bind_call_budget, "TOPOGANG_BIND_CALL_BUDGET", 20.0),
+        recovery_grace=seconds("--recovery-grace", args.recovery_grace, "TOPOGANG_RECOVERY_GRACE", 30.0),
         plan_ttl=seconds("--plan-ttl", args.plan_ttl, "TOPOGANG_PLAN_TTL", 300.0),
         preemption_timeout=seconds(
             "--preemption-timeout", args.preemption_timeout, "TOPOGANG_PREEMPTION_TIMEOUT", 60.0

@@ -1,0 +1,119 @@
+"""The bind gate over HTTP: silence, not age, closes it; a call waits at most its budget.
+
+Same cluster and gang as test_server_app.py: rack r1 with 4 nodes, a gang of 4 pods of 8 GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import orjson
+from aiohttp.test_utils import TestClient
+
+from extender.core.cluster import ClusterState
+from extender.core.scheduler import GangScheduler
+from extender.server.app import create_app
+from extender.server.extender import Extender
+from extender.server.metrics import BIND_CALL_BUDGET
+from tests.builders import TOPO, grid, podgroup
+from tests.test_server_app import Recorder, args, call, member
+from tests.test_server_metrics import sample
+
+
+async def start(aiohttp_client: Any, bind_timeout: float, call_budget: float) -> tuple[TestClient, Extender, Recorder]:
+    state = ClusterState()
+    for n in grid(nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    spec = {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
+    state.set_podgroup("default/g", podgroup(spec, name="g"))
+    recorder = Recorder()
+    extender = Extender(GangScheduler(state), recorder, bind_timeout=bind_timeout, call_budget=call_budget)
+    client = await aiohttp_client(create_app(extender, lambda: True, "/topogang"))
+    return client, extender, recorder
+
+
+def bind_body(p: Any, node: str) -> bytes:
+    return orjson.dumps({"PodName": p.name, "PodNamespace": p.namespace, "PodUID": p.uid, "Node": node})
+
+
+async def planned_nodes(client: TestClient, extender: Extender) -> tuple[list[Any], dict[str, str]]:
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        extender.scheduler.observe_pod(p)
+    return pods, {p.key: (await call(client, "filter", args(p)))["NodeNames"][0] for p in pods}
+
+
+async def test_members_arriving_steadily_for_longer_than_the_bind_timeout_bind_whole(aiohttp_client: Any) -> None:
+    client, extender, recorder = await start(aiohttp_client, bind_timeout=0.4, call_budget=5.0)
+    pods, nodes = await planned_nodes(client, extender)
+    calls = []
+    for p in pods:  # one every 0.25 s: 0.75 s from the first to the last, the timeout is 0.4 s
+        calls.append(asyncio.create_task(call(client, "bind", bind_body(p, nodes[p.key]))))
+        await asyncio.sleep(0.25)
+    assert [await c for c in calls] == [{"Error": ""}] * 4
+    assert sorted(recorder.bound) == sorted(nodes.items())
+    assert extender.scheduler.status("default/g").phase == "Scheduled"
+
+
+async def test_a_call_past_its_budget_is_retryable_and_its_pod_binds_with_the_gang(aiohttp_client: Any) -> None:
+    client, extender, recorder = await start(aiohttp_client, bind_timeout=5.0, call_budget=0.1)
+    pods, nodes = await planned_nodes(client, extender)
+    early = await asyncio.gather(*(call(client, "bind", bind_body(p, nodes[p.key])) for p in pods[:3]))
+    assert [r["Error"] for r in early] == [
+        f"topogang: waiting at gang default/g's bind gate (3/4 of the minimum arrived);"
+        f" the pod keeps its place on {nodes[p.key]} and binds with the gang"
+        for p in pods[:3]
+    ]
+    assert recorder.bound == []
+    assert set(extender.scheduler.reserved("default/g")) == {p.key for p in pods}  # nothing let go
+    assert sample(extender.metrics, "topogang_binds_failed_total", reason=BIND_CALL_BUDGET) == 3
+    # The last member arrives: all four are bound, those whose calls returned included.
+    assert await call(client, "bind", bind_body(pods[3], nodes[pods[3].key])) == {"Error": ""}
+    assert sorted(recorder.bound) == sorted(nodes.items())
+    # kube-scheduler's retry of a pod bound meanwhile: success, no second Binding.
+    assert await call(client, "bind", bind_body(pods[0], nodes[pods[0].key])) == {"Error": ""}
+    assert len(recorder.bound) == 4
+
+
+async def test_retries_of_arrived_members_do_not_keep_a_silent_gate_open(aiohttp_client: Any) -> None:
+    client, extender, recorder = await start(aiohttp_client, bind_timeout=0.5, call_budget=0.2)
+    pods, nodes = await planned_nodes(client, extender)
+    first = await call(client, "bind", bind_body(pods[0], nodes[pods[0].key]))
+    assert "waiting at gang default/g's bind gate" in first["Error"]
+    replies = [(await call(client, "bind", bind_body(pods[0], nodes[pods[0].key])))["Error"] for _ in range(4)]
+    # Retries every 0.2 s keep coming, yet no new member does: the gate closes 0.5 s after the first.
+    timed_out = "topogang: bind gate timed out: 1/4 pods of the minimum reached bind, and none more for 0.5s"
+    assert timed_out in replies[:3]
+    assert not extender.scheduler.state.reservations
+    assert recorder.bound == []
+
+
+async def test_a_node_cordoned_while_the_gate_fills_binds_none_and_says_so(aiohttp_client: Any) -> None:
+    state = ClusterState()
+    for n in grid(racks=2, nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    spec = {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
+    state.set_podgroup("default/g", podgroup(spec, name="g"))
+    recorder = Recorder()
+    extender = Extender(GangScheduler(state), recorder, bind_timeout=5.0, call_budget=5.0)
+    client = await aiohttp_client(create_app(extender, lambda: True, "/topogang"))
+    pods, nodes = await planned_nodes(client, extender)
+    waiting = [asyncio.create_task(call(client, "bind", bind_body(p, nodes[p.key]))) for p in pods[:3]]
+    await asyncio.sleep(0.1)
+    cordoned = nodes[pods[0].key]
+    state.upsert_node(replace(state.nodes[cordoned], unschedulable=True))
+    last = await call(client, "bind", bind_body(pods[3], nodes[pods[3].key]))
+    assert "no longer fit" in last["Error"]
+    answers = [(await w)["Error"] for w in waiting]
+    assert all("no longer fit" in a for a in answers)
+    assert recorder.bound == []
+    moved = extender.scheduler.reserved("default/g")
+    assert set(moved) == {p.key for p in pods}
+    assert cordoned not in moved.values()
+    await asyncio.sleep(0)  # the Event is written in the background
+    assert [name for name, message in recorder.events if "no longer fit" in message] == ["g"]
+    assert cordoned in recorder.events[0][1]
