@@ -107,12 +107,25 @@ class Variant:
     scheduler_args: tuple[str, ...] = ()
     topogang_args: tuple[str, ...] | None = None  # None: no topogang
     in_tree: bool = False  # pods and PodGroups of scheduling.k8s.io
+    root: Path = ROOT  # the checkout whose topogang and scheduler-config/extender.yaml are used
 
 
-def variants(gates_args: Sequence[str]) -> dict[str, Variant]:
+def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, Variant]:
+    """Every variant; with OTHER (another checkout), B@ and C2@ run B and C2 from it."""
+    compared = ()
+    if other is not None:
+        compared = (
+            Variant(
+                "B@", f"B from {other}", False, lambda url: scheduler_config(url, other), topogang_args=(), root=other
+            ),
+            Variant(
+                "C2@", f"C2 from {other}", True, lambda url: scheduler_config(url, other), topogang_args=(), root=other
+            ),
+        )
     return {
         v.name: v
         for v in (
+            *compared,
             Variant("A", "plain pods, kube-scheduler alone (qps raised)", False, lambda _: raised()),
             Variant(
                 "A100",
@@ -242,7 +255,7 @@ class Profilers:
 
 
 async def run_once(bench: Bench, v: Variant, rep: int) -> dict[str, Any]:
-    ns = f"{v.name.lower()}-{rep}"
+    ns = f"{v.name.lower().replace('@', 'x')}-{rep}"
     await namespace(bench.kube, ns)
     plane = bench.plane
     async with contextlib.AsyncExitStack() as stack:
@@ -255,6 +268,7 @@ async def run_once(bench: Bench, v: Variant, rep: int) -> dict[str, Any]:
                     bind_timeout=bench.bind_timeout,
                     ready_within=600,
                     args=v.topogang_args,
+                    root=v.root,
                 )
             )
         await plane.start_scheduler_async(v.config(server.url if server else ""), v.scheduler_args)
@@ -388,18 +402,22 @@ def summarize(rows: list[dict[str, Any]], order: Sequence[str]) -> list[dict[str
                 "pods_per_s_runs": [r["pods_per_s"] for r in runs],
                 "complete_runs": sum(1 for r in runs if r["complete"]),
                 "last_created_to_bound_s": statistics.median(done) if done else None,
+                "create_s": statistics.median(r["create_s"] for r in runs),
                 "rss_mb": statistics.median(r["rss_mb"] for r in runs),
                 "cpu_s": {k: statistics.median(r["cpu_s"][k] for r in runs) for k in runs[0]["cpu_s"]},
             }
         )
-    for top, bottom in (("B", "A"), ("A100", "A"), ("B", "A100"), ("C2", "A"), ("C2", "C1"), ("C3", "A"), ("C3", "C2")):
+    pairs = [("B", "A"), ("A100", "A"), ("B", "A100"), ("C2", "A"), ("C2", "C1"), ("C3", "A"), ("C3", "C2")]
+    pairs += [("B@", "A"), ("B@", "B"), ("C2@", "A"), ("C2@", "C1"), ("C2@", "C2")]
+    for top, bottom in pairs:
         if top in medians and bottom in medians and medians[bottom]:
             out.append({"ratio": f"{top}/{bottom}", "value": medians[top] / medians[bottom]})
     return out
 
 
 def print_table(summary: list[dict[str, Any]], rows: list[dict[str, Any]], names: Mapping[str, Variant]) -> None:
-    print(f"{'variant':<6} {'pods/s':>7} {'runs':<22} {'last→bound s':>12} {'CPU s sched/topogang/apiserver/etcd':>36}"
+    print(f"{'variant':<6} {'pods/s':>7} {'runs':<22} {'create s':>8} {'last→bound s':>12} "
+          f"{'CPU s sched/topogang/apiserver/etcd':>36}"
           f" {'RSS MB':>7}  what")  # fmt: skip
     for s in summary:
         if "ratio" in s:
@@ -409,7 +427,8 @@ def print_table(summary: list[dict[str, Any]], rows: list[dict[str, Any]], names
         cpus = "/".join(f"{cpu.get(k, 0):.1f}" for k in ("kube-scheduler", "topogang", "kube-apiserver", "etcd"))
         runs = ",".join(f"{p:.0f}" for p in s["pods_per_s_runs"])
         late = "-" if s["last_created_to_bound_s"] is None else f"{s['last_created_to_bound_s']:.2f}"
-        print(f"{s['variant']:<6} {s['pods_per_s']:>7.1f} {runs:<22} {late:>12} {cpus:>36} {s['rss_mb']:>7.0f}  "
+        print(f"{s['variant']:<6} {s['pods_per_s']:>7.1f} {runs:<22} {s['create_s']:>8.1f} {late:>12} {cpus:>36} "
+              f"{s['rss_mb']:>7.0f}  "
               f"{names[s['variant']].what}")  # fmt: skip
     for r in rows:
         extra = {k: r[k] for k in ("racks_per_gang", "scheduler", "topogang") if k in r}
@@ -453,7 +472,7 @@ async def run_all(bench: Bench, chosen: Sequence[Variant], reps: int) -> list[di
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    names = variants(shlex.split(args.gates_args))
+    names = variants(shlex.split(args.gates_args), args.compare)
     chosen = [names[n] for n in args.variants.split(",")]
     shape = Shape(args.rack_nodes, args.block_racks, args.zone_blocks)
     level = args.gang_level if args.gang_level != "auto" else shape.smallest_level(args.gang_size)
@@ -514,6 +533,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300, help="seconds a run may take (default 300)")
     parser.add_argument("--bind-timeout", type=float, default=25.0, help="topogang serve --bind-timeout")
     parser.add_argument("--gates-args", default="", help="flags that put `topogang serve` in gates mode (C3)")
+    parser.add_argument("--compare", type=Path, help="another checkout: adds variants B@ and C2@ run from it")
     parser.add_argument("--rack-nodes", type=int, default=32)
     parser.add_argument("--block-racks", type=int, default=4)
     parser.add_argument("--zone-blocks", type=int, default=4)
@@ -522,9 +542,10 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per variant, per ratio and per run")
     parser.add_argument("--keep", action="store_true", help="keep the control plane's files and logs")
     args = parser.parse_args()
-    unknown = set(args.variants.split(",")) - set(variants(()))
+    known = variants((), args.compare)
+    unknown = set(args.variants.split(",")) - set(known)
     if unknown:
-        parser.error(f"--variants: unknown {sorted(unknown)}; expected some of {sorted(variants(()))}")
+        parser.error(f"--variants: unknown {sorted(unknown)}; expected some of {sorted(known)}")
     asyncio.run(main_async(args))
 
 

@@ -32,9 +32,9 @@ SHIPPED_CONFIG = ROOT / "scheduler-config" / "extender.yaml"
 CRDS = [*sorted((ROOT / "manifests" / "crds").glob("*.yaml")), ROOT / "e2e" / "crds" / "workloads.yaml"]
 
 
-def scheduler_config(url: str) -> dict[str, Any]:
-    """The shipped KubeSchedulerConfiguration, calling topogang at URL."""
-    doc = yaml.safe_load(SHIPPED_CONFIG.read_text())
+def scheduler_config(url: str, root: Path = ROOT) -> dict[str, Any]:
+    """The shipped KubeSchedulerConfiguration (of the checkout at ROOT), calling topogang at URL."""
+    doc = yaml.safe_load((root / SHIPPED_CONFIG.relative_to(ROOT)).read_text())
     assert isinstance(doc, dict)
     doc["extenders"][0]["urlPrefix"] = url
     return doc
@@ -85,8 +85,10 @@ class Topogang:
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         wait: str = "ready",
+        root: Path = ROOT,
     ) -> AsyncIterator[Topogang]:
-        """WAIT: "ready" (/readyz 200: synced, and the leader) or "healthy" (/healthz 200)."""
+        """WAIT: "ready" (/readyz 200: synced, and the leader) or "healthy" (/healthz 200).
+        ROOT: the checkout whose `extender` runs (another branch, to compare side by side)."""
         port = _free_port()
         log_path = log_dir / f"topogang-{port}.log"
         log = log_path.open("wb")
@@ -98,7 +100,7 @@ class Topogang:
             "--url-prefix", "/topogang",
             "--bind-timeout", str(bind_timeout),
             *args,
-            stdout=log, stderr=asyncio.subprocess.STDOUT, env=environ, cwd=ROOT,
+            stdout=log, stderr=asyncio.subprocess.STDOUT, env=environ, cwd=root,
         )  # fmt: skip
         server = cls(process, f"http://127.0.0.1:{port}/topogang", log_path)
         try:
