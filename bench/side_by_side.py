@@ -464,7 +464,11 @@ async def run_all(bench: Bench, chosen: Sequence[Variant], reps: int) -> list[di
     for rep in range(reps):
         for v in chosen:
             t = time.perf_counter()
-            row = await run_once(bench, v, rep)
+            try:
+                row = await run_once(bench, v, rep)
+            except (ApiError, TimeoutError, ComponentError, RuntimeError) as exc:  # the next variant may still run
+                print(f"rep {rep} {v.name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                continue
             rows.append(row)
             print(f"rep {rep} {v.name}: {row['bound']}/{row['pods']} bound, {row['pods_per_s']:.1f} pods/s "
                   f"(run and clean-up {time.perf_counter() - t:.0f} s)", file=sys.stderr)  # fmt: skip
@@ -489,6 +493,7 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"load average at start {os.getloadavg()}, {os.cpu_count()} cores", file=sys.stderr)
     try:
         async with api_client(plane.kubeconfig) as api, await KubeClient.connect(plane.kubeconfig) as kube:
+            kube.timeout = 120  # a loaded 2-core API server can take long over large lists and deletes
             if any(v.in_tree for v in chosen) and (why := await in_tree_unavailable(kube)):
                 print(f"C1 skipped: {why}", file=sys.stderr)
                 chosen = [v for v in chosen if not v.in_tree]
