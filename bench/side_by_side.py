@@ -501,10 +501,10 @@ async def main_async(args: argparse.Namespace) -> None:
             await create_topology(kube)
             t = time.perf_counter()
             made = await make_nodes(FakeGpuNodes(api, name_prefix="bench", concurrency=32), args.nodes, shape)
-            await until_schedulable(kube, len(made))
+            usable = await until_schedulable(kube, len(made), share=0.97)
             listing, _ = await kube.list("/api/v1/nodes")
             labels = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in listing}
-            print(f"{len(made)} nodes ready in {time.perf_counter() - t:.0f} s; gangs required per {level}",
+            print(f"{len(made)} nodes ready ({usable} usable) in {time.perf_counter() - t:.0f} s; gangs per {level}",
                   file=sys.stderr)  # fmt: skip
             bench = Bench(
                 plane, kube, work, labels, args.timeout, args.bind_timeout, args.profile, args.profile_seconds
