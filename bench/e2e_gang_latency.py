@@ -25,6 +25,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.kwok_cluster import TOPOLOGY, clean, create_topology, until_schedulable
 from e2e.controlplane import Binaries, ControlPlane, FakeGpuNodes, FakeTopology, api_client
 from e2e.scenario import apply_crds, create, gpu_pod, pods
 from e2e.topogang import CRDS, Topogang, scheduler_config
@@ -51,7 +52,7 @@ async def one_run(plane: ControlPlane, kube: KubeClient, pods_n: int, run: int) 
     pg = {
         "apiVersion": "scheduling.topogang.io/v1alpha1",
         "kind": "PodGroup",
-        "metadata": {"name": "train", "annotations": {"kai.scheduler/topology": "bench-dc"}},
+        "metadata": {"name": "train", "annotations": {"kai.scheduler/topology": TOPOLOGY}},
         "spec": spec,
     }
     await create(kube, pg, ns)
@@ -77,47 +78,13 @@ async def one_run(plane: ControlPlane, kube: KubeClient, pods_n: int, run: int) 
         await asyncio.sleep(0.05)
 
 
-async def clean(kube: KubeClient, ns: str) -> None:
-    """Delete the gang's pods and wait until they are gone, so the next run has the same room."""
-    await kube.delete(f"/api/v1/namespaces/{ns}/pods", {"gracePeriodSeconds": 0})
-    deadline = time.perf_counter() + 120
-    while await pods(kube, ns):
-        if time.perf_counter() > deadline:
-            raise TimeoutError(f"pods of {ns} still there after 120 s")
-        await asyncio.sleep(0.5)
-
-
-async def until_schedulable(kube: KubeClient, count: int) -> None:
-    """Ready is not enough: the node lifecycle controller lifts each new node's not-ready taint a
-    little later, and until then neither kube-scheduler nor topogang may use the node."""
-    deadline = time.perf_counter() + 600
-    while True:
-        listing = await kube.get("/api/v1/nodes")
-        usable = sum(
-            1
-            for n in listing["items"]
-            if not any(t["key"].startswith("node.kubernetes.io/") for t in n["spec"].get("taints", []))
-        )
-        if usable >= count:
-            return
-        if time.perf_counter() > deadline:
-            raise TimeoutError(f"only {usable}/{count} nodes lost their not-ready taints")
-        await asyncio.sleep(1)
-
-
 async def main_async(args: argparse.Namespace) -> None:
     plane = ControlPlane(binaries=Binaries.locate(), scheduler=False)
     plane.start()
     try:
         async with api_client(plane.kubeconfig) as api, await KubeClient.connect(plane.kubeconfig) as kube:
             await apply_crds(kube, CRDS)
-            topo = {
-                "apiVersion": "scheduling.topogang.io/v1alpha1",
-                "kind": "Topology",
-                "metadata": {"name": "bench-dc"},
-                "spec": {"levels": [{"nodeLabel": f"topology.topogang.io/{lv}"} for lv in ("zone", "block", "rack")]},
-            }
-            await create(kube, topo)
+            await create_topology(kube, TOPOLOGY)
             zones = max(1, args.nodes // 500)
             per_zone = args.nodes // zones
             racks = per_zone // 16

@@ -54,7 +54,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.e2e_gang_latency import until_schedulable
+from bench.kwok_cluster import until_schedulable
 from e2e.controlplane import Binaries, ControlPlane, FakeGpuNodes, FakeTopology, api_client
 from e2e.scenario import apply_crds, create, gpu_pod
 from e2e.topogang import CRDS, Topogang, scheduler_config

@@ -12,6 +12,7 @@ from aiohttp import web
 from kubernetes_asyncio import client
 
 from e2e.controlplane import (
+    ComponentError,
     ControlPlane,
     FakeGpuNodes,
     FakeTopology,
@@ -133,3 +134,18 @@ async def test_kube_scheduler_restarts_with_an_extender_config(
         assert calls[0]["Pod"]["metadata"]["name"] == "via-extender"
     finally:
         await runner.cleanup()
+
+
+async def test_scheduler_flags_per_start_reach_kube_scheduler_and_its_metrics_are_readable(
+    control_plane: ControlPlane, scheduler: SchedulerSwitch
+) -> None:
+    """The side-by-side benchmark starts kube-scheduler with feature gates for one variant and
+    reads its /metrics: a gate it does not know makes it refuse to start, so the flag got there."""
+    await scheduler.stop()
+    with pytest.raises(ComponentError, match="NoSuchGate"):
+        await control_plane.start_scheduler_async(None, ["--feature-gates=NoSuchGate=true"])
+    # (GenericWorkload would not do here: kube-scheduler then waits for the scheduling.k8s.io
+    # v1beta1 informers, which an API server without that group never syncs.)
+    await control_plane.start_scheduler_async(None, ["--feature-gates=OpportunisticBatching=false"])
+    metrics = control_plane.component_get("kube-scheduler", "/metrics").decode()
+    assert "\nscheduler_" in metrics  # kube-scheduler's own families, not only the process's

@@ -74,10 +74,11 @@ def extender_pki(directory: Path) -> ExtenderPki:
     return _PKIS[directory]
 
 
-def scheduler_config(url: str, tls: ExtenderPki | None = None) -> dict[str, Any]:
-    """The shipped KubeSchedulerConfiguration, calling topogang at URL with the client
-    certificate of TLS (without TLS: plain HTTP, tlsConfig and enableHTTPS removed)."""
-    doc = yaml.safe_load(SHIPPED_CONFIG.read_text())
+def scheduler_config(url: str, tls: ExtenderPki | None = None, root: Path = ROOT) -> dict[str, Any]:
+    """The shipped KubeSchedulerConfiguration (of the checkout at ROOT), calling topogang at URL
+    with the client certificate of TLS (without TLS: plain HTTP, tlsConfig and enableHTTPS
+    removed)."""
+    doc = yaml.safe_load((root / SHIPPED_CONFIG.relative_to(ROOT)).read_text())
     assert isinstance(doc, dict)
     extender = doc["extenders"][0]
     extender["urlPrefix"] = url
@@ -140,10 +141,12 @@ class Topogang:
         wait: str = "ready",
         tls: bool = True,
         port: int = 0,
+        root: Path = ROOT,
     ) -> AsyncIterator[Topogang]:
         """WAIT: "ready" (/readyz 200: synced, and the leader) or "healthy" (/healthz 200).
         TLS: mTLS with extender_pki(LOG_DIR / "extender-pki"), else --insecure-http. PORT: 0 for
-        a free one; a process restarted in place passes the one it had."""
+        a free one; a process restarted in place passes the one it had. ROOT: the checkout whose
+        `extender` runs (another branch, to compare side by side)."""
         port = port or _free_port()
         pki = extender_pki(log_dir / "extender-pki") if tls else None
         transport = pki.serve_args() if pki is not None else ["--insecure-http"]
@@ -158,7 +161,7 @@ class Topogang:
             "--bind-timeout", str(bind_timeout),
             *transport,
             *args,
-            stdout=log, stderr=asyncio.subprocess.STDOUT, env=environ, cwd=ROOT,
+            stdout=log, stderr=asyncio.subprocess.STDOUT, env=environ, cwd=root,
         )  # fmt: skip
         scheme = "https" if pki is not None else "http"
         server = cls(process, f"{scheme}://127.0.0.1:{port}/topogang", log_path, pki)

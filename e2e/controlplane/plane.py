@@ -5,6 +5,11 @@ kube-apiserver, kube-controller-manager, kwok and (optionally, restartable) kube
         print(plane.kubeconfig)
         plane.restart_scheduler({"extenders": [...]})   # same plane, another scheduler config
 
+    # Feature gates or API groups off by default: extra flags per component, and per scheduler
+    # start (a scheduler with gates next to one without, on the same plane).
+    ControlPlane(extra_args={"kube-apiserver": ["--runtime-config=scheduling.k8s.io/v1beta1=true"]})
+    plane.restart_scheduler(config, args=["--feature-gates=GenericWorkload=true"])
+
 Everything lives in one working directory (a new temporary one unless given): certificates,
 kubeconfigs, etcd's data and one log per component under logs/. `stop()` removes it unless asked
 to keep it; `__exit__` keeps it when the block raised, and says where it is.
@@ -26,7 +31,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -111,6 +116,8 @@ class ControlPlane:
 
     `scheduler`: True starts the stock kube-scheduler, False none (start one later with
     `start_scheduler`), or a KubeSchedulerConfiguration (path or dict) to start it with.
+    `extra_args`: more command-line flags per component name (e.g. "kube-apiserver"), appended
+    to the launcher's own.
     """
 
     def __init__(
@@ -122,7 +129,9 @@ class ControlPlane:
         timeout: float = 60.0,
         scheduler_verbosity: int = 2,
         log: Callable[[str], None] | None = None,
+        extra_args: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        self.extra_args = {name: list(args) for name, args in (extra_args or {}).items()}
         self.binaries = binaries or Binaries.locate()
         self._given_workdir = Path(workdir).resolve() if workdir is not None else None
         self._scheduler_at_start = scheduler
@@ -202,7 +211,7 @@ class ControlPlane:
             ]
             if self._scheduler_at_start is not False:
                 config = None if self._scheduler_at_start is True else self._scheduler_at_start
-                spawners.append(("kube-scheduler", functools.partial(self._spawn_scheduler, config)))
+                spawners.append(("kube-scheduler", functools.partial(self._spawn_scheduler, config, ())))
             spawned = [(name, spawn, spawn()) for name, spawn in spawners]
             for name, spawn, component in spawned:
                 self._wait_with_port_retries(name, spawn, component)
@@ -258,13 +267,14 @@ class ControlPlane:
             print(f"control plane logs kept in {self._workdir / 'logs'}", file=sys.stderr)
 
     # ------------------------------------------------------------------ kube-scheduler
-    def start_scheduler(self, config: SchedulerConfig | None = None) -> Component:
+    def start_scheduler(self, config: SchedulerConfig | None = None, args: Sequence[str] = ()) -> Component:
         """Starts kube-scheduler with CONFIG (None: the stock configuration) and waits until it
         is healthy. The launcher sets clientConnection.kubeconfig and turns leader election off;
-        everything else (profiles, extenders, ...) is used as given."""
+        everything else (profiles, extenders, ...) is used as given. ARGS: more flags for this
+        start only (after extra_args["kube-scheduler"])."""
         if "kube-scheduler" in self.components and self.components["kube-scheduler"].running():
             raise RuntimeError("kube-scheduler is already running; use restart_scheduler")
-        spawn = functools.partial(self._spawn_scheduler, config)
+        spawn = functools.partial(self._spawn_scheduler, config, args)
         return self._wait_with_port_retries("kube-scheduler", spawn, spawn())
 
     def stop_scheduler(self) -> None:
@@ -272,17 +282,17 @@ class ControlPlane:
         if scheduler is not None:
             scheduler.stop()
 
-    def restart_scheduler(self, config: SchedulerConfig | None = None) -> Component:
+    def restart_scheduler(self, config: SchedulerConfig | None = None, args: Sequence[str] = ()) -> Component:
         self.stop_scheduler()
-        return self.start_scheduler(config)
+        return self.start_scheduler(config, args)
 
-    async def start_scheduler_async(self, config: SchedulerConfig | None = None) -> Component:
+    async def start_scheduler_async(self, config: SchedulerConfig | None = None, args: Sequence[str] = ()) -> Component:
         """start_scheduler for async tests: the event loop (and, say, an extender server running
         in it) keeps running while kube-scheduler comes up."""
         if "kube-scheduler" in self.components and self.components["kube-scheduler"].running():
             raise RuntimeError("kube-scheduler is already running; use restart_scheduler_async")
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            component = self._spawn_scheduler(config)
+            component = self._spawn_scheduler(config, args)
             try:
                 seconds = await component.wait_healthy_async(self.timeout)
             except ComponentError as e:
@@ -297,9 +307,11 @@ class ControlPlane:
     async def stop_scheduler_async(self) -> None:
         await asyncio.to_thread(self.stop_scheduler)
 
-    async def restart_scheduler_async(self, config: SchedulerConfig | None = None) -> Component:
+    async def restart_scheduler_async(
+        self, config: SchedulerConfig | None = None, args: Sequence[str] = ()
+    ) -> Component:
         await self.stop_scheduler_async()
-        return await self.start_scheduler_async(config)
+        return await self.start_scheduler_async(config, args)
 
     def scheduler_config_document(self, config: SchedulerConfig | None) -> dict[str, Any]:
         """The KubeSchedulerConfiguration the launcher would run for CONFIG."""
@@ -332,6 +344,18 @@ class ControlPlane:
             timeout=timeout,
             check=True,
         )
+
+    def component_get(self, name: str, path: str) -> bytes:
+        """GET PATH (e.g. /metrics) from kube-scheduler or kube-controller-manager's own secure
+        port, as admin; their serving certificate is made up in memory, so it is not verified."""
+        context = _insecure_context()
+        assert self._pki is not None
+        admin = self._pki.clients["admin"]
+        context.load_cert_chain(str(admin.cert), str(admin.key))
+        url = f"https://127.0.0.1:{self.ports[name]}{path}"
+        with urllib.request.urlopen(url, timeout=30, context=context) as resp:
+            body: bytes = resp.read()
+        return body
 
     def api_get(self, path: str) -> Any:
         """GET PATH on the API server as admin; the decoded JSON."""
@@ -417,6 +441,8 @@ class ControlPlane:
         raise AssertionError("unreachable")
 
     def _component(self, name: str, argv: list[str], probe: Probe, log_name: str = "") -> Component:
+        if name != "kube-scheduler":  # its flags are assembled per start
+            argv = [*argv, *self.extra_args.get(name, ())]
         component = Component(
             name,
             argv,
@@ -537,7 +563,7 @@ class ControlPlane:
         probe = _http_probe(f"http://127.0.0.1:{port}/healthz", None)
         return self._component("kwok", argv, probe)
 
-    def _spawn_scheduler(self, config: SchedulerConfig | None) -> Component:
+    def _spawn_scheduler(self, config: SchedulerConfig | None, args: Sequence[str]) -> Component:
         port = free_ports(1)[0]
         self.ports["kube-scheduler"] = port
         self._scheduler_starts += 1
@@ -555,6 +581,8 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
             f"-v={self.scheduler_verbosity}",
+            *self.extra_args.get("kube-scheduler", ()),
+            *args,
         ]
         probe = _http_probe(f"https://127.0.0.1:{port}/readyz", _insecure_context(), lambda b: b == b"ok")
         # One log per start, so a test sees the log of the scheduler it started.
