@@ -176,6 +176,29 @@ def test_compact_inside_the_block_uses_the_tightest_rack() -> None:
     assert set(got.values()) == {"z1-b1-r2"}
 
 
+def test_compactness_off_places_each_segment_on_its_own_tightest_rack() -> None:
+    # Two segments of 2 pods, each required in a rack; b1's r1 has exactly 2 free nodes. Compact,
+    # the gang climbs to the first level where one domain holds it (a rack of 4 free: b1-r2);
+    # with compactness off each segment takes the tightest rack for itself.
+    pg = podgroup(
+        {
+            "subGroups": [
+                {"name": "w", "minSubGroup": 2},
+                *({"name": f"w-{k}", "parent": "w", "minMember": 2} for k in range(2)),
+            ],
+            "topologyConstraints": {"subGroups": {f"w-{k}": {"requiredTopologyLevel": "rack"} for k in range(2)}},
+        }
+    )
+    pods = [pod(f"p-{i}", subgroup=f"w-{i // 2}") for i in range(4)]
+    built = build_gang(pg, pods, {TOPO.name: TOPO})
+    assert built.gang is not None
+    snapshot = ClusterSnapshot.of(CLUSTER, full("z1-b1-r1-n1", "z1-b1-r1-n2"))
+    compact = racks_of(placed(plan(snapshot, built.gang)))
+    loose = racks_of(placed(plan(snapshot, built.gang, compact=False)))
+    assert set(compact.values()) == {"z1-b1-r2"}
+    assert sorted(set(loose.values())) == ["z1-b1-r1", "z1-b1-r2"]
+
+
 def test_without_constraints_pods_still_take_the_fewest_racks() -> None:
     pg, pods = gang(6)
     got = racks_of(placed(run(CLUSTER, pg, pods)))

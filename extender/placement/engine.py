@@ -49,13 +49,17 @@ MAX_SOFT_CANDIDATES = 3
 MAX_ATTEMPTS = 20_000
 
 
-def plan(snapshot: ClusterSnapshot, gang: Gang) -> PlanResult:
-    """Place `gang` on `snapshot`: a Plan, or Unplaceable with the reason as data."""
+def plan(snapshot: ClusterSnapshot, gang: Gang, *, compact: bool = True) -> PlanResult:
+    """Place `gang` on `snapshot`: a Plan, or Unplaceable with the reason as data.
+
+    `compact=False` turns off the default compactness of phase 2b (a scope with SubGroups and no
+    preferred level is not kept in the fewest domains); only benchmarks compare with it off.
+    """
     missing = incomplete(gang)
     if missing is not None:  # cheap, and checked before any per-attempt array is built
         return Unplaceable(gang.key, missing)
     tree = snapshot.table.tree(gang.topology)
-    return _Placer(snapshot, tree, gang).run()
+    return _Placer(snapshot, tree, gang, compact).run()
 
 
 def incomplete(gang: Gang) -> Shortfall | None:
@@ -78,8 +82,9 @@ class _Pin:
 
 
 class _Placer:
-    def __init__(self, snapshot: ClusterSnapshot, tree: TopologyTree, gang: Gang) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, tree: TopologyTree, gang: Gang, compact: bool = True) -> None:
         self.snapshot = snapshot
+        self.compact = compact
         self.tree = tree
         self.gang = gang
         self.nshapes = len(gang.shapes)
@@ -314,7 +319,7 @@ class _Placer:
     def place_soft(self, scope: Scope, region: Domain) -> bool:
         rule = scope.rule
         preferred = rule.preferred if rule is not None and rule.preferred is not None else None
-        if preferred is None and not scope.leaf:
+        if preferred is None and not scope.leaf and self.compact:
             preferred = self.tree.node_level  # compact by default: the fewest domains below
         if preferred is not None and preferred > region.level and any(self.min_demand[scope.id]):
             saved = self.failure
