@@ -8,6 +8,7 @@ queue order (kube-scheduler's), and the figures are printed side by side:
     .venv/bin/python bench/trace.py --json               # one JSON object per policy
     .venv/bin/python bench/trace.py --trace my.csv --policies topogang,bestfit
     .venv/bin/python bench/trace.py --write-trace t.csv  # the generated trace, to edit
+    .venv/bin/python bench/trace.py --relax              # the same gangs without constraints
 
 Policies (bench/tracesim/policies.py): topogang (extender.placement.plan, the server's call),
 topogang-loose (the same with its default compactness off), bestfit (Kueue TAS BestFit),
@@ -21,6 +22,7 @@ Pictures (matplotlib, `pip install -e '.[bench]'`) go to --pictures DIR (default
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -67,6 +69,11 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=spec.seed)
     p.add_argument("--trace", type=Path, help="replay this CSV instead of generating a trace")
     p.add_argument("--write-trace", type=Path, help="write the generated trace as CSV and go on")
+    p.add_argument(
+        "--relax",
+        action="store_true",
+        help="drop every required constraint (same gangs, sizes and times): what the constraints cost",
+    )
     p.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     p.add_argument("--warmup", type=float, default=0.1, help="share of arrivals before measuring")
     p.add_argument("--json", action="store_true", help="one JSON object per policy, one a line")
@@ -90,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         spec = workload.TraceSpec(args.jobs, args.load, args.size_exponent, args.max_pods, seed=args.seed)
         jobs = workload.generate(spec, cluster)
+    if args.relax:
+        jobs = [dataclasses.replace(j, segment=0, segment_level="", job_level="") for j in jobs]
     if args.write_trace:
         workload.write_csv(jobs, args.write_trace)
     chosen = [p for p in policies.all_policies(cluster) if not args.policies or p.name in args.policies.split(",")]

@@ -7,11 +7,14 @@
   phase 2  the minimum tree, a recursion from the PodGroup down (KAI's job -> SubGroup -> pods):
            2a  a scope with a required level finer than its region picks one domain of that
                level: the candidates that can hold its minimum, tightest fit first (ties by
-               path), those where its preferred level also holds it in one domain before the
-               others; a checkpoint before each candidate, a rollback when its subtree fails.
-           2b  inside that domain the scope climbs from its preferred level (or, for compactness,
-               from the node level) to the first level where one domain holds it, and tries
-               the best few of those before spreading over the whole region.
+               path; room counted in whole parts when its parts each need one finer domain,
+               such as segments in racks), those where its preferred level also holds it in one
+               domain before the others; a checkpoint before each candidate, a rollback when its
+               subtree fails.
+           2b  inside that domain the scope (a leaf of plain pods too) climbs from its preferred
+               level (or, for compactness, from the node level) to the first level where one
+               domain holds it, and tries the best few of those before spreading over the whole
+               region.
            2c  its children are placed one unit at a time (a SubGroupSet is one unit) until
                `minMember` of them stand; a leaf places its minimum pods by descending the tree
                through the fewest domains (Kueue's greedy: the tightest child that holds the
@@ -95,6 +98,7 @@ class _Placer:
         self.minimum: frozenset[str] = frozenset()
         self.optional = False  # phase 3: failures there explain nothing
         self.failure: tuple[Shortfall, Domain, int] | None = None  # reason, region, shape
+        self.parts: dict[int, list[Scope]] = {}  # scope -> its constrained parts (see _parts)
         self._prepare(gang.root)
 
     # -- phase 1: static facts about the gang ---------------------------------------------------
@@ -294,14 +298,50 @@ class _Placer:
         if not self.nshapes:
             return np.lexsort((cand, *reversed(primary)))
         s = self._dominant(scope)
-        room = self.state.counts[s][level][cand]
-        full_ok = np.ones(len(cand), dtype=np.bool_)
+        room = self._usable_room(scope, level, cand, s)
+        full_ok = room >= self.full_demand[scope.id][s]
         for shape, need in enumerate(self.full_demand[scope.id]):
             if need > 0:
                 full_ok &= self.state.counts[shape][level][cand] >= need
         leftover = np.where(full_ok, room - self.full_demand[scope.id][s], -room)
         keys = (cand, leftover, (~full_ok).astype(np.int64), *reversed(primary))
         return np.lexsort(keys)
+
+    def _usable_room(self, scope: Scope, level: int, cand: IntArray, shape: int) -> IntArray:
+        """Room for the scope in each candidate, counting only what its parts can use: where each
+        part must sit in one domain of a finer level (segments in a rack), a rack holds whole parts
+        only, so a block of three racks with 3 free nodes each has no room for segments of 4.
+        Tightness measured on this room puts segments where they strand the fewest nodes."""
+        room: IntArray = self.state.counts[shape][level][cand]
+        parts = self._parts(scope)
+        finer = {p.rule.required for p in parts if p.rule is not None}
+        if not parts or len(finer) != 1:
+            return room
+        (part_level,) = finer
+        unit = min(self.min_demand[p.id][shape] for p in parts)
+        if part_level is None or part_level <= level or unit <= 1:
+            return room
+        inner = self.tree.levels[part_level]
+        whole = (self.state.counts[shape][part_level] // unit) * unit * inner.labeled
+        owner = self.tree.levels[level].domain_of_pos[inner.starts]
+        usable = np.bincount(owner, weights=whole, minlength=len(self.tree.levels[level].starts))
+        return np.minimum(room, usable[cand].astype(np.int64))
+
+    def _parts(self, scope: Scope) -> list[Scope]:
+        """The nearest scopes below SCOPE with a required level, when every pod is under one."""
+        found = self.parts.get(scope.id)
+        if found is None:
+            found = []
+            for child in scope.children:
+                if child.rule is not None and child.rule.required is not None:
+                    found.append(child)
+                elif child.leaf or not (below := self._parts(child)):
+                    found = []
+                    break
+                else:
+                    found.extend(below)
+            self.parts[scope.id] = found
+        return found
 
     def _preference_rank(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
         """0 where one domain of the preferred level holds the scope, 1 for the next level up..."""
@@ -319,7 +359,7 @@ class _Placer:
     def place_soft(self, scope: Scope, region: Domain) -> bool:
         rule = scope.rule
         preferred = rule.preferred if rule is not None and rule.preferred is not None else None
-        if preferred is None and not scope.leaf and self.compact:
+        if preferred is None and self.compact:
             preferred = self.tree.node_level  # compact by default: the fewest domains below
         if preferred is not None and preferred > region.level and any(self.min_demand[scope.id]):
             saved = self.failure
