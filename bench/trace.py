@@ -1,10 +1,11 @@
 """Placement quality on a trace: topogang against the policies users would pick instead.
 
-A seeded trace of GPU gangs (or your own, --trace FILE.csv) is replayed on a 512-node cluster
-(2 zones > 4 blocks > 8 racks > 8 nodes of 8 GPUs) once per policy, the same jobs in the same
-queue order (kube-scheduler's), and the figures are printed side by side:
+Seeded traces of GPU gangs (three of 2,000 gangs by default; or your own, --trace FILE.csv) are
+replayed on a 512-node cluster (2 zones > 4 blocks > 8 racks > 8 nodes of 8 GPUs) once per
+policy, the same jobs in the same queue order (kube-scheduler's), and the figures (means over
+the traces: one trace's figures move by a point or two with its seed) are printed side by side:
 
-    .venv/bin/python bench/trace.py                      # the default trace, table + pictures
+    .venv/bin/python bench/trace.py                      # the default traces, table + pictures
     .venv/bin/python bench/trace.py --json               # one JSON object per policy
     .venv/bin/python bench/trace.py --trace my.csv --policies topogang,bestfit
     .venv/bin/python bench/trace.py --write-trace t.csv  # the generated trace, to edit
@@ -16,7 +17,8 @@ fullest (KAI-Scheduler's binpack: fullest domain first), first-fit (topology-bli
 Figures are defined in bench/tracesim/metrics.py; the goals below are the issue's, quoted, not
 tuned for: topogang's allocation within 1% of first fit's, racks at the lower bound for at least
 95% of gangs, p99 wait of small gangs no worse than bestfit's, no required constraint broken.
-Pictures (matplotlib, `pip install -e '.[bench]'`) go to --pictures DIR (default bench/out).
+Pictures of the first trace (matplotlib, `pip install -e '.[bench]'`) go to --pictures DIR
+(default bench/out).
 """
 
 from __future__ import annotations
@@ -62,11 +64,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpus", type=int, default=shape.gpus, help="GPUs per node")
     p.add_argument("--uneven", action="store_true", help="racks of different sizes (same total)")
     p.add_argument("--cordoned", type=int, default=0, help="nodes marked unschedulable")
-    p.add_argument("--jobs", type=int, default=spec.jobs, help="gangs in the generated trace")
+    p.add_argument("--jobs", type=int, default=spec.jobs, help="gangs in each generated trace")
     p.add_argument("--load", type=float, default=spec.load, help="offered GPU-seconds / capacity")
     p.add_argument("--size-exponent", type=float, default=spec.size_exponent)
     p.add_argument("--max-pods", type=int, default=0, help="largest gang in pods of a node's GPUs (default: a zone)")
     p.add_argument("--seed", type=int, default=spec.seed)
+    p.add_argument("--seeds", type=int, default=3, help="traces generated (seeds SEED, SEED+1...); figures are means")
     p.add_argument("--trace", type=Path, help="replay this CSV instead of generating a trace")
     p.add_argument("--write-trace", type=Path, help="write the generated trace as CSV and go on")
     p.add_argument(
@@ -90,36 +93,48 @@ def main(argv: list[str] | None = None) -> int:
     cluster = clusters.build(shape)
     if args.trace:
         try:
-            jobs = workload.read_csv(args.trace)
+            traces = [workload.read_csv(args.trace)]
         except (OSError, workload.TraceError) as exc:
             print(f"trace.py: {exc}", file=sys.stderr)
             return 2
     else:
-        spec = workload.TraceSpec(args.jobs, args.load, args.size_exponent, args.max_pods, seed=args.seed)
-        jobs = workload.generate(spec, cluster)
+        traces = [
+            workload.generate(
+                workload.TraceSpec(args.jobs, args.load, args.size_exponent, args.max_pods, seed=args.seed + k), cluster
+            )
+            for k in range(args.seeds)
+        ]
     if args.relax:
-        jobs = [dataclasses.replace(j, segment=0, segment_level="", job_level="") for j in jobs]
+        traces = [[dataclasses.replace(j, segment=0, segment_level="", job_level="") for j in t] for t in traces]
     if args.write_trace:
-        workload.write_csv(jobs, args.write_trace)
-    chosen = [p for p in policies.all_policies(cluster) if not args.policies or p.name in args.policies.split(",")]
-    if not chosen:
-        print(f"trace.py: --policies {args.policies}: none of {[p.name for p in policies.all_policies(cluster)]}")
+        workload.write_csv(traces[0], args.write_trace)
+    names = [p.name for p in policies.all_policies(cluster)]
+    wanted = args.policies.split(",") if args.policies else names
+    if not set(wanted) <= set(names):
+        print(f"trace.py: --policies {args.policies}: choose from {', '.join(names)}", file=sys.stderr)
         return 2
     if not args.json:
-        print(describe(cluster, jobs))
-    runs: list[Replay] = []
-    rows: list[dict[str, Any]] = []
-    for policy in chosen:
-        start = time.perf_counter()
-        run = replay(cluster, jobs, policy, args.warmup)
-        row = metrics.summarize(cluster, jobs, run, args.warmup)
-        row["replay_s"] = round(time.perf_counter() - start, 1)
-        runs.append(run)
-        rows.append(row)
-        if args.json:
+        print(describe(cluster, traces))
+    per_trace: list[list[dict[str, Any]]] = []
+    first: list[Replay] = []  # the pictures show the first trace
+    for i, jobs in enumerate(traces):
+        rows = []
+        for policy in policies.all_policies(cluster):
+            if policy.name not in wanted:
+                continue
+            start = time.perf_counter()
+            run = replay(cluster, jobs, policy, args.warmup)
+            row = metrics.summarize(cluster, jobs, run, args.warmup)
+            row["replay_s"] = round(time.perf_counter() - start, 1)
+            rows.append(row)
+            if i == 0:
+                first.append(run)
+        per_trace.append(rows)
+    rows = [metrics.combine([t[k] for t in per_trace]) for k in range(len(per_trace[0]))]
+    if args.json:
+        for row in rows:
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
-            sys.stdout.flush()
-    if not args.json:
+    else:
         print(table(rows))
         print(goals(rows))
     if not args.no_pictures:
@@ -128,19 +143,21 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("matplotlib is not installed (pip install -e '.[bench]'): no pictures", file=sys.stderr)
         else:
-            for path in draw(cluster, jobs, runs, args.pictures):
+            for path in draw(cluster, traces[0], first, args.pictures):
                 print(f"picture: {path}", file=sys.stderr)
     return 0
 
 
-def describe(cluster: clusters.Cluster, jobs: list[workload.Job]) -> str:
+def describe(cluster: clusters.Cluster, traces: list[list[workload.Job]]) -> str:
     s = cluster.shape
+    jobs = [j for t in traces for j in t]
     sizes = {c: sum(1 for j in jobs if metrics.size_class(cluster, j) == c) for c in metrics.SIZES}
-    span = max(j.arrival for j in jobs) / 3600 if jobs else 0
+    span = sum(max(j.arrival for j in t) for t in traces if t) / 3600
+    each = f"{len(traces)} traces (seeds), together " if len(traces) > 1 else ""
     return (
         f"cluster: {len(cluster.nodes)} nodes, {cluster.capacity} schedulable GPUs, {s.zones} zones > {s.blocks} blocks"
         f" > {s.racks} racks{' (uneven)' if s.uneven else ''}, {s.cordoned} cordoned\n"
-        f"trace: {len(jobs)} gangs over {span:.0f} h ({', '.join(f'{n} {c}' for c, n in sizes.items())});"
+        f"trace: {each}{len(jobs)} gangs over {span:.0f} h ({', '.join(f'{n} {c}' for c, n in sizes.items())});"
         f" {sum(1 for j in jobs if j.segment)} with segments, {sum(1 for j in jobs if j.job_level)} with a required"
         " block or zone\n"
     )

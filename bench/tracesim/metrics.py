@@ -92,3 +92,15 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     row["never_placed"] = len(run.never)
     row["overcommitted"] = run.overcommitted
     return row
+
+
+def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for several traces: the mean of each figure, the sum of each count."""
+    out = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, (bool, str)):
+            continue
+        values = [r[key] for r in rows]
+        out[key] = sum(values) if isinstance(value, int) else round(sum(values) / len(values), 4)
+    out["traces"] = len(rows)
+    return out
