@@ -1,6 +1,6 @@
 """Placement quality on a trace: topogang against the policies users would pick instead.
 
-Seeded traces of GPU gangs (three of 2,000 gangs by default; or your own, --trace FILE.csv) are
+Seeded traces of GPU gangs (four of 3,000 gangs by default; or your own, --trace FILE.csv) are
 replayed on a 512-node cluster (2 zones > 4 blocks > 8 racks > 8 nodes of 8 GPUs) once per
 policy, the same jobs in the same queue order (kube-scheduler's), and the figures (means over
 the traces: one trace's figures move by a point or two with its seed) are printed side by side:
@@ -69,7 +69,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size-exponent", type=float, default=spec.size_exponent)
     p.add_argument("--max-pods", type=int, default=0, help="largest gang in pods of a node's GPUs (default: a zone)")
     p.add_argument("--seed", type=int, default=spec.seed)
-    p.add_argument("--seeds", type=int, default=3, help="traces generated (seeds SEED, SEED+1...); figures are means")
+    p.add_argument("--seeds", type=int, default=4, help="traces generated (seeds SEED, SEED+1...); figures are means")
     p.add_argument("--trace", type=Path, help="replay this CSV instead of generating a trace")
     p.add_argument("--write-trace", type=Path, help="write the generated trace as CSV and go on")
     p.add_argument(

@@ -54,7 +54,7 @@ class Job:
 
 @dataclass(frozen=True)
 class TraceSpec:
-    jobs: int = 2000
+    jobs: int = 3000
     load: float = 1.0  # offered GPU-seconds per second, as a share of the cluster's GPUs
     size_exponent: float = 0.8  # β above
     max_pods: int = 0  # 0: the pods of 8 GPUs in a zone
