@@ -55,8 +55,8 @@ MAX_ATTEMPTS = 20_000
 def plan(snapshot: ClusterSnapshot, gang: Gang, *, compact: bool = True) -> PlanResult:
     """Place `gang` on `snapshot`: a Plan, or Unplaceable with the reason as data.
 
-    `compact=False` turns off the default compactness of phase 2b (a scope with SubGroups and no
-    preferred level is not kept in the fewest domains); only benchmarks compare with it off.
+    `compact=False` turns off the default compactness of phase 2b (a scope with no preferred level
+    does not climb to the fewest domains); only benchmarks compare with it off.
     """
     missing = incomplete(gang)
     if missing is not None:  # cheap, and checked before any per-attempt array is built
