@@ -7,12 +7,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test lint typecheck layers unit bench lock clean controlplane cluster lint-docker lint-scripts e2e-kind
+.PHONY: help demo test lint typecheck layers unit bench trace lock clean controlplane cluster lint-docker lint-scripts e2e-kind
 
 help:
 	@echo "make demo   - simulate a TFJob of 16 workers in 4 rack segments on a 64-node GPU cluster"
 	@echo "make test   - ruff, mypy --strict, import layers and every test (builds the control plane once)"
 	@echo "make bench  - the planning benchmark (bench/plan_scale.py)"
+	@echo "make trace  - placement quality on a trace against Kueue/KAI-like baselines (bench/trace.py)"
 	@echo "make cluster - a local Kubernetes control plane with fake GPU nodes, until Ctrl-C"
 	@echo "make e2e-kind - the e2e scenarios on a kind cluster with topogang deployed (needs Docker and Go)"
 
@@ -75,10 +76,15 @@ e2e-kind: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/plan_scale.py
 
+# Placement quality on a trace, against the baselines, with pictures (needs the `bench` extra).
+trace: $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/python bench/trace.py
+
 # Re-pin constraints.txt from a fresh resolve of pyproject.toml.
 lock:
 	rm -rf .cache/lock && $(PYTHON) -m venv .cache/lock
-	.cache/lock/bin/pip install --quiet -e '.[dev]'
+	.cache/lock/bin/pip install --quiet -e '.[dev,bench]'
 	( sed -n '1,2p' constraints.txt; .cache/lock/bin/pip freeze --exclude-editable ) > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 

@@ -177,6 +177,59 @@ def test_compact_inside_the_block_uses_the_tightest_rack() -> None:
     assert set(got.values()) == {"z1-b1-r2"}
 
 
+def test_compactness_off_places_each_segment_on_its_own_tightest_rack() -> None:
+    # Two segments of 2 pods, each required in a rack; b1's r1 has exactly 2 free nodes. Compact,
+    # the gang climbs to the first level where one domain holds it (a rack of 4 free: b1-r2);
+    # with compactness off each segment takes the tightest rack for itself.
+    pg = podgroup(
+        {
+            "subGroups": [
+                {"name": "w", "minSubGroup": 2},
+                *({"name": f"w-{k}", "parent": "w", "minMember": 2} for k in range(2)),
+            ],
+            "topologyConstraints": {"subGroups": {f"w-{k}": {"requiredTopologyLevel": "rack"} for k in range(2)}},
+        }
+    )
+    pods = [pod(f"p-{i}", subgroup=f"w-{i // 2}") for i in range(4)]
+    built = build_gang(pg, pods, {TOPO.name: TOPO})
+    assert built.gang is not None
+    snapshot = ClusterSnapshot.of(CLUSTER, full("z1-b1-r1-n1", "z1-b1-r1-n2"))
+    compact = racks_of(placed(plan(snapshot, built.gang)))
+    loose = racks_of(placed(plan(snapshot, built.gang, compact=False)))
+    assert set(compact.values()) == {"z1-b1-r2"}
+    assert sorted(set(loose.values())) == ["z1-b1-r1", "z1-b1-r2"]
+
+
+def test_plain_pods_take_the_tightest_rack_of_the_cluster_not_of_the_tightest_block() -> None:
+    # b1 has 4 free nodes (2 + 2), b2 has 5 (3 + 2). Descending, b1 is the tighter block but no
+    # rack of it holds 3 pods; climbing from the racks, b2's r1 holds them in one rack.
+    pg, pods = gang(3)
+    used = full("z1-b1-r1-n1", "z1-b1-r1-n2", "z1-b1-r2-n1", "z1-b1-r2-n2", "z1-b2-r1-n1", "z1-b2-r2-n1", "z1-b2-r2-n2")
+    assert set(racks_of(placed(run(CLUSTER, pg, pods, used=used))).values()) == {"z1-b2-r1"}
+
+
+def test_segments_count_only_the_room_they_can_use() -> None:
+    #   block b1: r1-r3 full, r4 empty          4 free nodes, room for 2 segments of 2
+    #   block b2: r1 2 free, r2-r4 1 free each  5 free nodes, room for 1 segment of 2
+    # By free nodes b1 is the tighter block and the segment would open its empty rack; by the
+    # room segments can use, b2 is tighter and the segment fills b2's r1 exactly.
+    cluster = grid(zones=1, blocks=2, racks=4, nodes=4)
+    used = full(*(f"z1-b1-r{r}-n{n}" for r in (1, 2, 3) for n in range(1, 5)))
+    used |= full("z1-b2-r1-n1", "z1-b2-r1-n2", *(f"z1-b2-r{r}-n{n}" for r in (2, 3, 4) for n in (1, 2, 3)))
+    pg = podgroup(
+        {
+            "subGroups": [{"name": "seg", "minMember": 2}],
+            "topologyConstraints": {
+                "global": {"requiredTopologyLevel": "block"},
+                "subGroups": {"seg": {"requiredTopologyLevel": "rack"}},
+            },
+        }
+    )
+    pods = [pod(f"p-{i}", subgroup="seg") for i in range(2)]
+    got = placed(run(cluster, pg, pods, used=used))
+    assert sorted(got.values()) == ["z1-b2-r1-n3", "z1-b2-r1-n4"]
+
+
 def test_without_constraints_pods_still_take_the_fewest_racks() -> None:
     pg, pods = gang(6)
     got = racks_of(placed(run(CLUSTER, pg, pods)))

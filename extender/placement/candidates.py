@@ -31,6 +31,7 @@ class Candidates:
         self.tree = tree
         self.state = state
         self.demand = demand
+        self._parts_of: dict[int, list[Scope]] = {}  # scope -> its constrained parts (see _parts)
 
     def required(self, scope: Scope, region: Domain, level: int) -> Sequence[Domain]:
         """Domains of `level` inside `region` that can hold the scope's minimum, best first."""
@@ -107,14 +108,50 @@ class Candidates:
         counts = self.state.counts
         full = self.demand.full[scope.id]
         s = self.demand.dominant(scope)
-        room = counts[s][level][cand]
-        full_ok = np.ones(len(cand), dtype=np.bool_)
+        room = self._usable_room(scope, level, cand, s)
+        full_ok = room >= full[s]
         for shape, need in enumerate(full):
             if need > 0:
                 full_ok &= counts[shape][level][cand] >= need
         leftover = np.where(full_ok, room - full[s], -room)
         keys = (cand, leftover, (~full_ok).astype(np.int64), *reversed(primary))
         return np.lexsort(keys)
+
+    def _usable_room(self, scope: Scope, level: int, cand: IntArray, shape: int) -> IntArray:
+        """Room for the scope in each candidate, counting only what its parts can use: where each
+        part must sit in one domain of a finer level (segments in a rack), a rack holds whole parts
+        only, so a block of three racks with 3 free nodes each has no room for segments of 4.
+        Tightness measured on this room puts segments where they strand the fewest nodes."""
+        room: IntArray = self.state.counts[shape][level][cand]
+        parts = self._parts(scope)
+        finer = {p.rule.required for p in parts if p.rule is not None}
+        if not parts or len(finer) != 1:
+            return room
+        (part_level,) = finer
+        unit = min(self.demand.minimum[p.id][shape] for p in parts)
+        if part_level is None or part_level <= level or unit <= 1:
+            return room
+        inner = self.tree.levels[part_level]
+        whole = (self.state.counts[shape][part_level] // unit) * unit * inner.labeled
+        owner = self.tree.levels[level].domain_of_pos[inner.starts]
+        usable = np.bincount(owner, weights=whole, minlength=len(self.tree.levels[level].starts))
+        return np.minimum(room, usable[cand].astype(np.int64))
+
+    def _parts(self, scope: Scope) -> list[Scope]:
+        """The nearest scopes below `scope` with a required level, when every pod is under one."""
+        found = self._parts_of.get(scope.id)
+        if found is None:
+            found = []
+            for child in scope.children:
+                if child.rule is not None and child.rule.required is not None:
+                    found.append(child)
+                elif child.leaf or not (below := self._parts(child)):
+                    found = []
+                    break
+                else:
+                    found.extend(below)
+            self._parts_of[scope.id] = found
+        return found
 
     def _preference_rank(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
         """0 where one domain of the preferred level holds the scope, 1 for the next level up..."""

@@ -8,12 +8,14 @@
   phase 2  the minimum tree, a recursion from the PodGroup down (KAI's job -> SubGroup -> pods):
            2a  place_scope: a scope with a required level finer than its region picks one
                domain of that level: the candidates that can hold its minimum, tightest fit
-               first (ties by path), those where its preferred level also holds it in one
-               domain before the others (candidates.py); a checkpoint before each candidate,
-               a rollback when its subtree fails.
-           2b  place_preferred: inside that domain the scope climbs from its preferred level
-               (or, for compactness, from the node level) to the first level where one domain
-               holds it, and tries the best few of those before spreading over the region.
+               first (ties by path; room counted in whole parts when its parts each need one
+               finer domain, such as segments in racks), those where its preferred level also
+               holds it in one domain before the others (candidates.py); a checkpoint before
+               each candidate, a rollback when its subtree fails.
+           2b  place_preferred: inside that domain the scope (a leaf of plain pods too) climbs
+               from its preferred level (or, for compactness, from the node level) to the first
+               level where one domain holds it, and tries the best few of those before
+               spreading over the region.
            2c  place_children: its children are placed one unit at a time (a SubGroupSet is
                one unit) until `minMember` of them stand; a leaf (place_members, place_pods)
                places its minimum by descending the tree through the fewest domains (Kueue's
@@ -48,13 +50,17 @@ from extender.placement.tree import Domain, TopologyTree
 MAX_ATTEMPTS = 20_000
 
 
-def plan(snapshot: ClusterSnapshot, gang: Gang) -> PlanResult:
-    """Place `gang` on `snapshot`: a Plan, or Unplaceable with the reason as data."""
+def plan(snapshot: ClusterSnapshot, gang: Gang, *, compact: bool = True) -> PlanResult:
+    """Place `gang` on `snapshot`: a Plan, or Unplaceable with the reason as data.
+
+    `compact=False` turns off the default compactness of phase 2b (a scope with no preferred level
+    does not climb to the fewest domains); only benchmarks compare with it off.
+    """
     missing = incomplete(gang)
     if missing is not None:  # cheap, and checked before any per-attempt array is built
         return Unplaceable(gang.key, missing)
     tree = snapshot.table.tree(gang.topology)
-    return _Placer(snapshot, tree, gang).run()
+    return _Placer(snapshot, tree, gang, compact).run()
 
 
 def incomplete(gang: Gang) -> Shortfall | None:
@@ -72,7 +78,8 @@ class _SearchLimit(Exception):
 class _Placer:
     """The search of phases 2 and 3 over one attempt's state."""
 
-    def __init__(self, snapshot: ClusterSnapshot, tree: TopologyTree, gang: Gang) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, tree: TopologyTree, gang: Gang, compact: bool = True) -> None:
+        self.compact = compact  # off: a scope with no preferred level does not climb (benchmarks)
         self.tree = tree
         self.gang = gang
         self.state = AttemptState(snapshot, tree, gang.shapes)
@@ -165,7 +172,7 @@ class _Placer:
         the finest level that holds it) inside `region`, else over the whole region."""
         rule = scope.rule
         preferred = rule.preferred if rule is not None and rule.preferred is not None else None
-        if preferred is None and not scope.leaf:
+        if preferred is None and self.compact:
             preferred = self.tree.node_level  # compact by default: the fewest domains below
         if preferred is not None and preferred > region.level and any(self.demand.minimum[scope.id]):
             saved = self.failures.deepest

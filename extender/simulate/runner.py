@@ -30,6 +30,7 @@ from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
 from extender.placement import DomainRef
 from extender.simulate.loader import InputError, Loaded
+from extender.simulate.order import queue_key
 
 TICK = 0.001  # seconds of simulated time per scheduling call
 
@@ -193,7 +194,7 @@ class Simulation:
             if group is not None:
                 view = scheduler.view(group)
                 priority, created = max(priority, view.priority), view.created
-            return (-priority, created if created is not None else 0.0, self.order.get(k, 0))
+            return queue_key(priority, created, self.order.get(k, 0))
 
         return sorted((k for k in self.state.pods if k not in self.running), key=key)
 

@@ -1,0 +1,106 @@
+"""The figures of one replay.
+
+allocation, allocation_p10   GPUs in use / schedulable GPUs, time-weighted mean and 10th
+                             percentile over the measured window: from the arrival of the
+                             job at `warmup` of the trace to the last arrival (the filling
+                             and the draining of the cluster are left out)
+racks_at_lower_bound         share of the placed jobs that use no more racks than the fewest
+                             that could hold their GPUs (ceil(GPUs / rack GPUs), the largest
+                             racks first when racks differ)
+racks_over_bound             mean of racks used / that lower bound
+stranded_gpus                free GPUs inside partly used racks, time-weighted mean over the
+                             window (free room that only jobs smaller than a rack can use)
+broken_required              required constraints a placement broke (a segment across racks, a
+                             job across its required block or zone)
+wait_*                       start - arrival in seconds, p50 and p99, by size: small (fits one
+                             rack), medium (fits one block), large (more)
+plan_ms_p99                  time of one call into the policy (a placement or a refusal)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bench.tracesim.cluster import Cluster
+from bench.tracesim.replay import Replay
+from bench.tracesim.workload import Job, window
+
+SIZES = ("small", "medium", "large")
+
+
+def lower_bound(cluster: Cluster, gpus: int) -> int:
+    caps = np.sort(cluster.rack_gpus())[::-1]
+    return int(np.searchsorted(np.cumsum(caps), gpus)) + 1
+
+
+def size_class(cluster: Cluster, job: Job) -> str:
+    if job.demand <= int(cluster.domain_gpus("rack").max()):
+        return "small"
+    return "medium" if job.demand <= int(cluster.domain_gpus("block").max()) else "large"
+
+
+def broken(cluster: Cluster, job: Job, nodes: tuple[int, ...]) -> int:
+    """Required constraints this placement breaks."""
+    count = 0
+    where = np.array(nodes)
+    if job.segment:
+        dom = cluster.domain_of(job.segment_level)[where].reshape(job.segments, job.segment)
+        count += int((dom != dom[:, :1]).any(axis=1).sum())
+    if job.job_level:
+        count += int(len(np.unique(cluster.domain_of(job.job_level)[where])) > 1)
+    return count
+
+
+def _weighted(values: np.ndarray[Any, Any], weights: np.ndarray[Any, Any], q: float) -> float:
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, q * cum[-1])])
+
+
+def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.1) -> dict[str, Any]:
+    t0, t1 = window(jobs, warmup)
+    times = np.array([*run.times, np.inf])
+    span = np.clip(times[1:], t0, t1) - np.clip(times[:-1], t0, t1)  # each state's share of the window
+    use = np.array(run.used) / cluster.capacity
+    stranded = np.array(run.stranded, dtype=float)
+    ok = span > 0
+    placed = list(run.placed.values())
+    racks = np.array([len(set(cluster.rack_of[list(p.nodes)].tolist())) for p in placed])
+    bound = np.array([lower_bound(cluster, p.job.demand) for p in placed])
+    waits: dict[str, list[float]] = {s: [] for s in SIZES}
+    for p in placed:
+        waits[size_class(cluster, p.job)].append(p.start - p.job.arrival)
+    row: dict[str, Any] = {
+        "policy": run.policy,
+        "allocation": round(float((use[ok] * span[ok]).sum() / span[ok].sum()), 4),
+        "allocation_p10": round(_weighted(use[ok], span[ok], 0.10), 4),
+        "racks_at_lower_bound": round(float((racks <= bound).mean()), 4),
+        "racks_over_bound": round(float((racks / bound).mean()), 3),
+        "stranded_gpus": round(float((stranded[ok] * span[ok]).sum() / span[ok].sum()), 1),
+        "broken_required": sum(broken(cluster, p.job, p.nodes) for p in placed),
+        "topology_aware": run.aware,
+    }
+    for s in SIZES:
+        w = np.array(waits[s]) if waits[s] else np.zeros(1)
+        row[f"wait_p50_{s}_s"] = round(float(np.percentile(w, 50)), 1)
+        row[f"wait_p99_{s}_s"] = round(float(np.percentile(w, 99)), 1)
+    row["plan_ms_p99"] = round(float(np.percentile(run.plan_ms, 99)), 3) if run.plan_ms else 0.0
+    row["plan_calls"] = len(run.plan_ms)
+    row["placed"] = len(placed)
+    row["never_placed"] = len(run.never)
+    row["overcommitted"] = run.overcommitted
+    return row
+
+
+def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for several traces: the mean of each figure, the sum of each count."""
+    out = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, (bool, str)):
+            continue
+        values = [r[key] for r in rows]
+        out[key] = sum(values) if isinstance(value, int) else round(sum(values) / len(values), 4)
+    out["traces"] = len(rows)
+    return out

@@ -1,0 +1,267 @@
+"""Placement policies side by side: topogang through its engine, and the baselines users would pick.
+
+A policy maps a job and the cluster's free GPUs to one node per pod (in pod order, segment k
+being pods k*segment .. (k+1)*segment-1), or None when it cannot place the whole job now. The
+baselines are small, honest versions of what each project documents, on the same cluster model
+(whole levels zone > block > rack > node; a segment's pods are its *units* when it has segments):
+
+  first-fit   topology-blind: every pod on the first node (in name order) with room, constraints
+              ignored. The ceiling for allocation, the floor for locality.
+  bestfit     Kueue's TAS "BestFit": a required level takes the tightest domain that holds the
+              job; without one the finest level where one domain holds it; inside, each level
+              takes its largest children until one child holds the rest, then the tightest such
+              child. Segments count in whole slices per rack (Kueue's podset slices).
+  fullest     KAI-Scheduler's binpacking: a required level takes the fullest domain (fewest free
+              GPUs) that holds the job; inside it, segments go to the fullest rack that holds them
+              and pods to the fullest nodes; without any constraint, the fullest nodes anywhere.
+  topogang    extender.placement.plan on a ClusterSnapshot, the server's own call; the gang is
+              built by build_gang from the job's PodGroup and pods (bench/tracesim/gangs.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from bench.tracesim.cluster import GPU, LEVELS, Cluster, IntArray
+from bench.tracesim.gangs import NAMESPACE, gang, pod_name
+from bench.tracesim.workload import Job
+from extender.placement import ClusterSnapshot, Gang, NodeTable, Plan, plan
+
+ROOT, NODE = 0, len(LEVELS) + 1  # tree levels: 0 cluster, 1 zone, 2 block, 3 rack, 4 node
+RACK = LEVELS.index("rack") + 1
+
+
+class Policy(Protocol):
+    name: str
+    aware: bool  # honours required constraints (must break none)
+
+    def prepare(self, job: Job) -> None:
+        """Called once when the job arrives (the server groups pods before it plans)."""
+
+    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None: ...
+
+
+class _ArrayUsage:
+    """What is taken per node, read by the engine's snapshot (extender.placement.snapshot.Usage)."""
+
+    def __init__(self, gpus: IntArray, pods: IntArray) -> None:
+        self._used = {GPU: gpus * 1000, "pods": pods * 1000}
+        self._zero = np.zeros(len(gpus), dtype=np.int64)
+
+    def used(self, resource: str) -> IntArray:
+        return self._used.get(resource, self._zero)
+
+
+class Topogang:
+    aware = True
+
+    def __init__(self, cluster: Cluster, name: str = "topogang", compact: bool = True) -> None:
+        self.name, self.compact = name, compact
+        self.cluster = cluster
+        self.table = NodeTable(cluster.nodes)  # lives as long as the node set, as in the server
+        self.gangs: dict[int, Gang] = {}
+
+    def prepare(self, job: Job) -> None:
+        self.gangs[job.id] = gang(job, self.cluster)
+
+    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None:
+        snapshot = ClusterSnapshot(self.table, _ArrayUsage(used, pods))
+        result = plan(snapshot, self.gangs[job.id], compact=self.compact)
+        if not isinstance(result, Plan):
+            return None
+        index = self.table.index
+        return [index[result.assignments[f"{NAMESPACE}/{pod_name(job, i)}"]] for i in range(job.pods)]
+
+    def done(self, job: Job) -> None:
+        self.gangs.pop(job.id, None)
+
+
+class _Tree:
+    """Child ranges per level: the cluster's zones, a zone's blocks, a block's racks, a rack's nodes."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        s = cluster.shape
+        zones, blocks = s.zones, s.zones * s.blocks
+        self.cluster = cluster
+        self.first: list[IntArray] = [
+            np.array([0]),
+            np.arange(zones) * s.blocks,
+            np.arange(blocks) * s.racks,
+            cluster.rack_start,
+        ]
+        self.last: list[IntArray] = [
+            np.array([zones]),
+            np.arange(1, zones + 1) * s.blocks,
+            np.arange(1, blocks + 1) * s.racks,
+            cluster.rack_end,
+        ]
+
+    def up(self, units: IntArray, level: int) -> list[IntArray]:
+        """Per level 0..LEVEL, the sum of UNITS (given per domain of LEVEL) in each domain."""
+        out = [units]
+        for lv in range(level - 1, -1, -1):
+            out.insert(0, np.add.reduceat(out[0], self.first[lv]) if len(out[0]) else out[0])
+        return out
+
+    def children(self, level: int, d: int) -> range:
+        return range(int(self.first[level][d]), int(self.last[level][d]))
+
+    def nodes(self, level: int, d: int) -> range:
+        """The nodes of domain D of LEVEL (contiguous)."""
+        lo = hi = d
+        for lv in range(level, NODE):
+            lo, hi = int(self.first[lv][lo]), int(self.last[lv][hi]) - 1
+        return range(lo, hi + 1)
+
+
+class _Baseline:
+    aware = True
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.tree = _Tree(cluster)
+
+    def prepare(self, job: Job) -> None:
+        return None
+
+    def done(self, job: Job) -> None:
+        return None
+
+    def _units(self, job: Job, free: IntArray) -> tuple[list[IntArray], int, int]:
+        """Units per domain at every level down to the unit level: pods per node, or whole
+        segments per rack; and the unit level and the units the job needs."""
+        per_node = free // job.gpus
+        if job.segment:
+            per_rack = np.add.reduceat(per_node, self.cluster.rack_start) // job.segment
+            return self.tree.up(per_rack, RACK), RACK, job.segments
+        return self.tree.up(per_node, NODE), NODE, job.pods
+
+    def _pods_in(self, nodes: Sequence[int], free: IntArray, job: Job, count: int) -> list[int]:
+        """COUNT pods on NODES in the order given, as many on each as fit."""
+        out: list[int] = []
+        for n in nodes:
+            k = min(count - len(out), int(free[n] // job.gpus))
+            out.extend([n] * k)
+            if len(out) == count:
+                break
+        return out
+
+
+class FirstFit(_Baseline):
+    name = "first-fit"
+    aware = False
+
+    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None:
+        free = self.cluster.gpus - used
+        out = self._pods_in(range(len(free)), free, job, job.pods)
+        return out if len(out) == job.pods else None
+
+
+class BestFit(_Baseline):
+    name = "bestfit"
+
+    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None:
+        free = self.cluster.gpus - used
+        counts, unit_level, need = self._units(job, free)
+        region = self._region(job, counts, unit_level, need)
+        if region is None:
+            return None
+        chosen = self._descend(counts, unit_level, region[0], region[1], need)
+        if job.segment:  # slices per rack: their pods by the same greedy over the rack's nodes
+            out: list[int] = []
+            node_counts = self.tree.up(free // job.gpus, NODE)
+            for rack, k in chosen:
+                for _ in range(k):  # one slice at a time: each stays in its rack
+                    for n, c in self._descend(node_counts, NODE, RACK, rack, job.segment):
+                        out.extend([n] * c)
+            return out
+        return [n for n, c in chosen for _ in range(c)]
+
+    def _region(self, job: Job, counts: list[IntArray], unit_level: int, need: int) -> tuple[int, int] | None:
+        levels = [LEVELS.index(job.job_level) + 1] if job.job_level else range(unit_level, ROOT, -1)
+        for level in levels:
+            fits = np.flatnonzero(counts[level] >= need)
+            if len(fits):
+                return level, int(fits[np.argmin(counts[level][fits])])  # the tightest; ties: first
+        if job.job_level or counts[ROOT][0] < need:
+            return None
+        return ROOT, 0
+
+    def _descend(self, counts: list[IntArray], unit_level: int, level: int, d: int, need: int) -> list[tuple[int, int]]:
+        """Kueue's greedy: (unit-level domain, units) through the fewest domains; updates COUNTS."""
+        if level == unit_level:
+            counts[level][d] -= need
+            return [(d, need)]
+        kids = self.tree.children(level, d)
+        room = counts[level + 1]
+        out: list[tuple[int, int]] = []
+        while need > 0:
+            ks = np.array(kids)
+            r = room[ks]
+            holds = np.flatnonzero(r >= need)
+            if len(holds):
+                child = int(ks[holds[np.argmin(r[holds])]])
+                out += self._descend(counts, unit_level, level + 1, child, need)
+                break
+            i = int(np.argmax(r))
+            if r[i] <= 0:
+                break
+            take = int(r[i])
+            out += self._descend(counts, unit_level, level + 1, int(ks[i]), take)
+            need -= take
+        counts[level][d] -= sum(c for _, c in out)  # the parent's loop reads it as its child's room
+        return out
+
+
+class Fullest(_Baseline):
+    name = "fullest"
+
+    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None:
+        free = self.cluster.gpus - used
+        counts, _, need = self._units(job, free)
+        level, d = ROOT, 0
+        if job.job_level:
+            level = LEVELS.index(job.job_level) + 1
+            fits = np.flatnonzero(counts[level] >= need)
+            if not len(fits):
+                return None
+            room = self._free_per_domain(free)[level][fits]
+            d = int(fits[np.lexsort((fits, room))[0]])  # the fullest; ties: first
+        elif counts[ROOT][0] < need:
+            return None
+        nodes = np.array(self.tree.nodes(level, d))
+        if not job.segment:  # KAI's binpack node order inside the domain: fullest nodes first
+            order = nodes[np.lexsort((nodes, free[nodes]))]
+            out = self._pods_in([int(n) for n in order if free[n] >= job.gpus], free, job, job.pods)
+            return out if len(out) == job.pods else None
+        racks = np.unique(self.cluster.rack_of[nodes])
+        rack_free = self._free_per_domain(free)[RACK][racks]
+        out = []
+        left = job.segments
+        for r in racks[np.lexsort((racks, rack_free))]:
+            k = min(left, int(counts[RACK][r]))
+            if k <= 0:
+                continue
+            rn = np.array(self.tree.nodes(RACK, int(r)))
+            order = [int(n) for n in rn[np.lexsort((rn, free[rn]))] if free[n] >= job.gpus]
+            out += self._pods_in(order, free, job, k * job.segment)
+            left -= k
+            if not left:
+                break
+        return out if not left else None
+
+    def _free_per_domain(self, free: IntArray) -> list[IntArray]:
+        return self.tree.up(np.add.reduceat(free, self.cluster.rack_start), RACK)
+
+
+def all_policies(cluster: Cluster) -> list[Policy]:
+    return [
+        Topogang(cluster),
+        Topogang(cluster, "topogang-loose", compact=False),
+        BestFit(cluster),
+        Fullest(cluster),
+        FirstFit(cluster),
+    ]

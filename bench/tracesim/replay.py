@@ -1,0 +1,143 @@
+"""The replay: arrivals, kube-scheduler's queue order, placements through a policy, completions.
+
+Time jumps from event to event. At each moment the jobs that end free their GPUs, the jobs that
+arrive join the queue, then the queue is walked in kube-scheduler's order (priority, then age:
+extender.simulate.order.queue_key, what the simulator sorts by): each job the policy can place
+starts now; the others stay queued and do not hold the ones behind them (kube-scheduler has no
+head-of-line blocking). Two shortcuts skip calls whose answer is known, for every policy alike:
+a job is tried again only after GPUs were freed (placements only take), and within one walk a job
+asking for exactly what an earlier job failed to get fails too (same free GPUs, same answer);
+a job that needs more pods than fit on all free nodes is not tried at all.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.tracesim.cluster import Cluster, IntArray
+from bench.tracesim.policies import Policy
+from bench.tracesim.workload import Job, window
+from extender.simulate.order import queue_key
+
+
+@dataclass
+class Placed:
+    job: Job
+    start: float
+    nodes: tuple[int, ...]  # one per pod, in pod order
+
+
+@dataclass
+class Replay:
+    policy: str
+    aware: bool
+    placed: dict[int, Placed] = field(default_factory=dict)
+    never: list[Job] = field(default_factory=list)  # still queued when nothing was left to end
+    times: list[float] = field(default_factory=list)  # the moments the cluster changed
+    used: list[int] = field(default_factory=list)  # GPUs in use from that moment on
+    stranded: list[int] = field(default_factory=list)  # free GPUs in partly used racks
+    queued: list[int] = field(default_factory=list)  # jobs waiting
+    plan_ms: list[float] = field(default_factory=list)  # one per call into the policy
+    # Two moments of the measured window, as (time, jobs waiting, GPUs used per node): the busiest
+    # (the most jobs waiting) and the worst (the most GPUs left free while jobs wait).
+    busiest: tuple[float, int, IntArray] | None = None
+    worst: tuple[float, int, IntArray] | None = None
+    overcommitted: int = 0  # placements that would take more than a node has (a policy bug)
+
+
+def _demand_key(job: Job) -> tuple[int, int, int, str, str]:
+    return (job.pods, job.gpus, job.segment, job.segment_level, job.job_level)
+
+
+def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.1) -> Replay:
+    out = Replay(policy.name, policy.aware)
+    measured = window(jobs, warmup)
+    used = np.zeros(len(cluster.nodes), dtype=np.int64)
+    pods = np.zeros(len(cluster.nodes), dtype=np.int64)
+    arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
+    ends: list[tuple[float, int]] = []
+    queue: list[Job] = []
+    a = 0
+    while a < len(arrivals) or ends:
+        now = min(arrivals[a].arrival if a < len(arrivals) else float("inf"), ends[0][0] if ends else float("inf"))
+        freed = False
+        while ends and ends[0][0] <= now:
+            _, jid = heapq.heappop(ends)
+            done = out.placed[jid]
+            np.subtract.at(used, list(done.nodes), done.job.gpus)
+            np.subtract.at(pods, list(done.nodes), 1)
+            policy.done(done.job)
+            freed = True
+        fresh = []
+        while a < len(arrivals) and arrivals[a].arrival <= now:
+            policy.prepare(arrivals[a])
+            fresh.append(arrivals[a])
+            a += 1
+        queue.extend(fresh)
+        walk = queue if freed else fresh
+        ordered = sorted(walk, key=lambda j: queue_key(j.priority, j.arrival, j.id))
+        started = _walk(cluster, ordered, policy, now, used, pods, out)
+        for job in started:
+            heapq.heappush(ends, (now + job.duration, job.id))
+        if started:
+            gone = {j.id for j in started}
+            queue = [j for j in queue if j.id not in gone]
+        _record(cluster, out, now, used, len(queue), measured)
+    out.never = queue
+    return out
+
+
+def _walk(
+    cluster: Cluster, walk: list[Job], policy: Policy, now: float, used: IntArray, pods: IntArray, out: Replay
+) -> list[Job]:
+    started: list[Job] = []
+    failed: set[tuple[int, int, int, str, str]] = set()
+    fit: dict[int, int] = {}  # GPUs a pod -> pods that fit on all free nodes
+    for job in walk:
+        key = _demand_key(job)
+        if key in failed:
+            continue
+        if job.gpus not in fit:
+            fit[job.gpus] = int(((cluster.gpus - used) // job.gpus).sum())
+        if fit[job.gpus] < job.pods:
+            continue
+        t0 = time.perf_counter()
+        nodes = policy.place(job, used, pods)
+        out.plan_ms.append((time.perf_counter() - t0) * 1000)
+        if nodes is None:
+            failed.add(key)
+            continue
+        if len(nodes) != job.pods:
+            raise AssertionError(f"{policy.name}: job {job.id} got {len(nodes)} nodes for {job.pods} pods")
+        np.add.at(used, nodes, job.gpus)
+        np.add.at(pods, nodes, 1)
+        out.overcommitted += int((used > cluster.gpus).sum())
+        out.placed[job.id] = Placed(job, now, tuple(nodes))
+        started.append(job)
+        fit.clear()
+    return started
+
+
+def _record(
+    cluster: Cluster, out: Replay, now: float, used: IntArray, queued: int, measured: tuple[float, float]
+) -> None:
+    total = int(used.sum())
+    rack_used = np.add.reduceat(used, cluster.rack_start)
+    rack_cap = cluster.rack_gpus()
+    partly = (rack_used > 0) & (rack_used < rack_cap)
+    if out.times and out.times[-1] == now:
+        out.times.pop(), out.used.pop(), out.stranded.pop(), out.queued.pop()
+    out.times.append(now)
+    out.used.append(total)
+    out.stranded.append(int((rack_cap - rack_used)[partly].sum()))
+    out.queued.append(queued)
+    if not measured[0] <= now <= measured[1]:
+        return
+    if out.busiest is None or queued > out.busiest[1]:
+        out.busiest = (now, queued, used.copy())
+    if queued and (out.worst is None or total < int(out.worst[2].sum())):
+        out.worst = (now, queued, used.copy())
