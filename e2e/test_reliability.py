@@ -204,10 +204,13 @@ async def test_a_gang_with_a_gated_member_is_not_planned_until_the_gate_is_remov
         await create(kube, body, namespace)
 
     async def incomplete() -> dict[str, Any] | None:
+        # The status is written as soon as the PodGroup exists (0 pods): wait for all three.
         pg = await podgroup(kube, namespace, "held")
-        return pg if pg is not None and condition(pg, "Unschedulable").get("reason") == "GangIncomplete" else None
+        if pg is None or pg.get("status", {}).get("pods") != 3:
+            return None
+        return pg if condition(pg, "Unschedulable").get("reason") == "GangIncomplete" else None
 
-    pg = await eventually(incomplete, within=30, what="PodGroup held to be GangIncomplete")
+    pg = await eventually(incomplete, within=30, what="PodGroup held to be GangIncomplete with its 3 pods")
     assert "held by scheduling gate(s) example.com/admission" in pg["status"]["message"]
     await asyncio.sleep(BIND_TIMEOUT + 1)  # long enough for a gate to have timed out, were it planned
     later = await podgroup(kube, namespace, "held")
