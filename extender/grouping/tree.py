@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, layout_of, merge, placement
 from extender.grouping.draft import GangDraft, Member, Part
-from extender.grouping.types import Grouping
+from extender.grouping.types import Grouping, SegmentPosition
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
 from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint, validate_structure
@@ -93,6 +93,7 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
 
     subgroup_of: dict[str, str] = {}
     order: dict[str, int] = {}
+    segments: dict[str, SegmentPosition] = {}
     for m in members:
         if m.error is not None:
             errors.append(m.error)
@@ -129,6 +130,7 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
             errors.append(FieldError(f"Pod {m.pod.key}", label_field(layout.index_label), msg))
             continue
         subgroup_of[m.pod.key] = layout.leaf(index)
+        segments[m.pod.key] = layout.position(index)
 
     top = [s for s in subgroups if s.parent is None]
     namespace, _, name = draft.key.partition("/")
@@ -151,6 +153,7 @@ def assemble(draft: GangDraft, members: Iterable[Member]) -> Grouping:
         podgroup=None if unique_errors else pg,
         subgroup_of=subgroup_of,
         order=order,
+        segments=segments,
         owner=draft.owner,
         errors=unique_errors,
         warnings=tuple(dict.fromkeys(warnings)),

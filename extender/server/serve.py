@@ -32,14 +32,17 @@ from extender.kube.podgroups import PodGroupWriter
 from extender.server import metrics as m
 from extender.server.app import create_app
 from extender.server.extender import Extender
+from extender.server.gates import GatesMode
+from extender.server.gates_settings import GatesSettings, gates_settings_from
 from extender.server.settings import Settings, SettingsError, settings_from
 
 log = structlog.get_logger("topogang")
 EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progress
 
 
-async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
-    """The application, wired to the cluster; its cleanup context runs the cache and sweeps."""
+async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple[web.Application, ClusterCache]:
+    """The application, wired to the cluster; its cleanup context runs the cache and sweeps (and
+    the webhook's listener with GATES: its mode and webhook)."""
     client = await KubeClient.connect(settings.kubeconfig)
     scheduler = GangScheduler(ClusterState(), plan_ttl=settings.plan_ttl)
     cache = ClusterCache(client, scheduler)
@@ -48,15 +51,20 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     writer = PodGroupWriter(client, scheduler, actions)
     extender.changed = writer.touch
     label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
+    webhook = GatesMode(gates, client, scheduler, extender, lambda: cache.ready) if gates and gates.webhook else None
 
     async def started() -> None:
         label.want(True)  # patched in the background: planning never waits for it
         writer.start()
+        if webhook is not None:
+            await webhook.lead()
 
     async def stopped() -> None:
         extender.demote()  # first, in the same step as `leading` turned false
         label.want(False)
         await writer.stop()
+        if webhook is not None:
+            await webhook.unlead()
 
     elector = None
     if settings.leader_elect:
@@ -95,6 +103,8 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     async def running(_: web.Application) -> AsyncIterator[None]:
         label.start()
         cache.start()
+        if webhook is not None:
+            await webhook.start()
         leader = asyncio.create_task(lead(), name="leader election")
 
         async def sweep() -> None:
@@ -117,6 +127,8 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
             if elector is not None:
                 await elector.release()
             await writer.stop()
+            if webhook is not None:
+                await webhook.close()
             await extender.close()
             await cache.stop()
             await client.close()
@@ -125,9 +137,9 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     return app, cache
 
 
-async def serve(settings: Settings, started: asyncio.Event | None = None) -> None:
+async def serve(settings: Settings, started: asyncio.Event | None = None, gates: GatesSettings | None = None) -> None:
     """Serve until SIGINT or SIGTERM."""
-    app, _ = await build(settings)
+    app, _ = await build(settings, gates)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
@@ -138,6 +150,7 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> Non
         prefix=settings.prefix,
         bind_timeout=settings.bind_timeout,
         leader_elect=settings.leader_elect,
+        mode=gates.mode if gates else "extender",
         **(
             {"lease": f"{settings.lease_namespace}/{settings.lease_name}", "identity": settings.identity}
             if settings.leader_elect
@@ -160,9 +173,10 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> Non
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         settings = settings_from(args, environ)
+        gates = gates_settings_from(args, environ)
     except SettingsError as exc:
         print(f"topogang serve: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level, settings.log_format)
-    asyncio.run(serve(settings))
+    asyncio.run(serve(settings, gates=gates))
     return 0
