@@ -8,8 +8,11 @@ import argparse
 import base64
 import copy
 import datetime
+import socket
+import ssl
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from cryptography import x509
@@ -22,7 +25,9 @@ from extender.grouping.types import SegmentPosition
 from extender.kube.certs import self_signed
 from extender.kube.ungate import GATE, Ungater, pin_patch
 from extender.model.pod import parse_pod
-from extender.server.gates_settings import add_gates_arguments, gates_settings_from
+from extender.server.extender import Extender
+from extender.server.gates import GatesMode
+from extender.server.gates_settings import GatesSettings, add_gates_arguments, gates_settings_from
 from extender.server.settings import SettingsError
 from extender.server.webhook import EXTENDER, GATES, SEGMENT_LABEL, Webhook, gate_ops, segment_ops
 from tests.builders import TOPO, grid, pod, podgroup
@@ -271,3 +276,39 @@ def test_settings_defaults_per_mode_and_errors_naming_the_flag() -> None:
         parse(["--webhook-listen=9443"])
     with pytest.raises(SettingsError, match="both or neither"):
         parse(["--webhook-cert=/c"])
+
+
+# -- the HTTPS listener ------------------------------------------------------------------------------------
+
+
+async def test_the_webhook_answers_over_https_with_its_own_ca_and_503_until_synced() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = tfjob()
+    scheduler = cluster_with(job)
+    synced = False
+    settings = GatesSettings(mode=GATES, webhook_host="127.0.0.1", webhook_port=port, hosts=("127.0.0.1",))
+    gates = GatesMode(settings, None, scheduler, Extender(scheduler, None, bind_timeout=1), lambda: synced)  # type: ignore[arg-type]
+    await gates.start()
+    try:
+        assert gates.cert is not None
+        trust = ssl.create_default_context(cadata=gates.cert.ca_pem.decode())
+        raw = next(p for p in synthesize(job).pods if p["metadata"]["name"] == "train-worker-5")
+        body = {"request": {"uid": "u", "operation": "CREATE", "namespace": "ml", "object": raw}}
+        url = f"https://127.0.0.1:{port}/mutate-pods"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json=body, ssl=trust) as resp:
+                assert resp.status == 503  # failurePolicy decides while the caches sync
+            synced = True
+            async with session.post(url, json=body, ssl=trust) as resp:
+                assert resp.status == 200
+                answer = await resp.json()
+            with pytest.raises(aiohttp.ClientConnectorCertificateError):
+                await session.post(url, json=body, ssl=ssl.create_default_context())
+        ops = orjson.loads(base64.b64decode(answer["response"]["patch"]))
+        out = apply(raw, ops)
+        assert out["spec"]["schedulingGates"] == [{"name": GATE}]
+        assert env_of(out)["TOPOGANG_SEGMENT_INDEX"] == "1"
+    finally:
+        await gates.close()
