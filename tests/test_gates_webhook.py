@@ -31,7 +31,7 @@ from extender.server.gates_settings import GatesSettings, add_gates_arguments, g
 from extender.server.settings import SettingsError
 from extender.server.webhook import EXTENDER, GATES, SEGMENT_LABEL, Webhook, gate_ops, segment_ops
 from tests.builders import TOPO, grid, pod, podgroup
-from tests.grouping_builders import kubeflow, obj, owned_pod
+from tests.grouping_builders import kubeflow, lws, obj, owned_pod
 
 SEG4_RACK = {"kai.scheduler/segment-size": "4", "kai.scheduler/segment-topology-required-placement": "rack"}
 TOPO_ANN = {"kai.scheduler/topology": "default"}
@@ -110,6 +110,16 @@ def test_admit_leaves_plain_pods_and_unknown_owners_alone_and_gates_named_podgro
     # A known kind whose object topogang cannot see yet: its gang will be known, so it is gated.
     unseen = admit(owned_pod("w", ("kubeflow.org/v1", "TFJob", "later")), ObjectIndex([]), {})
     assert unseen.managed
+
+
+def test_admit_follows_a_leaderworkerset_worker_through_its_leader_pod() -> None:
+    made = synthesize(lws(1, 4))
+    pods = {p.key: p for p in map(parse_pod, made.pods)}
+    objects = ObjectIndex([lws(1, 4), *made.owners])
+    worker = next(p for k, p in pods.items() if not k.endswith("llm-0"))
+    assert admit(worker, objects, {}, pods).managed
+    # Without its leader pod the chain stops at the workers' StatefulSet, whose pods are not gated.
+    assert not admit(worker, objects, {}, {}).managed
 
 
 # -- what the webhook adds ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """What the admission webhook needs to know about one pod that is being created.
 
-    admit(pod, objects, podgroups) -> Admission
+    admit(pod, objects, podgroups, pods) -> Admission
         gang      the gang it joins ("ns/name"), or the reason it waits for one; None: not a gang
                   pod topogang manages
         segment   its SegmentPosition when its part is segmented (KAI segment-size)
@@ -34,9 +34,15 @@ class Admission:
     grouping: Grouping | None = None
 
 
-def admit(pod: PodInfo, objects: ObjectLookup, podgroups: Mapping[str, PodGroupSpec]) -> Admission:
-    """How the grouper sees POD on its own (see the module docstring)."""
-    result = group_pods([pod], objects, podgroups)
+def admit(
+    pod: PodInfo,
+    objects: ObjectLookup,
+    podgroups: Mapping[str, PodGroupSpec],
+    pods: Mapping[str, PodInfo] | None = None,
+) -> Admission:
+    """How the grouper sees POD on its own (see the module docstring); PODS: the pods its owner
+    chain may pass through (a LeaderWorkerSet worker's leader)."""
+    result = group_pods([pod], objects, podgroups, owner_pods=pods)
     if pod.key in result.waiting:
         return Admission(True, waiting=result.waiting[pod.key])
     key = result.pod_group.get(pod.key)

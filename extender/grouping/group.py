@@ -114,10 +114,17 @@ def _fallback(top: Link, pods: list[PodInfo]) -> GangDraft:
     return GangDraft(top.key(), top.label, top.label, top.ref, workload, [part], uid=top.ref.uid)
 
 
-def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mapping[str, PodGroupSpec]) -> GroupingResult:
-    """Group every pod; see the module docstring for the order of the rules."""
+def group_pods(
+    pods: Sequence[PodInfo],
+    objects: ObjectLookup,
+    podgroups: Mapping[str, PodGroupSpec],
+    *,
+    owner_pods: Mapping[str, PodInfo] | None = None,
+) -> GroupingResult:
+    """Group every pod; see the module docstring for the order of the rules. OWNER_PODS: the pods
+    an owner chain may pass through (a LeaderWorkerSet's leader), when not all are in PODS."""
     ris, warnings = index_resource_interfaces(objects.resource_interfaces())
-    chains = _Chains(objects, pods)
+    chains = _Chains(objects, owner_pods if owner_pods is not None else pods)
     waiting: dict[str, str] = {}
     explicit: dict[str, list[PodInfo]] = {}
     drafts: dict[tuple[str, str, str, str, str], WorkloadDraft | None] = {}

@@ -151,7 +151,7 @@ class Webhook:
         except InvalidObject:
             return None  # the API server's own validation will say what is wrong with it
         state = self.scheduler.state
-        return admit(pod, self.scheduler.membership.lookup, state.podgroups)
+        return admit(pod, self.scheduler.membership.lookup, state.podgroups, state.pods)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if not self.ready():
