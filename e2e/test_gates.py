@@ -14,6 +14,8 @@ added after it would run without topogang.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,12 +23,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
 from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
 from e2e.scenario import apply_crds, create, create_podgroup, events_about, eventually, gpu_pod, pods, wait_all_bound
 from e2e.test_extender import TOPOLOGY, create_tfjob, node_racks, racks_of
-from e2e.topogang import CRDS, Topogang, _free_port
+from e2e.topogang import CRDS, ROOT, Topogang, _free_port
 from extender.kube.client import ApiError, KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane_only, pytest.mark.controlplane]
@@ -204,6 +207,92 @@ async def test_an_indexed_job_made_by_the_job_controller_gets_gated_placed_and_i
         by_segment.setdefault(env(pod)["KAI_SEGMENT_INDEX"], set()).add(rack_of[name])
     assert all(len(r) == 1 for r in by_segment.values()), by_segment
     assert {r for rs in by_segment.values() for r in rs} == {"z0-b0-r1", "z0-b0-r2"}
+
+
+# -- the install artefacts --------------------------------------------------------------------------------
+
+
+def kubectl(plane: ControlPlane, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(plane.kubectl), "--kubeconfig", str(plane.kubeconfig), *args],
+        input=stdin, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"kubectl {' '.join(args)}:\n{done.stderr}"
+    return done.stdout
+
+
+def render(plane: ControlPlane, path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(path))) if d]
+
+
+def test_the_gates_overlays_render_and_their_cluster_objects_are_accepted(control_plane: ControlPlane) -> None:
+    docs = render(control_plane, ROOT / "manifests" / "gates")
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    assert {("MutatingWebhookConfiguration", "topogang"), ("Service", "topogang-webhook")} <= kinds
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert {"--mode=gates", "--webhook-listen=0.0.0.0:9443", "--webhook-config=topogang"} <= set(container["args"])
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container["ports"]
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "topogang-webhook"]
+    assert service["spec"]["selector"]["scheduling.topogang.io/leader"] == "true"
+    cluster_scoped = [
+        d for d in docs if d["kind"] in ("MutatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding")
+    ]
+    kubectl(
+        control_plane, "apply", "--server-side", "--dry-run=server", "--field-manager=e2e-gates", "-f", "-",
+        stdin="\n---\n".join(json.dumps(d) for d in cluster_scoped),
+    )  # fmt: skip
+    with_cm = render(control_plane, ROOT / "manifests" / "gates" / "cert-manager")
+    names = {(d["kind"], d["metadata"]["name"]) for d in with_cm}
+    assert ("Certificate", "topogang-webhook") in names
+    assert ("ClusterRole", "topogang-webhook") not in names  # cert-manager sets the caBundle
+    (hook,) = [d for d in with_cm if d["kind"] == "MutatingWebhookConfiguration"]
+    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "topogang-system/topogang-webhook"
+    (cm_deployment,) = [d for d in with_cm if d["kind"] == "Deployment"]
+    assert (
+        "--webhook-cert=/etc/topogang/webhook/tls.crt"
+        in cm_deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+
+
+async def test_the_service_account_may_patch_only_its_own_webhook_configuration(
+    control_plane: ControlPlane, kube: KubeClient
+) -> None:
+    docs = [
+        d
+        for d in render(control_plane, ROOT / "manifests" / "gates")
+        if d["kind"] in ("ClusterRole", "ClusterRoleBinding")
+    ]
+    docs = [d for d in docs if d["metadata"]["name"] == "topogang-webhook"]
+    assert len(docs) == 2
+    body = "\n---\n".join(json.dumps(d) for d in docs)
+    kubectl(control_plane, "apply", "--server-side", "--field-manager=e2e-gates", "-f", "-", stdin=body)
+    sa = "system:serviceaccount:topogang-system:topogang"
+
+    async def allowed(verb: str, name: str) -> bool:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": sa,
+                "groups": ["system:serviceaccounts", "system:serviceaccounts:topogang-system"],
+                "resourceAttributes": {
+                    "group": "admissionregistration.k8s.io", "resource": "mutatingwebhookconfigurations",
+                    "verb": verb, "name": name,
+                },
+            },
+        }  # fmt: skip
+        answer = await kube.post("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        return bool(answer["status"].get("allowed"))
+
+    try:
+        assert await allowed("get", "topogang")
+        assert await allowed("patch", "topogang")
+        assert not await allowed("patch", "someone-else")
+        assert not await allowed("delete", "topogang")
+        assert not await allowed("create", "")
+    finally:
+        kubectl(control_plane, "delete", "--ignore-not-found", "-f", "-", stdin=body)
 
 
 # -- what is never ungated, and what is never gated ----------------------------------------------------------
