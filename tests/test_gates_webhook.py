@@ -5,6 +5,7 @@ certificate, and the mode's settings."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import copy
 import datetime
@@ -174,6 +175,20 @@ def test_generate_name_pods_and_plain_pods() -> None:
     response, out = review(webhook, plain)
     assert "patch" not in response
     assert out == plain
+
+
+async def test_a_pod_that_arrives_before_its_workload_waits_for_it_to_read_its_segment() -> None:
+    job = tfjob()
+    scheduler = cluster_with()  # the cache has not seen the TFJob yet
+    webhook = Webhook(scheduler, GATES, lambda: True)
+    raw = next(p for p in synthesize(job).pods if p["metadata"]["name"] == "train-worker-9")
+    body = {"request": {"uid": "u", "operation": "CREATE", "namespace": "ml", "object": raw}}
+    key = object_key(job["apiVersion"], job["kind"], "ml", job["metadata"]["name"])
+    asyncio.get_running_loop().call_later(0.1, scheduler.state.set_object, key, job)
+    response = (await webhook.review_waiting(body))["response"]
+    out = apply(raw, orjson.loads(base64.b64decode(response["patch"])))
+    assert env_of(out)["TOPOGANG_SEGMENT_INDEX"] == "2"
+    assert out["spec"]["schedulingGates"] == [{"name": GATE}]
 
 
 def test_gate_ops_add_once_and_never_to_a_bound_pod() -> None:

@@ -14,12 +14,15 @@ JSONPatch when there is something to add:
   variable the pod already sets is left alone) and the label scheduling.topogang.io/segment-index.
 
 The decision is one `group_pods` of the pod alone against the live cache: tens of microseconds,
-no API call. Until the cache has synced the webhook answers 503, which the API server treats as
-a failed call (the configuration's failurePolicy decides: see manifests/gates/webhook.yaml).
+no API call. A pod whose workload (or PodGroup) the cache does not show yet waits for it up to a
+second, polling the cache: its gang and segment come from that spec. Until the cache has synced
+the webhook answers 503, which the API server treats as a failed call (the configuration's
+failurePolicy decides: see manifests/gates/webhook.yaml).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +43,9 @@ SEGMENT_LABEL = "scheduling.topogang.io/segment-index"
 PATH = "/mutate-pods"
 MAX_BODY = 16 * 2**20
 GATES, EXTENDER = "gates", "extender"
+# A pod created right after its workload may reach us before the workload does (the cache is a
+# watch behind); it waits this long for it, well inside the webhook's timeoutSeconds.
+OWNER_WAIT = 1.0
 
 log = structlog.get_logger("topogang")
 
@@ -116,14 +122,26 @@ class Webhook:
         self.counts: dict[str, int] = {"gated": 0, "segment": 0, "untouched": 0}
 
     def review(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        request = body.get("request")
-        if not isinstance(request, Mapping) or not isinstance(request.get("object"), Mapping):
-            raise ValueError("AdmissionReview.request.object: expected the Pod being created")
-        uid = str(request.get("uid", ""))
-        raw: Mapping[str, Any] = request["object"]
-        if request.get("operation", "CREATE") != "CREATE" or raw.get("kind", "Pod") != "Pod":
+        """The AdmissionReview answer for BODY, from what the cache shows now."""
+        uid, raw, namespace = _request(body)
+        if raw is None:
             return _response(uid, [])
-        admission = self._admit(raw, str(request.get("namespace") or ""))
+        return self._answer(uid, raw, self._admit(raw, namespace))
+
+    async def review_waiting(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """`review`, but a pod whose workload or PodGroup the cache does not show yet (created a
+        moment before it) waits for it up to OWNER_WAIT: its segment is read from that spec."""
+        uid, raw, namespace = _request(body)
+        if raw is None:
+            return _response(uid, [])
+        admission = self._admit(raw, namespace)
+        deadline = time.monotonic() + OWNER_WAIT
+        while admission is not None and admission.waiting and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            admission = self._admit(raw, namespace)
+        return self._answer(uid, raw, admission)
+
+    def _answer(self, uid: str, raw: Mapping[str, Any], admission: Admission | None) -> dict[str, Any]:
         ops: JSONPatch = []
         warnings: list[str] = []
         if admission is None:
@@ -159,7 +177,7 @@ class Webhook:
         start = time.perf_counter()
         try:
             body = orjson.loads(await request.read())
-            answer = self.review(body if isinstance(body, dict) else {})
+            answer = await self.review_waiting(body if isinstance(body, dict) else {})
         except (orjson.JSONDecodeError, ValueError) as exc:
             return web.Response(text=f"topogang: bad AdmissionReview: {exc}", status=400)
         response = answer["response"]
@@ -173,6 +191,18 @@ class Webhook:
                 ms=round((time.perf_counter() - start) * 1000, 3),
             )
         return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+
+def _request(body: Mapping[str, Any]) -> tuple[str, Mapping[str, Any] | None, str]:
+    """(uid, the pod being created or None when the request is not one, its namespace)."""
+    request = body.get("request")
+    if not isinstance(request, Mapping) or not isinstance(request.get("object"), Mapping):
+        raise ValueError("AdmissionReview.request.object: expected the Pod being created")
+    uid = str(request.get("uid", ""))
+    raw: Mapping[str, Any] = request["object"]
+    if request.get("operation", "CREATE") != "CREATE" or raw.get("kind", "Pod") != "Pod":
+        return uid, None, ""
+    return uid, raw, str(request.get("namespace") or "")
 
 
 async def _healthz(_: web.Request) -> web.StreamResponse:
