@@ -4,7 +4,7 @@ control plane, in each scheduling mode, side by side.
 Starts the local control plane (e2e/controlplane) and N kwok GPU nodes (zones of racks of 16),
 then for each mode: `topogang serve` and kube-scheduler (extender mode: scheduler-config/
 extender.yaml; gates mode: kube-scheduler's default configuration, topogang's webhook registered
-from manifests/gates/webhook.yaml), creates a PodGroup of P pods of 8 GPUs (segments of 8 in one
+from manifests/gates/webhook/webhook.yaml), creates a PodGroup of P pods of 8 GPUs (segments of 8 in one
 rack each, the gang in one zone) and its pods, and measures from the moment the last pod was
 created until every pod is bound, and Running (kwok), as the API server shows it.
 

@@ -1,4 +1,4 @@
-"""Gates mode in the e2e tests and the bench: manifests/gates/webhook.yaml registered with the API
+"""Gates mode in the e2e tests and the bench: manifests/gates/webhook/webhook.yaml registered with the API
 server, its clientConfig pointed at a `topogang serve --webhook-listen=127.0.0.1:<port>`.
 
     await kube.post(WEBHOOKS, webhook_config(name, f"https://127.0.0.1:{port}"))
@@ -18,12 +18,12 @@ from e2e.topogang import ROOT
 from extender.kube.client import KubeClient
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-SHIPPED_WEBHOOK = ROOT / "manifests" / "gates" / "webhook.yaml"
+SHIPPED_WEBHOOK = ROOT / "manifests" / "gates" / "webhook" / "webhook.yaml"
 ENABLED = {"scheduling.topogang.io/gates": "enabled"}  # the namespace label the webhook selects
 
 
 def webhook_config(name: str, url: str) -> dict[str, Any]:
-    """manifests/gates/webhook.yaml as shipped, calling URL instead of the in-cluster Service."""
+    """manifests/gates/webhook/webhook.yaml as shipped, calling URL instead of the in-cluster Service."""
     doc = yaml.safe_load(SHIPPED_WEBHOOK.read_text())
     doc["metadata"]["name"] = name
     for hook in doc["webhooks"]:

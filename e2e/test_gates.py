@@ -3,7 +3,7 @@ the API server calling topogang's admission webhook, topogang ungating whole gan
 
 Setup (once for the module): the CRDs and Topology of test_extender.py; the kube-scheduler the
 session started (stock); `topogang serve --mode=gates` with its webhook on 127.0.0.1:<port> and a
-self-signed certificate; manifests/gates/webhook.yaml registered with the API server, its
+self-signed certificate; manifests/gates/webhook/webhook.yaml registered with the API server, its
 clientConfig pointed at that URL (no caBundle: topogang sets it, as it does in a cluster).
 Each test labels its namespace scheduling.topogang.io/gates=enabled.
 
@@ -225,7 +225,7 @@ def render(plane: ControlPlane, path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(kubectl(plane, "kustomize", str(path))) if d]
 
 
-def test_the_gates_overlays_render_and_their_cluster_objects_are_accepted(control_plane: ControlPlane) -> None:
+async def test_the_gates_overlays_render_and_their_cluster_objects_are_accepted(control_plane: ControlPlane) -> None:
     docs = render(control_plane, ROOT / "manifests" / "gates")
     kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
     assert {("MutatingWebhookConfiguration", "topogang"), ("Service", "topogang-webhook")} <= kinds

@@ -29,7 +29,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CONFIG = ROOT / "scheduler-config" / "extender.yaml"
-CRDS = [*sorted((ROOT / "manifests" / "crds").glob("*.yaml")), ROOT / "e2e" / "crds" / "workloads.yaml"]
+CRDS = [*sorted((ROOT / "manifests" / "base" / "crds").glob("*.yaml")), ROOT / "e2e" / "crds" / "workloads.yaml"]
 
 
 def scheduler_config(url: str) -> dict[str, Any]:

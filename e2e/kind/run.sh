@@ -132,7 +132,7 @@ if [[ -n $existed ]]; then
     k -n topogang-system rollout restart deployment/topogang   # the same tag, a new image
 fi
 # Both replicas are Ready once synced (/synced); the Service has its one endpoint once the
-# leader has labelled its pod scheduling.topogang.io/leader=true (manifests/service.yaml).
+# leader has labelled its pod scheduling.topogang.io/leader=true (manifests/base/service.yaml).
 k -n topogang-system rollout status deployment/topogang --timeout=5m
 leader_endpoints=""
 for _ in $(seq 120); do

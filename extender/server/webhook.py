@@ -17,7 +17,7 @@ The decision is one `group_pods` of the pod alone against the live cache: tens o
 no API call. A pod whose workload (or PodGroup) the cache does not show yet waits for it up to a
 second, polling the cache: its gang and segment come from that spec. Until the cache has synced
 the webhook answers 503, which the API server treats as a failed call (the configuration's
-failurePolicy decides: see manifests/gates/webhook.yaml).
+failurePolicy decides: see manifests/gates/webhook/webhook.yaml).
 """
 
 from __future__ import annotations
