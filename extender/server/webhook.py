@@ -119,7 +119,6 @@ class Webhook:
         self.scheduler = scheduler
         self.mode = mode
         self.ready = ready
-        self.counts: dict[str, int] = {"gated": 0, "segment": 0, "untouched": 0}
 
     def review(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The AdmissionReview answer for BODY, from what the cache shows now."""
@@ -145,17 +144,14 @@ class Webhook:
         ops: JSONPatch = []
         warnings: list[str] = []
         if admission is None:
-            self.counts["untouched"] += 1
             return _response(uid, ops)
         if admission.managed and self.mode == GATES:
             ops += gate_ops(raw)
         if admission.segment is not None:
             ops += segment_ops(raw, admission.segment)
-            self.counts["segment"] += 1
         if admission.grouping is not None and admission.grouping.errors:
             problems = "; ".join(map(str, admission.grouping.errors))
             warnings.append(f"topogang: gang {admission.gang} is invalid: {problems}")
-        self.counts["gated" if any(op["path"].startswith("/spec/schedulingGates") for op in ops) else "untouched"] += 1
         return _response(uid, ops, warnings[:1])
 
     def _admit(self, raw: Mapping[str, Any], namespace: str) -> Admission | None:
