@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import time
@@ -89,10 +90,8 @@ async def one_run(kube: KubeClient, pods_n: int, run: str) -> tuple[float, float
 
 async def clean(kube: KubeClient, ns: str) -> None:
     """Delete the gang's pods and wait until they are gone, so the next run has the same room."""
-    try:
+    with contextlib.suppress(TimeoutError):  # a busy API server: the deletion goes on; waited for below
         await kube.delete(f"/api/v1/namespaces/{ns}/pods", {"gracePeriodSeconds": 0})
-    except TimeoutError:  # a busy API server: the deletion goes on server-side; wait for it below
-        pass
     deadline = time.perf_counter() + 120
     while await pods(kube, ns):
         if time.perf_counter() > deadline:

@@ -11,6 +11,7 @@ import copy
 import datetime
 import socket
 import ssl
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -31,7 +32,7 @@ from extender.server.gates import GatesMode
 from extender.server.gates_settings import GatesSettings, add_gates_arguments, gates_settings_from
 from extender.server.settings import SettingsError
 from extender.server.webhook import EXTENDER, GATES, SEGMENT_LABEL, Webhook, gate_ops, segment_ops
-from tests.builders import TOPO, grid, pod, podgroup
+from tests.builders import TOPO, grid, node, pod, podgroup
 from tests.grouping_builders import kubeflow, lws, obj, owned_pod
 
 SEG4_RACK = {"kai.scheduler/segment-size": "4", "kai.scheduler/segment-topology-required-placement": "rack"}
@@ -247,6 +248,23 @@ def test_an_incomplete_gang_is_not_ungated() -> None:
     scheduler = gated_gang(2, 3)
     assert Ungater(NoClient(), scheduler).plan("default/g") == {}
     assert scheduler.status("default/g").reason == "GangIncomplete"
+
+
+def test_pods_beyond_the_minimum_are_released_as_their_room_is_planned() -> None:
+    scheduler = gated_gang(5, 2)  # rack r1 or r2 of 4 nodes: 4 fit in one rack, the 5th does not
+    ungater = Ungater(NoClient(), scheduler)
+    first = ungater.plan("default/g")
+    assert len(first) == 4
+    assert len({n.rsplit("-", 1)[0] for n in first.values()}) == 1
+    rack = next(iter(first.values())).rsplit("-", 1)[0]
+    scheduler.plans["default/g"].released = True  # what release() does once the patches are out
+    for key, where in first.items():  # kube-scheduler binds them where they are pinned
+        scheduler.observe_pod(replace(scheduler.state.pods[key], node_name=where, scheduling_gates=()))
+    assert ungater.plan("default/g") == {}  # still no room in that rack for the fifth
+    r, b, z = rack.split("-")[2][1:], rack.split("-")[1][1:], rack.split("-")[0][1:]
+    scheduler.state.upsert_node(node(f"{rack}-n5", f"z{z}", f"b{b}", f"r{r}"))
+    (fifth,) = ungater.plan("default/g").items()
+    assert fifth == ("default/g-4", f"{rack}-n5")
 
 
 def test_pin_patch_narrows_existing_terms_and_removes_only_our_gate() -> None:
