@@ -35,7 +35,7 @@ LABEL org.opencontainers.image.title="topogang" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/topogang /opt/topogang
 # Unbuffered logs (one JSON line per decision reaches the node at once); no .pyc written at run
-# time (the root filesystem is read-only in manifests/deployment.yaml; pip compiled them at
+# time (the root filesystem is read-only in manifests/base/deployment.yaml; pip compiled them at
 # install); HOME for a user that has no passwd entry.
 ENV PATH=/opt/topogang/bin:$PATH \
     PYTHONUNBUFFERED=1 \

@@ -1,13 +1,15 @@
-"""Time from the last member's creation to all bound, for one gang on the real control plane.
+"""Time from the last member's creation to all bound and to all Running, for one gang on the real
+control plane, in each scheduling mode, side by side.
 
-Starts the local control plane (e2e/controlplane), N kwok GPU nodes (zones of racks of 16),
-`topogang serve` and kube-scheduler from scheduler-config/extender.yaml, then creates a PodGroup
-of P pods of 8 GPUs (segments of 8 in one rack each, the gang in one zone) and its pods, and
-measures from the moment the last pod was created until every pod is bound, as the API server
-shows it.
+Starts the local control plane (e2e/controlplane) and N kwok GPU nodes (zones of racks of 16),
+then for each mode: `topogang serve` and kube-scheduler (extender mode: scheduler-config/
+extender.yaml; gates mode: kube-scheduler's default configuration, topogang's webhook registered
+from manifests/gates/webhook/webhook.yaml), creates a PodGroup of P pods of 8 GPUs (segments of 8 in one
+rack each, the gang in one zone) and its pods, and measures from the moment the last pod was
+created until every pod is bound, and Running (kwok), as the API server shows it.
 
-    python bench/e2e_gang_latency.py                   # 256 pods on 1,000 nodes
-    python bench/e2e_gang_latency.py --nodes 200 --pods 64 --runs 3 --json
+    python bench/e2e_gang_latency.py                   # 256 pods on 1,000 nodes, both modes
+    python bench/e2e_gang_latency.py --nodes 200 --pods 64 --runs 3 --modes gates --json
 
 Needs the control-plane binaries (`make controlplane`).
 """
@@ -27,16 +29,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.kwok_cluster import TOPOLOGY, clean, create_topology, until_schedulable
 from e2e.controlplane import Binaries, ControlPlane, FakeGpuNodes, FakeTopology, api_client
+from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
 from e2e.scenario import apply_crds, create, gpu_pod, pods
-from e2e.topogang import CRDS, Topogang, scheduler_config
+from e2e.topogang import CRDS, Topogang, _free_port, scheduler_config
 from extender.kube.client import KubeClient
 
 RACK = "topology.topogang.io/rack"
 
 
-async def one_run(plane: ControlPlane, kube: KubeClient, pods_n: int, run: int) -> float:
+async def one_run(kube: KubeClient, pods_n: int, run: str) -> tuple[float, float]:
+    """(seconds to all bound, seconds to all Running) after the last pod was created."""
     ns = f"bench-{run}"
-    await kube.post("/api/v1/namespaces", {"metadata": {"name": ns}})
+    await kube.post("/api/v1/namespaces", {"metadata": {"name": ns, "labels": ENABLED}})
     await asyncio.sleep(1)  # the namespace's default ServiceAccount
     segments = pods_n // 8
     subgroups = [{"name": "w", "minSubGroup": segments}] + [
@@ -67,14 +71,20 @@ async def one_run(plane: ControlPlane, kube: KubeClient, pods_n: int, run: int) 
     last_created = time.perf_counter()
     print(f"run {run}: last pod created at {time.time():.3f}", file=sys.stderr)
     deadline = last_created + 120
+    all_bound = None
     while True:
-        bound = sum(1 for p in await pods(kube, ns) if p["spec"].get("nodeName"))
-        if bound == pods_n:
-            took = time.perf_counter() - last_created
+        items = await pods(kube, ns)
+        bound = sum(1 for p in items if p["spec"].get("nodeName"))
+        running = sum(1 for p in items if p.get("status", {}).get("phase") == "Running")
+        now = time.perf_counter()
+        if all_bound is None and bound == pods_n:
+            all_bound = now - last_created
+        if running == pods_n:
+            assert all_bound is not None
             await clean(kube, ns)
-            return took
-        if time.perf_counter() > deadline:
-            raise TimeoutError(f"{bound}/{pods_n} bound after 120 s")
+            return all_bound, now - last_created
+        if now > deadline:
+            raise TimeoutError(f"{bound}/{pods_n} bound, {running} Running after 120 s")
         await asyncio.sleep(0.05)
 
 
@@ -91,28 +101,65 @@ async def main_async(args: argparse.Namespace) -> None:
             nodes = FakeGpuNodes(api, name_prefix="bench")
             made = await nodes.create(FakeTopology(zones, 1, racks, 16), timeout_s=300)
             await until_schedulable(kube, len(made))
-            async with Topogang.start(plane.kubeconfig, plane.logs_dir) as server:
-                await plane.start_scheduler_async(scheduler_config(server.url, server.tls))
-                try:
-                    times = [await one_run(plane, kube, args.pods, r) for r in range(args.runs)]
-                except TimeoutError:
-                    print(f"--- topogang log ---\n{server.tail(30)}", file=sys.stderr)
-                    print(f"--- kube-scheduler log ---\n{plane.components['kube-scheduler'].tail(20)}", file=sys.stderr)
-                    raise
-        row = {
-            "nodes": len(made),
-            "pods": args.pods,
-            "median_s": round(statistics.median(times), 2),
-            "max_s": round(max(times), 2),
-            "runs": args.runs,
-        }
-        print(orjson.dumps(row).decode() if args.json else
-              f"{row['pods']} pods on {row['nodes']} nodes: last pod created -> all bound "
-              f"median {row['median_s']} s, max {row['max_s']} s over {row['runs']} run(s)")  # fmt: skip
+            rows = []
+            for mode in args.modes.split(","):
+                times = await one_mode(plane, kube, mode, args)
+                bound, running = [t for t, _ in times], [t for _, t in times]
+                rows.append({
+                    "mode": mode, "nodes": len(made), "pods": args.pods, "runs": args.runs,
+                    "bound_median_s": round(statistics.median(bound), 2), "bound_max_s": round(max(bound), 2),
+                    "running_median_s": round(statistics.median(running), 2),
+                    "running_max_s": round(max(running), 2),
+                })  # fmt: skip
+        for row in rows:
+            print(orjson.dumps(row).decode() if args.json else
+                  f"{row['mode']:>8}: {row['pods']} pods on {row['nodes']} nodes, last pod created -> all bound "
+                  f"median {row['bound_median_s']} s (max {row['bound_max_s']}), all Running median "
+                  f"{row['running_median_s']} s (max {row['running_max_s']}) over {row['runs']} run(s)")  # fmt: skip
+        if len(rows) == 2 and not args.json:
+            a, b = rows
+            print(f"{b['mode']} / {a['mode']}: all Running {b['running_median_s'] / a['running_median_s']:.2f}x")
     finally:
         plane.stop(keep_workdir=args.keep)
         if args.keep:
             print(f"logs kept in {plane.logs_dir}", file=sys.stderr)
+
+
+async def one_mode(
+    plane: ControlPlane, kube: KubeClient, mode: str, args: argparse.Namespace
+) -> list[tuple[float, float]]:
+    """ARGS.runs gangs in MODE: its topogang and kube-scheduler, stopped afterwards."""
+    extra: list[str] = []
+    hook = None
+    if mode == "gates":
+        port, hook = _free_port(), f"topogang-bench-{mode}"
+        await kube.post(WEBHOOKS, webhook_config(hook, f"https://127.0.0.1:{port}"))
+        extra = gates_args(hook, port)
+    try:
+        async with Topogang.start(plane.kubeconfig, plane.logs_dir, args=extra) as server:
+            await plane.start_scheduler_async(scheduler_config(server.url, server.tls) if mode == "extender" else None)
+            try:
+                if hook is not None:
+                    await until_bundled(kube, hook)
+                return [await one_run(kube, args.pods, f"{mode}-{r}") for r in range(args.runs)]
+            except TimeoutError:
+                print(f"--- topogang log ---\n{server.tail(30)}", file=sys.stderr)
+                print(f"--- kube-scheduler log ---\n{plane.components['kube-scheduler'].tail(20)}", file=sys.stderr)
+                raise
+            finally:
+                await plane.stop_scheduler_async()
+    finally:
+        if hook is not None:
+            await kube.delete(f"{WEBHOOKS}/{hook}")
+
+
+async def until_bundled(kube: KubeClient, name: str) -> None:
+    """The webhook's caBundle is set by topogang at start; until then pods would pass ungated."""
+    deadline = time.perf_counter() + 60
+    while not await bundled(kube, name):
+        if time.perf_counter() > deadline:
+            raise TimeoutError("topogang did not set the webhook's caBundle")
+        await asyncio.sleep(0.2)
 
 
 def main() -> None:
@@ -120,6 +167,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--pods", type=int, default=256, help="a multiple of 8")
     parser.add_argument("--runs", type=int, default=3, help="gangs created one after another (default 3)")
+    parser.add_argument("--modes", default="extender,gates", help="comma-separated: extender, gates (default both)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", action="store_true", help="keep the control plane's files and logs")
     asyncio.run(main_async(parser.parse_args()))

@@ -13,8 +13,9 @@ times; each is timed by a pod watch from the first create to the last pod bound.
       schedulingConstraints.topology) and the GenericWorkload and
       TopologyAwareWorkloadScheduling feature gates (qps raised, as A)
   C2  the same gangs through topogang, as shipped
-  C3  the same gangs in topogang's gates mode (stock kube-scheduler, `topogang serve
-      --gates-args`); skipped when that mode is not there
+  C3  the same gangs in topogang's gates mode: stock kube-scheduler, `topogang serve --mode=gates`
+      with its admission webhook registered (manifests/gates/webhook/webhook.yaml) and the
+      namespace labelled for it; --gates-args adds flags
 
 Each variant also records CPU seconds per component (and of the rest of the machine), topogang's
 peak RSS, the domains each gang landed in, kube-scheduler's own metrics (attempts, attempt and
@@ -66,8 +67,9 @@ from bench.kwok_cluster import (
     until_schedulable,
 )
 from e2e.controlplane import Binaries, ComponentError, ControlPlane, FakeGpuNodes, api_client
+from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
 from e2e.scenario import apply_crds, create_podgroup, gpu_pod
-from e2e.topogang import CRDS, ROOT, ExtenderPki, Topogang, scheduler_config
+from e2e.topogang import CRDS, ROOT, ExtenderPki, Topogang, _free_port, scheduler_config
 from extender.kube.client import ApiError, KubeClient
 
 RAISED_QPS = {"qps": 1000, "burst": 2000}  # so the API client is not what limits kube-scheduler
@@ -108,6 +110,7 @@ class Variant:
     scheduler_args: tuple[str, ...] = ()
     topogang_args: tuple[str, ...] | None = None  # None: no topogang
     in_tree: bool = False  # pods and PodGroups of scheduling.k8s.io
+    gates: bool = False  # topogang in gates mode, its webhook registered
     root: Path = ROOT  # the checkout whose topogang and scheduler-config/extender.yaml are used
 
 
@@ -160,6 +163,7 @@ def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, 
                 True,
                 lambda *_: raised(),
                 topogang_args=tuple(gates_args),
+                gates=True,
             ),
         )
     }
@@ -271,17 +275,22 @@ async def run_once(bench: Bench, v: Variant, rep: int) -> dict[str, Any]:
     plane = bench.plane
     async with contextlib.AsyncExitStack() as stack:
         server: Topogang | None = None
-        if v.topogang_args is not None:
+        args = v.topogang_args
+        if v.gates:
+            args = (*await register_webhook(bench.kube, ns, stack), *(args or ()))
+        if args is not None:
             server = await stack.enter_async_context(
                 Topogang.start(
                     plane.kubeconfig,
                     plane.logs_dir,
                     bind_timeout=bench.bind_timeout,
                     ready_within=600,
-                    args=v.topogang_args,
+                    args=args,
                     root=v.root,
                 )
             )
+        if v.gates:
+            await until_bundled(bench.kube, f"topogang-bench-{ns}")
         config = v.config(server.url, server.tls) if server else v.config("", None)
         await plane.start_scheduler_async(config, v.scheduler_args)
         stack.push_async_callback(plane.stop_scheduler_async)
@@ -292,6 +301,25 @@ async def run_once(bench: Bench, v: Variant, rep: int) -> dict[str, Any]:
         row = await measure(bench, v, ns, pids, server)
     await clean(bench.kube, ns, [IN_TREE_PODGROUPS if v.in_tree else TOPOGANG_PODGROUPS] if v.gangs else [])
     return {"variant": v.name, "rep": rep, **row}
+
+
+async def register_webhook(kube: KubeClient, ns: str, stack: contextlib.AsyncExitStack) -> list[str]:
+    """Gates mode for NS: its webhook registered (deleted when STACK closes) and NS labelled for
+    it; the flags that make `topogang serve` serve it."""
+    port, hook = _free_port(), f"topogang-bench-{ns}"
+    await kube.post(WEBHOOKS, webhook_config(hook, f"https://127.0.0.1:{port}"))
+    stack.push_async_callback(kube.delete, f"{WEBHOOKS}/{hook}")
+    await kube.patch(f"/api/v1/namespaces/{ns}", {"metadata": {"labels": ENABLED}})
+    return gates_args(hook, port)
+
+
+async def until_bundled(kube: KubeClient, name: str) -> None:
+    """topogang sets the webhook's caBundle at start; until then pods would pass ungated."""
+    deadline = time.perf_counter() + 60
+    while not await bundled(kube, name):
+        if time.perf_counter() > deadline:
+            raise TimeoutError("topogang did not set the webhook's caBundle")
+        await asyncio.sleep(0.2)
 
 
 async def measure(
@@ -450,17 +478,6 @@ def print_table(summary: list[dict[str, Any]], rows: list[dict[str, Any]], names
 
 
 # ---------------------------------------------------------------------------------------- main
-def gates_unavailable(gates_args: Sequence[str]) -> str | None:
-    """Why C3 cannot run, or None."""
-    if not gates_args:
-        return "no --gates-args given (the flags that put `topogang serve` in gates mode)"
-    help_text = subprocess.run(
-        [sys.executable, "-m", "extender.cli", "serve", "--help"], capture_output=True, text=True, cwd=ROOT, check=False
-    ).stdout
-    flag = gates_args[0].split("=", 1)[0]
-    return None if flag in help_text else f"`topogang serve` has no {flag} (gates mode not built yet)"
-
-
 async def in_tree_unavailable(kube: KubeClient) -> str | None:
     """Why C1 cannot run on this plane, or None."""
     try:
@@ -493,9 +510,6 @@ async def main_async(args: argparse.Namespace) -> None:
     shape = Shape(args.rack_nodes, args.block_racks, args.zone_blocks)
     level = args.gang_level if args.gang_level != "auto" else shape.smallest_level(args.gang_size)
     work = Workload(args.pods, args.gangs, args.gang_size, level)
-    if "C3" in args.variants and (why := gates_unavailable(shlex.split(args.gates_args))):
-        print(f"C3 skipped: {why}", file=sys.stderr)
-        chosen = [v for v in chosen if v.name != "C3"]
     extra: dict[str, list[str]] = {}
     if any(v.in_tree for v in chosen):
         gates = f"--feature-gates={IN_TREE_GATES}"
@@ -549,7 +563,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300, help="seconds a run may take (default 300)")
     parser.add_argument("--bind-timeout", type=float, default=25.0, help="topogang serve --bind-timeout")
-    parser.add_argument("--gates-args", default="", help="flags that put `topogang serve` in gates mode (C3)")
+    parser.add_argument("--gates-args", default="", help="more flags for `topogang serve` in gates mode (C3)")
     parser.add_argument("--compare", type=Path, help="another checkout: adds variants B@ and C2@ run from it")
     parser.add_argument("--rack-nodes", type=int, default=32)
     parser.add_argument("--block-racks", type=int, default=4)

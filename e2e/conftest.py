@@ -24,6 +24,7 @@ kept and its path printed at the end of the run.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Generator, Iterator
@@ -107,7 +108,21 @@ async def kube_api(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
 async def namespace(kube_api: client.ApiClient) -> AsyncIterator[str]:
     name = await create_namespace(kube_api)
     yield name
+    await delete_pods(kube_api, name)
     await delete_namespace(kube_api, name)
+
+
+async def delete_pods(api: client.ApiClient, namespace: str, within: float = 30.0) -> None:
+    """Delete NAMESPACE's pods now and wait until they are gone: the namespace controller takes
+    its time (tens of seconds on a busy machine), and a gang left pending there would be placed on
+    the next test's nodes."""
+    core = client.CoreV1Api(api)
+    await core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    deadline = asyncio.get_running_loop().time() + within
+    while asyncio.get_running_loop().time() < deadline:
+        if not (await core.list_namespaced_pod(namespace)).items:
+            return
+        await asyncio.sleep(0.2)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -17,7 +17,7 @@
 - scheduler-config/: the real kube-scheduler starts from each shipped configuration (its
   tlsConfig files pointed at test certificates), and the second scheduler, with its
   ServiceAccount's token, takes its own Lease;
-- mTLS: manifests/tls.yaml accepted by cert-manager's real CRDs (e2e/crds/cert-manager/, the
+- mTLS: manifests/base/tls.yaml accepted by cert-manager's real CRDs (e2e/crds/cert-manager/, the
   version e2e/kind installs), its certificates are the ones the Deployment and the schedulers
   mount and name, and the probes use the plain-HTTP health port.
 """

@@ -37,7 +37,7 @@ from e2e.controlplane.pki import ClientIdentity, make_pki
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CONFIG = ROOT / "scheduler-config" / "extender.yaml"
-CRDS = [*sorted((ROOT / "manifests" / "crds").glob("*.yaml")), ROOT / "e2e" / "crds" / "workloads.yaml"]
+CRDS = [*sorted((ROOT / "manifests" / "base" / "crds").glob("*.yaml")), ROOT / "e2e" / "crds" / "workloads.yaml"]
 
 
 @dataclass(frozen=True)

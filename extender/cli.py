@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("-f", "--file", action="append", required=True, metavar="PATH", help="a file, a directory or -")
     sim.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
     sim.set_defaults(func=_simulate)
+    from extender.server.gates_settings import add_gates_arguments
     from extender.server.settings import add_arguments
 
     srv = sub.add_parser(
@@ -98,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the pod the leader labels scheduling.topogang.io/leader=true).",
     )
     add_arguments(srv)
+    add_gates_arguments(srv)
     srv.set_defaults(func=_serve)
     exp = sub.add_parser(
         "explain",

@@ -163,6 +163,32 @@ def test_a_member_held_by_a_scheduling_gate_is_not_present_until_released() -> N
     assert set(scheduler.reserved("default/g")) == {"default/g-0", "default/g-1", "default/g-2"}
 
 
+def test_a_member_held_only_by_topogangs_own_gate_is_present() -> None:
+    """Gates mode: topogang lifts its own gate once the gang is planned, so a pod it holds counts;
+    a pod held by another gate too does not."""
+    state = ClusterState()
+    for n in grid(racks=2, nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    state.set_podgroup("default/g", podgroup({"minMember": 3}, name="g"))
+    scheduler = GangScheduler(state)
+    ours = ("scheduling.topogang.io/gang",)
+    both = ("scheduling.topogang.io/gang", "kueue.x-k8s.io/admission")
+    pods = [replace(pod(f"g-{i}", group="g"), scheduling_gates=ours) for i in range(2)]
+    pods.append(replace(pod("g-2", group="g"), scheduling_gates=both))
+    for p in pods:
+        scheduler.observe_pod(p)
+    assert scheduler.filter(state.pods["default/g-0"], NODES, 0.0).nodes == []
+    status = scheduler.status("default/g")
+    assert status.message == (
+        "PodGroup default/g: gang 2/3 pods present;"
+        " 1 pod(s) held by scheduling gate(s) kueue.x-k8s.io/admission, not counted until released"
+    )
+    scheduler.observe_pod(replace(pods[2], scheduling_gates=ours))
+    assert scheduler.filter(state.pods["default/g-0"], NODES, 1.0).nodes
+    assert set(scheduler.reserved("default/g")) == {"default/g-0", "default/g-1", "default/g-2"}
+
+
 def part_bound(nodes: int) -> tuple[GangScheduler, list[str]]:
     """A gang of 3 required in one rack with g-0 bound (the process died after its bind) on a
     cluster of rack r1 with NODES nodes."""

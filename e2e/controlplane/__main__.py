@@ -2,7 +2,7 @@
 
 python -m e2e.controlplane [--gpu-nodes 1x2x2x4] [--scheduler-config FILE] [--no-scheduler] [--no-crds]
 
-Unless --no-crds: topogang's CRDs (manifests/crds/) and the Topology of the fake nodes'
+Unless --no-crds: topogang's CRDs (manifests/base/crds/) and the Topology of the fake nodes'
 labels (topology.yaml here), so a PodGroup can be created at once.
 """
 
@@ -57,7 +57,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-CRDS = sorted((Path(__file__).resolve().parents[2] / "manifests" / "crds").glob("*.yaml"))
+CRDS = sorted((Path(__file__).resolve().parents[2] / "manifests" / "base" / "crds").glob("*.yaml"))
 TOPOLOGY = Path(__file__).resolve().parent / "topology.yaml"
 
 

@@ -11,7 +11,7 @@
 # Steps: kind (pinned) into the cache; a cluster from e2e/kind/cluster.yaml with a plain
 # scheduler configuration; kwok (the version of e2e/controlplane/versions.env) from its release
 # manifests, for the fake GPU nodes the scenarios create; cert-manager (pinned) for
-# manifests/tls.yaml; fake GPUs on the real workers; the image built and loaded; e2e/kind
+# manifests/base/tls.yaml; fake GPUs on the real workers; the image built and loaded; e2e/kind
 # (manifests/ with the pinned Service address) applied; once topogang is Ready, kube-scheduler's
 # client certificate copied into the node and kube-scheduler switched to
 # scheduler-config/extender.yaml pointed at topogang over mTLS;
@@ -120,7 +120,7 @@ k apply --server-side -f "$KWOK_RELEASE/kwok.yaml"
 k apply --server-side -f "$KWOK_RELEASE/stage-fast.yaml"
 k -n kube-system rollout status deployment/kwok-controller --timeout=5m
 
-say "cert-manager $CERT_MANAGER_VERSION (topogang's certificates, manifests/tls.yaml)"
+say "cert-manager $CERT_MANAGER_VERSION (topogang's certificates, manifests/base/tls.yaml)"
 k apply --server-side -f "https://github.com/cert-manager/cert-manager/releases/download/$CERT_MANAGER_VERSION/cert-manager.yaml"
 for d in cert-manager cert-manager-cainjector cert-manager-webhook; do
     k -n cert-manager rollout status "deployment/$d" --timeout=5m
@@ -146,7 +146,7 @@ if [[ -n $existed ]]; then
     k -n topogang-system rollout restart deployment/topogang   # the same tag, a new image
 fi
 # Both replicas are Ready once synced (/synced); the Service has its one endpoint once the
-# leader has labelled its pod scheduling.topogang.io/leader=true (manifests/service.yaml).
+# leader has labelled its pod scheduling.topogang.io/leader=true (manifests/base/service.yaml).
 k -n topogang-system rollout status deployment/topogang --timeout=5m
 leader_endpoints=""
 for _ in $(seq 120); do

@@ -252,10 +252,11 @@ class Membership:
             spec = grouping.podgroup
             if spec.priority_class_name in state.priority_classes:
                 priority = max(priority, state.priority_classes[spec.priority_class_name])
-            # A pod held by a scheduling gate (Kueue's, a user's, topogang's own) is not present:
-            # it cannot be scheduled, so counting it would plan and hold room for a gang that
-            # cannot bind. It joins the gang once its gates are gone.
-            present = [p for p in pods if not p.scheduling_gates]
+            # A pod held by a scheduling gate (Kueue's, a user's) is not present: it cannot be
+            # scheduled, so counting it would plan and hold room for a gang that cannot bind. It
+            # joins the gang once its gates are gone. topogang's own gate (gates mode) is the
+            # exception: topogang lifts it once the gang is planned, so those pods must count.
+            present = [p for p in pods if not p.held]
             built = build_gang(spec, present, state.topologies, order=grouping.order, subgroup_of=grouping.subgroup_of)
             view = GroupView(
                 group,
@@ -277,10 +278,10 @@ class Membership:
 
 def _gated(pods: Sequence[PodInfo]) -> tuple[str, ...]:
     """The note on a gang whose pods wait behind scheduling gates (they are not counted)."""
-    gated = [p for p in pods if p.scheduling_gates]
+    gated = [p for p in pods if p.held]
     if not gated:
         return ()
-    gates = sorted({g for p in gated for g in p.scheduling_gates})
+    gates = sorted({g for p in gated for g in p.held})
     return (f"{len(gated)} pod(s) held by scheduling gate(s) {', '.join(gates)}, not counted until released",)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from extender.grouping import names as n
 from extender.grouping.grouper import Part
+from extender.grouping.result import SegmentPosition
 from extender.grouping.values import ann_field, level, positive_int
 from extender.model.errors import FieldError
 from extender.model.limits import MAX_SEGMENTS, beyond
@@ -45,6 +46,11 @@ class Layout:
             name = f"{name}-{k}"
             lo += k * layer.size
         return name
+
+    def position(self, index: int) -> SegmentPosition:
+        """Pod `index`'s segment in the outermost layer (the one KAI's segment-size cuts)."""
+        size = self.layers[0].size
+        return SegmentPosition(index // size, size, index % size)
 
 
 def anns_field(where: str, annotations: Iterable[str]) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, anns_field, layout_of, merge, placement
 from extender.grouping.grouper import ClaimedPod, GangDraft
-from extender.grouping.result import Grouping
+from extender.grouping.result import Grouping, SegmentPosition
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
 from extender.model.limits import MAX_GANG_PODS, MAX_SUBGROUPS, beyond
@@ -114,8 +114,11 @@ def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree, oversized: b
             tree.subgroups.append(SubGroupSpec(part.name, part.parent, min_member=part.minimum))
 
 
-def _leaf_of(m: ClaimedPod, source: str, tree: _Tree, order: dict[str, int]) -> str | None:
-    """The leaf SubGroup a claimed pod joins (its index recorded in `order`); None: an error."""
+def _leaf_of(
+    m: ClaimedPod, source: str, tree: _Tree, order: dict[str, int]
+) -> tuple[str, SegmentPosition | None] | None:
+    """The leaf SubGroup a claimed pod joins and its segment position when its part is segmented
+    (its index recorded in `order`); None: an error."""
     if m.error is not None:
         tree.errors.append(m.error)
         return None
@@ -136,7 +139,7 @@ def _leaf_of(m: ClaimedPod, source: str, tree: _Tree, order: dict[str, int]) -> 
             tree.errors.append(err)
             return None
     if not layout.layers:
-        return layout.part.name
+        return layout.part.name, None
     assert index is not None
     assert layout.index_label is not None
     if index >= layout.part.replicas:
@@ -145,7 +148,7 @@ def _leaf_of(m: ClaimedPod, source: str, tree: _Tree, order: dict[str, int]) -> 
         msg = f"{raw!r}{shifted} is outside the replica range 0..{layout.part.replicas - 1} of {layout.part.name}"
         tree.errors.append(FieldError(f"Pod {m.pod.key}", label_field(layout.index_label), msg))
         return None
-    return layout.leaf(index)
+    return layout.leaf(index), layout.position(index)
 
 
 def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
@@ -159,10 +162,13 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
 
     subgroup_of: dict[str, str] = {}
     order: dict[str, int] = {}
+    segments: dict[str, SegmentPosition] = {}
     for m in members:
-        leaf = _leaf_of(m, draft.source, tree, order)
-        if leaf is not None:
-            subgroup_of[m.pod.key] = leaf
+        joined = _leaf_of(m, draft.source, tree, order)
+        if joined is not None:
+            subgroup_of[m.pod.key], segment = joined
+            if segment is not None:
+                segments[m.pod.key] = segment
 
     subgroups = tree.subgroups
     if len(subgroups) > MAX_SUBGROUPS:
@@ -189,6 +195,7 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         podgroup=None if unique_errors else pg,
         subgroup_of=subgroup_of,
         order=order,
+        segments=segments,
         owner=draft.owner,
         errors=unique_errors,
         warnings=tuple(dict.fromkeys(tree.warnings)),

@@ -208,10 +208,17 @@ class _Groups:
             self.pod_group[k] = grouping.key
 
 
-def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mapping[str, PodGroupSpec]) -> GroupingResult:
-    """Group every pod; see the module docstring for the order of the rules."""
+def group_pods(
+    pods: Sequence[PodInfo],
+    objects: ObjectLookup,
+    podgroups: Mapping[str, PodGroupSpec],
+    *,
+    owner_pods: Mapping[str, PodInfo] | None = None,
+) -> GroupingResult:
+    """Group every pod; see the module docstring for the order of the rules. OWNER_PODS: the pods
+    an owner chain may pass through (a LeaderWorkerSet's leader), when not all are in PODS."""
     ris, warnings = index_resource_interfaces(objects.resource_interfaces())
-    chains = _Chains(objects, pods)
+    chains = _Chains(objects, owner_pods if owner_pods is not None else pods)
     claims = _Claims(ris)
     explicit: dict[str, list[PodInfo]] = {}
     for pod in sorted(pods, key=lambda p: p.key):

@@ -11,6 +11,16 @@ from extender.model.podgroup import PodGroupSpec
 
 
 @dataclass(frozen=True)
+class SegmentPosition:
+    """Where a pod of a segmented part sits: its segment (outermost layer), that segment's size
+    and the pod's index inside it, all from the pod's index label as it picked its SubGroup."""
+
+    segment: int
+    size: int
+    index_in_segment: int
+
+
+@dataclass(frozen=True)
 class Grouping:
     """One gang: a derived or explicit PodGroup and how its pods join it."""
 
@@ -18,6 +28,7 @@ class Grouping:
     podgroup: PodGroupSpec | None  # None when the group is Invalid (see errors)
     subgroup_of: Mapping[str, str] = field(default_factory=dict)  # pod key -> leaf SubGroup (derived groups)
     order: Mapping[str, int] = field(default_factory=dict)  # pod key -> pod index, where the kind has one
+    segments: Mapping[str, SegmentPosition] = field(default_factory=dict)  # pod key -> its segment, if segmented
     owner: OwnerRef | None = None  # the workload; None for explicit PodGroups
     errors: tuple[FieldError, ...] = ()  # non-empty: Invalid, no pod of it is placed
     warnings: tuple[str, ...] = ()  # annotations ignored and why: for the group's message and the log

@@ -4,7 +4,7 @@
     transition(previous, status)                       the Event a change deserves, or None
     derived_object(view, namespace, name)              the PodGroup object of a workload's gang
 
-Status (scheduling.topogang.io/v1alpha1, field names as in manifests/crds/podgroups.yaml):
+Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/podgroups.yaml):
 
     phase, message, observedGeneration, pods, planned, bound,
     domains      {"PodGroup": "zone z1", "<SubGroup>": "rack z1/b1/r3", ...} once placed

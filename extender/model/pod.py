@@ -42,6 +42,9 @@ class Placement:
     affinity: tuple[NodeSelectorTerm, ...] = ()
 
 
+TOPOGANG_GATE = "scheduling.topogang.io/gang"  # the scheduling gate gates mode puts on gang pods
+
+
 @dataclass(frozen=True, slots=True)
 class PodInfo:
     namespace: str
@@ -62,6 +65,12 @@ class PodInfo:
     scheduler_name: str = "default-scheduler"
     scheduling_gates: tuple[str, ...] = ()
     deleting: bool = False
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The scheduling gates that keep the pod from being scheduled, topogang's own aside:
+        topogang lifts that one itself once the gang is planned (gates mode)."""
+        return tuple(g for g in self.scheduling_gates if g != TOPOGANG_GATE)
 
     @property
     def key(self) -> str:

@@ -33,6 +33,8 @@ from extender.kube.podgroups import PodGroupWriter
 from extender.server import metrics as m
 from extender.server.app import LEADING, METRICS, create_app, create_health_app
 from extender.server.extender import Extender
+from extender.server.gates import GatesMode
+from extender.server.gates_settings import GatesSettings, gates_settings_from
 from extender.server.settings import Settings, SettingsError, settings_from
 from extender.server.tls import TlsError, reload_on_change, server_context
 
@@ -40,34 +42,34 @@ log = structlog.get_logger("topogang")
 EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progress
 
 
-async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
-    """The application, wired to the cluster; its cleanup context runs the cache and sweeps."""
+async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple[web.Application, ClusterCache]:
+    """The application, wired to the cluster; its cleanup context runs the cache and sweeps (and
+    the webhook's listener with GATES: its mode and webhook)."""
     client = await KubeClient.connect(settings.kubeconfig)
     scheduler = GangScheduler(
         ClusterState(), plan_ttl=settings.plan_ttl, preemption_timeout=settings.preemption_timeout
     )
     cache = ClusterCache(client, scheduler)
     actions = KubeActions(client)
-    extender = Extender(
-        scheduler,
-        actions,
-        bind_timeout=settings.bind_timeout,
-        call_budget=settings.bind_call_budget,
-        recovery_grace=settings.recovery_grace,
-    )
+    extender = _extender(settings, scheduler, actions)
     writer = PodGroupWriter(client, scheduler, actions)
     extender.changed = writer.touch
     label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
+    webhook = GatesMode(gates, client, scheduler, extender, lambda: cache.ready) if gates and gates.webhook else None
 
     async def started() -> None:
         label.want(True)  # patched in the background: planning never waits for it
         writer.start()
         extender.recover()
+        if webhook is not None:
+            await webhook.lead()
 
     async def stopped() -> None:
         extender.demote()  # first, in the same step as `leading` turned false
         label.want(False)
         await writer.stop()
+        if webhook is not None:
+            await webhook.unlead()
 
     elector = _elector(client, settings, started, stopped)
 
@@ -87,6 +89,8 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     async def running(_: web.Application) -> AsyncIterator[None]:
         label.start()
         cache.start()
+        if webhook is not None:
+            await webhook.start()
         leader = asyncio.create_task(lead(), name="leader election")
 
         async def sweep() -> None:
@@ -109,12 +113,24 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
             if elector is not None:
                 await elector.release()
             await writer.stop()
+            if webhook is not None:
+                await webhook.close()
             await extender.close()
             await cache.stop()
             await client.close()
 
     app.cleanup_ctx.append(running)
     return app, cache
+
+
+def _extender(settings: Settings, scheduler: GangScheduler, actions: KubeActions) -> Extender:
+    return Extender(
+        scheduler,
+        actions,
+        bind_timeout=settings.bind_timeout,
+        call_budget=settings.bind_call_budget,
+        recovery_grace=settings.recovery_grace,
+    )
 
 
 def _elector(
@@ -159,10 +175,14 @@ def _watch(
 
 
 async def serve(
-    settings: Settings, context: ssl.SSLContext | None = None, started: asyncio.Event | None = None
+    settings: Settings,
+    context: ssl.SSLContext | None = None,
+    started: asyncio.Event | None = None,
+    gates: GatesSettings | None = None,
 ) -> None:
-    """Serve until SIGINT or SIGTERM: mTLS with CONTEXT, plain HTTP without (--insecure-http)."""
-    app, cache = await build(settings)
+    """Serve until SIGINT or SIGTERM: mTLS with CONTEXT, plain HTTP without (--insecure-http);
+    gates mode's webhook too with GATES."""
+    app, cache = await build(settings, gates)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, settings.host, settings.port, ssl_context=context).start()
@@ -181,6 +201,7 @@ async def serve(
         bind_timeout=settings.bind_timeout,
         bind_call_budget=settings.bind_call_budget,
         leader_elect=settings.leader_elect,
+        mode=gates.mode if gates else "extender",
         **(
             {"lease": f"{settings.lease_namespace}/{settings.lease_name}", "identity": settings.identity}
             if settings.leader_elect
@@ -210,6 +231,7 @@ async def serve(
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         settings = settings_from(args, environ)
+        gates = gates_settings_from(args, environ)
     except SettingsError as exc:
         print(f"topogang serve: {exc}", file=sys.stderr)
         return 2
@@ -219,5 +241,5 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"topogang serve: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level, settings.log_format)
-    asyncio.run(serve(settings, context))
+    asyncio.run(serve(settings, context, gates=gates))
     return 0
