@@ -427,3 +427,22 @@ def test_a_rolled_back_attempt_leaves_its_counts_and_pins_as_they_were() -> None
     assert [c.tolist() for c in one.counts[0]] == [c.tolist() for c in before]
     assert not one.pins
     assert not one.where
+
+
+# -- siblings: a child that fails after its siblings were placed ----------------------------------
+
+
+def test_a_sibling_that_fails_after_the_others_is_retried_first() -> None:
+    # s0 first takes n0 (the tightest node holding both its pods), which leaves no node for s1's
+    # 8-GPU pod; moving s1 first finds the placement (s1 on n0, one s0 pod on n1).
+    nodes = [node("n0"), node("n1")]
+    spec = {
+        "minMember": 2,
+        "subGroups": [{"name": "s0", "minMember": 1}, {"name": "s1", "minMember": 1}],
+        "topologyConstraints": {"subGroups": {"s0": {"requiredTopologyLevel": "node"}}},
+    }
+    pods = [pod("s0-0", gpus=4, subgroup="s0"), pod("s0-1", gpus=4, subgroup="s0"), pod("s1-0", subgroup="s1")]
+    got = placed(run(nodes, podgroup(spec), pods, used={"n1": {GPU: 4000}}))
+    assert got["default/s1-0"] == "n0"
+    assert set(got) == {"default/s1-0", "default/s0-0"}
+    assert got["default/s0-0"] == "n1"

@@ -39,7 +39,7 @@ class Candidates:
             return []
         lo, hi, ok = opened
         if scope.rule is not None and scope.rule.exclusive:
-            ok &= self.free_of_others(level, lo, hi)
+            ok &= self.free_of_others(scope, level, lo, hi)
         fixed = self.demand.fixed[scope.id]
         if fixed:  # pods already running pin the constraint to their domain (the most of them)
             dom = self.tree.levels[level].domain_of_node
@@ -89,15 +89,25 @@ class Candidates:
                 ok &= self.state.counts[s][level][lo:hi] >= need
         return ok
 
-    def free_of_others(self, level: int, lo: int, hi: int) -> BoolArray:
-        """Domains of `level` in [lo, hi) that host no other gang's pods (exclusive topology)."""
+    def free_of_others(self, scope: Scope, level: int, lo: int, hi: int) -> BoolArray:
+        """Domains of `level` in [lo, hi) that host no pod of another gang nor of another scope
+        of this gang (exclusive topology: a subgroup shares its domain with no sibling either)."""
         busy = self.snapshot.busy
-        if busy is None or not len(busy):
+        own = self._own_elsewhere(scope)
+        if (busy is None or not len(busy)) and not own:
             return np.ones(hi - lo, dtype=np.bool_)
+        mask = np.zeros(len(self.snapshot.table), dtype=np.bool_) if busy is None or not len(busy) else busy.copy()
+        mask[own] = True
         li = self.tree.levels[level]
-        per_domain = np.add.reduceat(busy[self.tree.pos_to_node].astype(np.int64), li.starts)
+        per_domain = np.add.reduceat(mask[self.tree.pos_to_node].astype(np.int64), li.starts)
         free: BoolArray = per_domain[lo:hi] == 0
         return free
+
+    def _own_elsewhere(self, scope: Scope) -> list[int]:
+        """Nodes holding this gang's pods outside `scope`: placed in this attempt, or running."""
+        mine = set(self.demand.fixed[scope.id])
+        running = [n for n in self.demand.fixed[self.demand.root] if n not in mine]
+        return [*self.state.where.values(), *running]
 
     def _order(self, scope: Scope, level: int, cand: IntArray, *primary: IntArray) -> IntArray:
         """Tightest fit first: domains that hold every pod by leftover room, then the rest by

@@ -137,6 +137,12 @@ class _Placer:
             held = self.tree.ancestor(region, level)
             if not self.tree.labeled(held):
                 return False  # the region sits on nodes without this level's label
+            if (
+                rule is not None
+                and rule.exclusive
+                and not self.candidates.free_of_others(scope, level, held.index, held.index + 1)[0]
+            ):
+                return False  # a parent's preference narrowed the region to a domain others hold
             if held.level > required.level:
                 required = held  # the constraint holds the scope tighter than its parents do
         return self.place_scope_in(scope, required, region)
@@ -189,10 +195,27 @@ class _Placer:
         return self.place_children(scope, region)
 
     def place_children(self, scope: Scope, region: Domain) -> bool:
-        """Place children until `min_member` of them stand."""
+        """Place children until `min_member` of them stand. Siblings are placed one after the
+        other without backtracking between them, so when a child fails after others took room,
+        the children are placed again with that child first: at most once per child."""
+        order = self._ordered_children(scope)
+        moved: set[int] = set()
+        start = self.state.checkpoint()
+        while True:
+            got, failed = self._place_children_once(scope, region, order)
+            if got >= scope.min_member:
+                return True
+            if failed is None or failed.id in moved:
+                return False
+            moved.add(failed.id)
+            self.state.rollback(start)
+            order = [failed, *(c for c in order if c is not failed)]
+
+    def _place_children_once(self, scope: Scope, region: Domain, order: Sequence[Scope]) -> tuple[int, Scope | None]:
+        """The weight placed, and the first child that failed after a sibling was placed."""
         required = self.state.pins[scope.id].required
-        got = 0
-        for child in self._ordered_children(scope):
+        got, failed, placed_any = 0, None, False
+        for child in order:
             if got >= scope.min_member:
                 break
             if self.demand.empty_ok[child.id] and not self.demand.fixed[child.id]:
@@ -201,9 +224,12 @@ class _Placer:
             cp = self.state.checkpoint()
             if self.place_scope(child, region, required):
                 got += child.weight
+                placed_any = True
             else:
                 self.state.rollback(cp)
-        return got >= scope.min_member
+                if failed is None and placed_any:
+                    failed = child
+        return got, failed
 
     def _ordered_children(self, scope: Scope) -> list[Scope]:
         """Children with running pods first (they pin domains); when all are needed, the

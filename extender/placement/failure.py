@@ -65,7 +65,7 @@ class Failures:
         labeled = self.tree.levels[level].labeled[lo:hi]
         exclusive = scope.rule is not None and scope.rule.exclusive
         if exclusive:
-            labeled = labeled & self.candidates.free_of_others(level, lo, hi)
+            labeled = labeled & self.candidates.free_of_others(scope, level, lo, hi)
         counts = self.state.counts
         room = counts[s][level][lo:hi][labeled] if self.demand.nshapes else np.zeros(0, dtype=np.int64)
         return Shortfall(

@@ -1,0 +1,115 @@
+"""The seeds' own examples and near variants through `topogang simulate`, as a new user runs
+them: each workload ends where its annotations say, and nothing it writes is silently dropped.
+
+Unless a test draws its own, the cluster is cluster_yaml(): one zone, blocks b1..b3, racks r1
+and r2 in each, two nodes of 8 GPUs a rack, named z1-b1-r1-n1 .. z1-b3-r2-n2.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from extender.cli import main
+
+ZONE, BLOCK, RACK = "example.com/topology-zone", "example.com/topology-block", "example.com/topology-rack"
+
+
+def cluster_yaml(
+    blocks: int = 3, racks: int = 2, nodes: int = 2, gpus: int = 8, labels: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    levels = [{"nodeLabel": lv} for lv in (ZONE, BLOCK, RACK, "kubernetes.io/hostname")]
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "scheduling.topogang.io/v1alpha1",
+            "kind": "Topology",
+            "metadata": {"name": "default"},
+            "spec": {"levels": levels},
+        }
+    ]
+    for b in range(1, blocks + 1):
+        for r in range(1, racks + 1):
+            for i in range(1, nodes + 1):
+                name = f"z1-b{b}-r{r}-n{i}"
+                lab = {ZONE: "z1", BLOCK: f"b{b}", RACK: f"r{r}", "kubernetes.io/hostname": name, **(labels or {})}
+                docs.append(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "metadata": {"name": name, "labels": lab},
+                        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64", "pods": "110"}},
+                    }
+                )
+    return docs
+
+
+def simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str], *docs: Mapping[str, Any]) -> dict[str, Any]:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all(list(docs)))
+    assert main(["simulate", "--output", "json", "-f", str(path)]) == 0
+    return dict(json.loads(capsys.readouterr().out))
+
+
+def nodes_of(doc: Mapping[str, Any]) -> dict[str, str | None]:
+    return {p["name"]: p["node"] for p in doc["pods"]}
+
+
+def rack(node: str) -> str:
+    return node.rsplit("-", 1)[0]
+
+
+def block(node: str) -> str:
+    return node.rsplit("-", 2)[0]
+
+
+def container(gpus: int = 1) -> dict[str, Any]:
+    return {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "1"}}}
+
+
+# -- LeaderWorkerSet (seed 002) -------------------------------------------------------------------
+
+
+def test_lws_kep_example_puts_subgroups_on_four_racks_and_groups_in_two_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 2 groups of 8, subgroups of 4, exclusive block, subgroup-exclusive rack. Each subgroup
+    # would fit one node: only exclusivity keeps the siblings apart.
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {
+            "name": "llm",
+            "namespace": "default",
+            "annotations": {
+                "leaderworkerset.sigs.k8s.io/exclusive-topology": BLOCK,
+                "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology": RACK,
+            },
+        },
+        "spec": {
+            "replicas": 2,
+            "leaderWorkerTemplate": {
+                "size": 8,
+                "subGroupPolicy": {"subGroupSize": 4},
+                "workerTemplate": {"spec": {"containers": [container()]}},
+            },
+        },
+    }
+    doc = simulate(tmp_path, capsys, *cluster_yaml(), lws)
+    got = nodes_of(doc)
+    assert len(got) == 16
+    assert None not in got.values(), doc["podGroups"]
+    racks: dict[str, set[str]] = {}
+    blocks: dict[str, set[str]] = {}
+    for p in doc["pods"]:
+        g = p["podGroup"]
+        racks.setdefault(f"{g}/{p['subGroup']}", set()).add(rack(p["node"]))
+        blocks.setdefault(g, set()).add(block(p["node"]))
+    assert all(len(r) == 1 for r in racks.values()), racks
+    assert len(set().union(*racks.values())) == 4  # four subgroups, four racks
+    assert all(len(b) == 1 for b in blocks.values()), blocks
+    assert len(set().union(*blocks.values())) == 2  # two groups, two blocks
