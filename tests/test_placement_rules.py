@@ -446,3 +446,24 @@ def test_a_sibling_that_fails_after_the_others_is_retried_first() -> None:
     assert got["default/s1-0"] == "n0"
     assert set(got) == {"default/s1-0", "default/s0-0"}
     assert got["default/s0-0"] == "n1"
+
+
+@pytest.mark.parametrize("outer", [None, {"requiredTopologyLevel": "block"}, {"requiredTopologyLevel": "zone"}])
+def test_a_subgroup_preference_outranks_the_parents_compactness(outer: dict[str, str] | None) -> None:
+    # No rack holds all 8 pods, so compactness alone takes the tightest block, b1 (4 + 4 free);
+    # there `a`, which prefers one rack, would span two racks. b2 (6 + 3 free) holds `a` in one.
+    nodes = [node(f"{b}-{r}", "z1", b, r) for b in ("b1", "b2") for r in ("r1", "r2")]
+    used = {"b1-r1": {GPU: 4000}, "b1-r2": {GPU: 4000}, "b2-r1": {GPU: 2000}, "b2-r2": {GPU: 5000}}
+    spec = {
+        "minMember": 2,
+        "subGroups": [{"name": "a", "minMember": 6}, {"name": "b", "minMember": 2}],
+        "topologyConstraints": {"subGroups": {"a": {"preferredTopologyLevel": "rack"}}},
+    }
+    if outer:
+        spec["topologyConstraints"]["global"] = outer
+    pods = [pod(f"a-{i}", gpus=1, subgroup="a") for i in range(6)] + [
+        pod(f"b-{i}", gpus=1, subgroup="b") for i in range(2)
+    ]
+    got = placed(run(nodes, podgroup(spec), pods, used=used))
+    assert {got[f"default/a-{i}"] for i in range(6)} == {"b2-r1"}
+    assert {got["default/b-0"], got["default/b-1"]} == {"b2-r2"}

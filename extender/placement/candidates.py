@@ -31,6 +31,7 @@ class Candidates:
         self.tree = tree
         self.state = state
         self.demand = demand
+        self._inner: dict[int, list[tuple[Scope, int]]] = {}  # scope id -> descendants with a written preference
 
     def required(self, scope: Scope, region: Domain, level: int) -> Sequence[Domain]:
         """Domains of `level` inside `region` that can hold the scope's minimum, best first."""
@@ -53,10 +54,15 @@ class Candidates:
         rank: IntArray = np.zeros(len(cand), dtype=np.int64)
         if preferred is not None and preferred > level:
             rank = self._preference_rank(scope, level, cand, preferred)
-        return _Domains(level, cand[self._order(scope, level, cand, rank)])
+        inner = self.inner_preferences(scope, level, cand)
+        return _Domains(level, cand[self._order(scope, level, cand, rank, inner)])
 
-    def preferred(self, scope: Scope, region: Domain, level: int, preferred: int) -> list[Domain]:
-        """The best few domains of `level` inside `region` on the way up from `preferred`."""
+    def preferred(
+        self, scope: Scope, region: Domain, level: int, preferred: int, implicit: bool = False
+    ) -> list[Domain]:
+        """The best few domains of `level` inside `region` on the way up from `preferred`.
+        `implicit`: the level is compactness, not a written preference, so the preferences of
+        the scope's descendants rank the domains before it does."""
         opened = self._fitting(scope, region, level)
         if opened is None:
             return []
@@ -68,11 +74,29 @@ class Candidates:
         cand: IntArray = np.flatnonzero(ok) + lo
         if len(cand) == 0:
             return []
-        if level == preferred:
-            order = self._order(scope, level, cand)
-        else:
-            order = self._order(scope, level, cand, self._domains_needed(scope, level, cand, preferred))
+        own = [] if level == preferred else [self._domains_needed(scope, level, cand, preferred)]
+        inner = self.inner_preferences(scope, level, cand)
+        order = (
+            self._order(scope, level, cand, inner, *own) if implicit else self._order(scope, level, cand, *own, inner)
+        )
         return [Domain(level, int(i)) for i in cand[order][:MAX_PREFERRED_CANDIDATES]]
+
+    def inner_preferences(self, scope: Scope, level: int, cand: IntArray) -> IntArray:
+        """Per candidate, the domains of their preferred levels that the descendants with a
+        written preference would span inside it (0 everywhere when none has one): a written
+        preference anywhere in the tree outranks compactness when choosing enclosing domains."""
+        total: IntArray = np.zeros(len(cand), dtype=np.int64)
+        for inner, preferred in self._preferring(scope):
+            if preferred > level and any(self.demand.minimum[inner.id]):
+                total += self._domains_needed(inner, level, cand, preferred)
+        return total
+
+    def _preferring(self, scope: Scope) -> list[tuple[Scope, int]]:
+        found = self._inner.get(scope.id)
+        if found is None:
+            found = [(s, s.rule.preferred) for s in scope.walk() if s is not scope and s.rule and s.rule.preferred]
+            self._inner[scope.id] = found
+        return found
 
     def _fitting(self, scope: Scope, region: Domain, level: int) -> tuple[int, int, BoolArray] | None:
         """The opening both searches share: the range of `level` in `region`, and where the

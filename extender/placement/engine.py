@@ -171,13 +171,14 @@ class _Placer:
         the finest level that holds it) inside `region`, else over the whole region."""
         rule = scope.rule
         preferred = rule.preferred if rule is not None and rule.preferred is not None else None
+        implicit = preferred is None
         if preferred is None and not scope.leaf:
             preferred = self.tree.node_level  # compact by default: the fewest domains below
         if preferred is not None and preferred > region.level and any(self.demand.minimum[scope.id]):
             saved = self.failures.deepest
             required = self.state.pins[scope.id].required
             for level in range(preferred, region.level, -1):
-                for domain in self.candidates.preferred(scope, region, level, preferred):
+                for domain in self.candidates.preferred(scope, region, level, preferred, implicit):
                     self._tick()
                     cp = self.state.checkpoint()
                     self.state.pin(scope.id, required, domain)
