@@ -133,7 +133,9 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     tree = _Tree(list(draft.errors), list(draft.warnings), list(draft.parents), dict(draft.constraints))
     ann = draft.annotations
     topology = ann.get(n.KAI_TOPOLOGY) or None
-    workload = placement(ann, draft.obj, "", None, tree.errors, kueue_too=False)
+    # Kueue's names on the workload's metadata constrain it whole, as KAI's do: for a Job, its
+    # only PodSet.
+    workload = placement(ann, draft.obj, "", None, tree.errors)
     global_constraint = merge(draft.global_constraint, workload, draft.obj, tree.errors)
     _add_parts(draft, topology, tree)
 

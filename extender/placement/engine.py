@@ -206,11 +206,24 @@ class _Placer:
             got, failed = self._place_children_once(scope, region, order)
             if got >= scope.min_member:
                 return True
-            if failed is None or failed.id in moved:
+            if failed is None or failed.id in moved or self._like_an_earlier(failed, order):
                 return False
             moved.add(failed.id)
             self.state.rollback(start)
             order = [failed, *(c for c in order if c is not failed)]
+
+    def _like_an_earlier(self, child: Scope, order: Sequence[Scope]) -> bool:
+        """Whether a sibling before `child` asks for the same: then moving `child` first only
+        swaps two equals (segments of one replica type), and the retry cannot help."""
+        d = self.demand
+
+        def sig(c: Scope) -> tuple[object, ...]:
+            r = c.rule
+            rule = None if r is None else (r.required, r.preferred, r.exclusive)
+            return (rule, c.min_member, c.weight, tuple(d.minimum[c.id]), tuple(d.full[c.id]), tuple(d.fixed[c.id]))
+
+        mine = sig(child)
+        return any(sig(c) == mine for c in order[: order.index(child)])
 
     def _place_children_once(self, scope: Scope, region: Domain, order: Sequence[Scope]) -> tuple[int, Scope | None]:
         """The weight placed, and the first child that failed after a sibling was placed."""

@@ -18,7 +18,7 @@ from extender.model.errors import FieldError
 from extender.model.labels import SUBGROUP_LABEL, TOPOLOGY_ANNOTATION
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint
-from extender.model.topology import NODE_ONLY, LevelError, TopologySpec
+from extender.model.topology import AUTO_LEVEL, NODE_ONLY, LevelError, TopologySpec
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 
 
@@ -133,7 +133,7 @@ class _GangBuilder:
                 levels.append(None)
                 continue
             try:
-                levels.append(self.topology.level(name))
+                levels.append(self._level(name, attr))
             except LevelError as exc:
                 self.errors.append(FieldError(self.obj, f"{c.field}.{key}", str(exc)))
                 levels.append(None)
@@ -143,6 +143,13 @@ class _GangBuilder:
         if required is None and preferred is None:
             return None
         return Rule(required, preferred, c.field, c.exclusive)
+
+    def _level(self, name: str, attr: str) -> int:
+        topology = self.topology
+        assert topology is not None
+        if attr == "preferred" and name == AUTO_LEVEL and AUTO_LEVEL not in topology.valid_names():
+            return len(topology.levels)  # the finest: placement climbs from there
+        return topology.level(name)
 
     def to_members(self, leaf: str | None) -> tuple[Member, ...]:
         ps = sorted(self._members[leaf], key=lambda p: (self.rank.get(p.key, 0), natural_key(p.name)))
