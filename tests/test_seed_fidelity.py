@@ -16,6 +16,8 @@ import pytest
 import yaml
 
 from extender.cli import main
+from extender.simulate.loader import load
+from extender.simulate.runner import simulate as run_simulation
 
 ZONE, BLOCK, RACK = "example.com/topology-zone", "example.com/topology-block", "example.com/topology-rack"
 
@@ -113,3 +115,55 @@ def test_lws_kep_example_puts_subgroups_on_four_racks_and_groups_in_two_blocks(
     assert len(set().union(*racks.values())) == 4  # four subgroups, four racks
     assert all(len(b) == 1 for b in blocks.values()), blocks
     assert len(set().union(*blocks.values())) == 2  # two groups, two blocks
+
+
+# -- scheduling gates -----------------------------------------------------------------------------
+
+
+def gang_pod(name: str, group: str, gates: list[str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [container()]}
+    if gates:
+        spec["schedulingGates"] = [{"name": g} for g in gates]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": {"pod-group-name": group}},
+        "spec": spec,
+    }
+
+
+def podgroup(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": dict(spec),
+    }
+
+
+GATED = [
+    podgroup("g", {"minMember": 2}),
+    gang_pod("g-0", "g"),
+    gang_pod("g-1", "g", ["kueue.x-k8s.io/topology"]),
+    podgroup("free", {"minMember": 1}),
+    gang_pod("free-0", "free"),
+]
+
+
+def test_a_gated_pod_is_not_scheduled_and_its_gang_waits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all([*cluster_yaml(), *GATED]))
+    result = run_simulation(load([str(path)]))
+    got = {p.name: p for p in result.pods}
+    assert got["g-0"].node is None
+    assert got["g-1"].node is None  # kube-scheduler would not schedule it, so the gang stays whole
+    assert got["free-0"].node is not None
+    assert "spec.schedulingGates holds kueue.x-k8s.io/topology" in got["g-1"].reason
+
+
+def test_explain_says_which_pod_is_gated_and_by_which_gate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all([*cluster_yaml(), *GATED]))
+    assert main(["explain", "default/g", "-f", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Note: default/g-1: gated by kueue.x-k8s.io/topology" in out
