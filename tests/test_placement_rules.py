@@ -467,3 +467,31 @@ def test_a_subgroup_preference_outranks_the_parents_compactness(outer: dict[str,
     got = placed(run(nodes, podgroup(spec), pods, used=used))
     assert {got[f"default/a-{i}"] for i in range(6)} == {"b2-r1"}
     assert {got["default/b-0"], got["default/b-1"]} == {"b2-r2"}
+
+
+# -- nested constraints -----------------------------------------------------------------------------
+
+
+def test_a_subgroup_constraint_coarser_than_a_required_one_above_it_is_a_warning_naming_both() -> None:
+    spec = {
+        "minMember": 1,
+        "subGroups": [{"name": "a", "minMember": 1}, {"name": "b", "parent": "a", "minMember": 1}],
+        "topologyConstraints": {
+            "global": {"requiredTopologyLevel": "block"},
+            "subGroups": {
+                "a": {"requiredTopologyLevel": "rack"},
+                "b": {"requiredTopologyLevel": "zone", "preferredTopologyLevel": "block"},
+            },
+        },
+    }
+    built = build_gang(podgroup(spec), [pod("b-0", subgroup="b")], {TOPO.name: TOPO})
+    assert built.gang is not None
+    field = "spec.topologyConstraints.subGroups"
+    assert built.warnings == (
+        f"{field}.b.requiredTopologyLevel='zone' cannot take effect: it is coarser than"
+        f" {field}.a.requiredTopologyLevel='rack' above it, which already holds the SubGroup in one rack",
+        f"{field}.b.preferredTopologyLevel='block' cannot take effect: it is coarser than"
+        f" {field}.a.requiredTopologyLevel='rack' above it, which already holds the SubGroup in one rack",
+    )
+    pg = podgroup({**spec, "topologyConstraints": {"subGroups": {"a": {"requiredTopologyLevel": "rack"}}}})
+    assert build_gang(pg, [pod("b-0", subgroup="b")], {TOPO.name: TOPO}).warnings == ()

@@ -167,3 +167,45 @@ def test_explain_says_which_pod_is_gated_and_by_which_gate(tmp_path: Path, capsy
     assert main(["explain", "default/g", "-f", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Note: default/g-1: gated by kueue.x-k8s.io/topology" in out
+
+
+# -- nested constraints (seed 001) ------------------------------------------------------------------
+
+NESTED = [
+    podgroup(
+        "nested",
+        {
+            "minMember": 1,
+            "subGroups": [{"name": "a", "minMember": 2}],
+            "topologyConstraints": {
+                "global": {"requiredTopologyLevel": "rack"},
+                "subGroups": {"a": {"requiredTopologyLevel": "block"}},
+            },
+        },
+    ),
+    *(
+        {
+            **gang_pod(f"nested-{i}", "nested"),
+            "metadata": {
+                **gang_pod(f"nested-{i}", "nested")["metadata"],
+                "labels": {"kai.scheduler/subgroup-name": "a"},
+            },
+        }
+        for i in range(2)
+    ),
+]
+NESTED_WARNING = (
+    "spec.topologyConstraints.subGroups.a.requiredTopologyLevel='block' cannot take effect: it is coarser than"
+    " spec.topologyConstraints.global.requiredTopologyLevel='rack' above it"
+)
+
+
+def test_a_coarser_subgroup_constraint_is_a_warning_in_simulate_and_explain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = simulate(tmp_path, capsys, *cluster_yaml(), *NESTED)
+    (group,) = doc["podGroups"]
+    assert NESTED_WARNING in group["message"]
+    path = tmp_path / "in.yaml"
+    assert main(["explain", "default/nested", "-f", str(path)]) == 0
+    assert f"Note: {NESTED_WARNING}" in capsys.readouterr().out

@@ -259,7 +259,7 @@ class Membership:
                 spec,
                 built,
                 built.errors,
-                warnings=grouping.warnings,
+                warnings=(*grouping.warnings, *built.warnings),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),

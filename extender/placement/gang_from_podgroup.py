@@ -27,6 +27,7 @@ class BuiltGang:
     gang: Gang | None  # None when the PodGroup is invalid
     errors: tuple[FieldError, ...] = ()
     stray: Mapping[str, str] = field(default_factory=dict)  # pod key -> why it is not a member
+    warnings: tuple[str, ...] = ()  # constraints that cannot take effect
 
     @property
     def valid(self) -> bool:
@@ -57,7 +58,7 @@ def build_gang(
     root = builder.root(members)
     if errors or topology is None:
         return BuiltGang(None, tuple(errors), stray)
-    return BuiltGang(Gang(pg.key, root, builder.shapes(), topology), (), stray)
+    return BuiltGang(Gang(pg.key, root, builder.shapes(), topology), (), stray, tuple(builder.warnings))
 
 
 def _assign_pods(
@@ -107,6 +108,8 @@ class _GangBuilder:
         self._ids = iter(range(1 << 30))  # pre-order scope ids
         self._set_of = {name: i for i, s in enumerate(pg.subgroup_sets) for name in s.subgroups}
         self._members: Mapping[str | None, list[PodInfo]] = {}
+        self.warnings: list[str] = []
+        self._outer: _Held | None = None  # the finest required constraint above the scope being built
 
     def shapes(self) -> tuple[Shape, ...]:
         return tuple(self._shapes)
@@ -116,6 +119,7 @@ class _GangBuilder:
         self._members = members
         root_id = next(self._ids)
         rule = self.rule(pg.global_constraint)
+        self._outer = self._holds(rule, pg.global_constraint, None)
         if pg.subgroups:
             children = self.children(None)
             minimum = _first(pg.min_subgroup, pg.min_member, sum(c.weight for c in children))
@@ -143,6 +147,30 @@ class _GangBuilder:
         if required is None and preferred is None:
             return None
         return Rule(required, preferred, c.field, c.exclusive)
+
+    def _holds(self, rule: Rule | None, c: TopologyConstraint | None, outer: _Held | None) -> _Held | None:
+        """The finest required constraint holding the scope's descendants: its own, or `outer`."""
+        if rule is None or rule.required is None or c is None or c.required is None:
+            return outer
+        if outer is not None and outer.level >= rule.required:
+            return outer
+        return _Held(rule.required, c.required, c.field)
+
+    def _enter(self, rule: Rule | None, c: TopologyConstraint | None) -> _Held | None:
+        """Check the scope's constraint against the ones above it, and hold its descendants;
+        return what held the scope, to restore after its children are built."""
+        outer = self._outer
+        if rule is not None and c is not None and outer is not None:
+            for attr, key in (("required", "requiredTopologyLevel"), ("preferred", "preferredTopologyLevel")):
+                level = getattr(rule, attr)
+                if level is not None and level < outer.level:
+                    self.warnings.append(
+                        f"{c.field}.{key}={getattr(c, attr)!r} cannot take effect: it is coarser than"
+                        f" {outer.field}.requiredTopologyLevel={outer.name!r} above it, which already"
+                        f" holds the SubGroup in one {outer.name}"
+                    )
+        self._outer = self._holds(rule, c, outer)
+        return outer
 
     def _level(self, name: str, attr: str) -> int:
         topology = self.topology
@@ -173,16 +201,21 @@ class _GangBuilder:
                 done_sets.add(i)
                 s = pg.subgroup_sets[i]
                 sid = next(self._ids)
-                inner = tuple(self.subgroup(k) for k in kids if k.name in s.subgroups)
-                label = "SubGroupSet [" + ", ".join(k.name for k in kids if k.name in s.subgroups) + "]"
                 rule = self.rule(s.constraint)
+                outer = self._enter(rule, s.constraint)
+                inner = tuple(self.subgroup(k) for k in kids if k.name in s.subgroups)
+                self._outer = outer
+                label = "SubGroupSet [" + ", ".join(k.name for k in kids if k.name in s.subgroups) + "]"
                 built.append(Scope(sid, label, len(inner), inner, rule=rule, weight=len(inner), key=label))
         return tuple(built)
 
     def subgroup(self, sg: SubGroupSpec) -> Scope:
         sid = next(self._ids)
-        rule = self.rule(self.pg.subgroup_constraints.get(sg.name))
+        written = self.pg.subgroup_constraints.get(sg.name)
+        rule = self.rule(written)
+        outer = self._enter(rule, written)
         children = self.children(sg.name)
+        self._outer = outer
         label = f"SubGroup {sg.name}"
         if children:
             n = sum(c.weight for c in children)
@@ -191,6 +224,15 @@ class _GangBuilder:
         minimum = _first(sg.min_member, 1)
         members = self.to_members(sg.name)
         return Scope(sid, label, minimum, members=members, rule=rule, name=sg.name, key=sg.name)
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A required constraint that holds a scope and everything below it in one domain."""
+
+    level: int
+    name: str  # the level as written
+    field: str  # the constraint's field
 
 
 def _first(*values: int | None) -> int:
