@@ -77,7 +77,14 @@ def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree) -> None:
         obj = part.template_obj or draft.obj
         target = part.target or part.name
         own_topology = part.template.get(n.KAI_TOPOLOGY) or None
-        c = placement(part.template, obj, part.where, own_topology, tree.errors)
+        shared = part.template
+        if part.kueue_own:  # Kueue assigns each Job of a JobSet's replicated Job on its own
+            shared = {k: v for k, v in part.template.items() if k not in n.KUEUE_PLACEMENT}
+            own = {k: v for k, v in part.template.items() if k in n.KUEUE_PLACEMENT}
+            c = placement(own, obj, part.where, own_topology, tree.errors)
+            if c is not None:
+                tree.constraints[part.name] = merge(tree.constraints.get(part.name), c, obj, tree.errors) or c
+        c = placement(shared, obj, part.where, own_topology, tree.errors)
         if c is not None and target not in placed_targets:
             tree.constraints[target] = merge(tree.constraints.get(target), c, obj, tree.errors) or c
         placed_targets.add(target)

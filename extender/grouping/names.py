@@ -38,6 +38,7 @@ KUEUE_SPELLINGS = (
     (KUEUE_PREFER, "preferred"),
 )
 PLACEMENT_SPELLINGS = ((KAI_REQUIRED, "required"), (KAI_PREFERRED, "preferred"), *KUEUE_SPELLINGS)
+KUEUE_PLACEMENT = frozenset({*(a for a, _ in KUEUE_SPELLINGS), KUEUE_UNCONSTRAINED})
 
 # -- kinds ---------------------------------------------------------------------------------------------
 APPS_V1 = "apps/v1"
