@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from extender.placement import ClusterSnapshot, Plan, build_gang, plan
-from tests.builders import TOPO, grid, racks_of
-from tests.grouping_builders import errors, group, job, jobset, only, pods_of, render, template
+from extender.placement import ClusterSnapshot, Plan, PlanResult, Unplaceable, build_gang, plan
+from tests.builders import GPU, TOPO, grid, racks_of
+from tests.grouping_builders import errors, group, job, jobset, lws, only, pods_of, render, template
 
 REQUIRE, PREFER = "kueue.x-k8s.io/require-topology", "kueue.x-k8s.io/prefer-topology"
 RACK = "example.com/topology-rack"
@@ -97,3 +97,35 @@ def test_jobset_jobs_each_take_their_own_rack() -> None:
     }
     assert all(len(r) == 1 for r in racks.values())
     assert racks["workers-0"] != racks["workers-1"]
+
+
+def _lws_podset_group(gpus: int = 4) -> dict[str, object]:
+    ann = {"kueue.x-k8s.io/podset-group-name": "llm", "kueue.x-k8s.io/podset-required-topology": RACK}
+    return lws(1, 4, worker_ann=ann, leader=template(ann, gpus=gpus), worker_gpus=gpus)
+
+
+def _place_lws(w: dict[str, object], used: dict[str, dict[str, int]]) -> tuple[PlanResult, dict[str, str]]:
+    g = only(group(w))
+    assert g.podgroup is not None, g.errors
+    pods, _ = pods_of(w)
+    built = build_gang(g.podgroup, pods, {"default": TOPO}, order=g.order, subgroup_of=g.subgroup_of)
+    assert built.gang is not None, built.errors
+    return plan(ClusterSnapshot.of(grid(racks=2, nodes=2), used), built.gang), dict(g.subgroup_of)
+
+
+def test_podsets_sharing_a_group_name_are_one_set_in_one_domain() -> None:
+    g = only(group(_lws_podset_group()))
+    assert g.podgroup is not None
+    (podset_group,) = g.podgroup.subgroup_sets
+    assert podset_group.subgroups == ("leader", "workers")
+    assert podset_group.constraint.required == RACK
+    # each rack has room for 3 pods of 4 GPUs: the leader and its 3 workers fit no single rack
+    used = {"z1-b1-r1-n1": {GPU: 4000}, "z1-b1-r2-n1": {GPU: 4000}}
+    got, _ = _place_lws(_lws_podset_group(), used)
+    assert isinstance(got, Unplaceable)
+    assert got.message.startswith(
+        "SubGroupSet [leader, workers]: 4 pods x {cpu: 1, nvidia.com/gpu: 4} in one rack; the best rack fits 3"
+    )
+    got, _ = _place_lws(_lws_podset_group(), {"z1-b1-r1-n1": {GPU: 4000}})
+    assert isinstance(got, Plan)
+    assert set(racks_of(got.assignments).values()) == {"z1-b1-r2"}

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, layout_of, merge, placement
-from extender.grouping.grouper import ClaimedPod, GangDraft
+from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.result import Grouping
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
-from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint, validate_structure
+from extender.model.podgroup import PodGroupSpec, SubGroupSet, SubGroupSpec, TopologyConstraint, validate_structure
 
 __all__ = ["assemble"]
 
@@ -101,6 +101,30 @@ def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree) -> None:
             tree.subgroups.append(SubGroupSpec(part.name, part.parent, min_member=part.minimum))
 
 
+def _podset_groups(draft: GangDraft, tree: _Tree) -> tuple[SubGroupSet, ...]:
+    """Kueue's PodSet groups: the parts whose templates share a podset-group-name become one
+    SubGroupSet under their constraint (which, as in Kueue, they must agree on)."""
+    groups: dict[str, list[Part]] = {}
+    for part in draft.parts:
+        name = part.template.get(n.KUEUE_PODSET_GROUP)
+        if name:
+            groups.setdefault(name, []).append(part)
+    sets = []
+    for name, parts in groups.items():
+        if len(parts) < 2:
+            continue
+        constraint: TopologyConstraint | None = None
+        for part in parts:
+            own = tree.constraints.get(part.name)
+            constraint = merge(constraint, own, part.template_obj or draft.obj, tree.errors)
+        names = ", ".join(p.name for p in parts)
+        if constraint is None or constraint.empty:
+            tree.warnings.append(f"{draft.obj}: {n.KUEUE_PODSET_GROUP}={name} ({names}) ignored: no topology request")
+            continue
+        sets.append(SubGroupSet(tuple(p.name for p in parts), constraint))
+    return tuple(sets)
+
+
 def _leaf_of(m: ClaimedPod, source: str, tree: _Tree, order: dict[str, int]) -> str | None:
     """The leaf SubGroup a claimed pod joins (its index recorded in `order`); None: an error."""
     if m.error is not None:
@@ -145,6 +169,7 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     workload = placement(ann, draft.obj, "", None, tree.errors)
     global_constraint = merge(draft.global_constraint, workload, draft.obj, tree.errors)
     _add_parts(draft, topology, tree)
+    podset_groups = _podset_groups(draft, tree)
 
     subgroup_of: dict[str, str] = {}
     order: dict[str, int] = {}
@@ -163,6 +188,7 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         subgroups=tuple(subgroups),
         global_constraint=global_constraint,
         subgroup_constraints=tree.constraints,
+        subgroup_sets=podset_groups,
         uid=draft.uid,
         annotations={n.KAI_TOPOLOGY: topology} if topology else {},
     )
