@@ -280,7 +280,19 @@ def test_gang_incomplete_says_how_many_pods_exist() -> None:
     pg = podgroup({"subGroups": [{"name": "w", "minMember": 16}]})
     result = run(CLUSTER, pg, [pod(f"w{i}", subgroup="w") for i in range(3)])
     assert isinstance(result, Unplaceable)
-    assert result.message == "PodGroup default/pg: gang 3/16 pods present"
+    assert result.message == "SubGroup w: 3/16 pods present"
+    alone = run(CLUSTER, podgroup({"minMember": 4}), [pod("p0")])
+    assert isinstance(alone, Unplaceable)
+    assert alone.message == "PodGroup default/pg: gang 1/4 pods present"
+
+
+def test_gang_incomplete_names_the_subgroup_short_of_pods_not_the_total() -> None:
+    # 7 pods exist and the minimum is 5, but they are in the wrong place: b has 1 of its 3
+    pg = podgroup({"subGroups": [{"name": "a", "minMember": 2}, {"name": "b", "minMember": 3}]})
+    pods = [pod(f"a{i}", subgroup="a") for i in range(6)] + [pod("b0", subgroup="b")]
+    result = run(CLUSTER, pg, pods)
+    assert isinstance(result, Unplaceable)
+    assert result.message == "SubGroup b: 1/3 pods present"
 
 
 # -- pods already running, determinism --------------------------------------------------------------------

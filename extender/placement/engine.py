@@ -59,10 +59,13 @@ def plan(snapshot: ClusterSnapshot, gang: Gang) -> PlanResult:
 
 def incomplete(gang: Gang) -> Shortfall | None:
     """Why the pods that exist cannot satisfy the minimum tree whatever the capacity, or None."""
-    if _incomplete(gang.root) is None:
+    missing = _incomplete(gang.root)
+    if missing is None:
         return None
-    present = sum(1 for _ in gang.members())
-    return Shortfall(INCOMPLETE, gang.root.label, _minimum_pods(gang.root), present=present)
+    # The scope that lacks pods, with its own count: a gang can hold more pods than its minimum
+    # and still miss some where they are needed.
+    present = sum(1 for _ in missing.all_members())
+    return Shortfall(INCOMPLETE, missing.label, _minimum_pods(missing), present=present)
 
 
 class _SearchLimit(Exception):

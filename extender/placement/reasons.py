@@ -42,7 +42,8 @@ class Shortfall:
 
     def render(self) -> str:
         if self.kind == INCOMPLETE:
-            return f"{self.scope}: gang {self.present}/{self.pods} pods present"
+            whole = "gang " if self.scope.startswith("PodGroup ") else ""
+            return f"{self.scope}: {whole}{self.present}/{self.pods} pods present"
         where = f" inside {self.region}" if self.region else ""
         if self.kind == SEARCH_LIMIT:
             return f"{self.scope}: gave up after trying {self.tried} candidate domains{where}"
