@@ -20,7 +20,7 @@ import pytest
 from extender.model.selectors import Taint
 from extender.placement import ClusterSnapshot, Domain, Plan, Unplaceable, build_gang, plan
 from extender.placement.state import AttemptState
-from tests.builders import GPU, TOPO, grid, node, placed, pod, podgroup, racks_of, run
+from tests.builders import GPU, TOPO, ZONE, grid, node, placed, pod, podgroup, racks_of, run, topology
 
 CLUSTER = grid(zones=1, blocks=2, racks=2, nodes=4)
 
@@ -507,3 +507,29 @@ def test_a_subgroup_constraint_coarser_than_a_required_one_above_it_is_a_warning
     )
     pg = podgroup({**spec, "topologyConstraints": {"subGroups": {"a": {"requiredTopologyLevel": "rack"}}}})
     assert build_gang(pg, [pod("b-0", subgroup="b")], {TOPO.name: TOPO}).warnings == ()
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+def test_a_level_no_node_carries_says_which_label_is_missing() -> None:
+    rows = topology("rows", ("example.com/topology-row", ZONE))
+    pg = podgroup({"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": "row"}}})
+    result = run(CLUSTER, pg, [pod("p-0"), pod("p-1")], topologies=(rows,))
+    assert isinstance(result, Unplaceable)
+    assert result.message == (
+        "PodGroup default/pg: 2 pods x {cpu: 1, nvidia.com/gpu: 8} in one row;"
+        " no node has label example.com/topology-row"
+    )
+
+
+def test_a_replacement_pod_whose_pinned_domain_is_full_says_so() -> None:
+    pg = podgroup({"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}})
+    running = [pod(f"p-{i}", node_name=f"z1-b1-r1-n{i + 1}") for i in range(3)]
+    rack = [f"z1-b1-r1-n{i}" for i in range(1, 5)]
+    result = run(CLUSTER, pg, [*running, pod("p-3")], used=full(*rack))
+    assert isinstance(result, Unplaceable)
+    assert result.message.startswith(
+        "PodGroup default/pg: 1 pod x {cpu: 1, nvidia.com/gpu: 8} in rack z1/b1/r1, where its running pods hold it;"
+        " it has room for 0"
+    )

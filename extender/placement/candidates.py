@@ -41,11 +41,9 @@ class Candidates:
         lo, hi, ok = opened
         if scope.rule is not None and scope.rule.exclusive:
             ok &= self.free_of_others(scope, level, lo, hi)
-        fixed = self.demand.fixed[scope.id]
-        if fixed:  # pods already running pin the constraint to their domain (the most of them)
-            dom = self.tree.levels[level].domain_of_node
-            forced = Counter(int(dom[n]) for n in fixed).most_common(1)[0][0]
-            ok &= np.arange(lo, hi) == forced
+        pinned = self.pinned(scope, level)
+        if pinned is not None:
+            ok &= np.arange(lo, hi) == pinned.index
         cand: IntArray = np.flatnonzero(ok) + lo
         if len(cand) == 0:
             return []
@@ -56,6 +54,15 @@ class Candidates:
             rank = self._preference_rank(scope, level, cand, preferred)
         inner = self.inner_preferences(scope, level, cand)
         return _Domains(level, cand[self._order(scope, level, cand, rank, inner)])
+
+    def pinned(self, scope: Scope, level: int) -> Domain | None:
+        """The domain of `level` the scope's running pods pin its constraint to (where the most
+        of them run), or None when none runs."""
+        fixed = self.demand.fixed[scope.id]
+        if not fixed:
+            return None
+        dom = self.tree.levels[level].domain_of_node
+        return Domain(level, Counter(int(dom[n]) for n in fixed).most_common(1)[0][0])
 
     def preferred(
         self, scope: Scope, region: Domain, level: int, preferred: int, implicit: bool = False
