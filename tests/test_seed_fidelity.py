@@ -209,3 +209,40 @@ def test_a_coarser_subgroup_constraint_is_a_warning_in_simulate_and_explain(
     path = tmp_path / "in.yaml"
     assert main(["explain", "default/nested", "-f", str(path)]) == 0
     assert f"Note: {NESTED_WARNING}" in capsys.readouterr().out
+
+
+# -- Kueue ResourceFlavor (seed 004) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["v1beta1", "v1beta2"])
+def test_pods_admitted_to_a_flavor_use_its_topology_and_its_nodes(
+    version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two Topologies, so the PodGroup's constraint names none of them by itself: the flavor its
+    # pods were admitted to (their nodeSelector holds its nodeLabels) decides.
+    blocks_only = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Topology",
+        "metadata": {"name": "blocks"},
+        "spec": {"levels": [{"nodeLabel": ZONE}, {"nodeLabel": BLOCK}]},
+    }
+    flavor = {
+        "apiVersion": f"kueue.x-k8s.io/{version}",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "tas"},
+        "spec": {"nodeLabels": {"example.com/pool": "tas"}, "topologyName": "blocks"},
+    }
+    cluster = cluster_yaml(blocks=2)
+    for n in cluster:
+        if n["kind"] == "Node" and "-b2-" in n["metadata"]["name"]:
+            n["metadata"]["labels"]["example.com/pool"] = "tas"
+    pg = podgroup("kq", {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "block"}}})
+    pods = []
+    for i in range(4):
+        p = gang_pod(f"kq-{i}", "kq")
+        p["spec"]["nodeSelector"] = {"example.com/pool": "tas"}
+        pods.append(p)
+    doc = simulate(tmp_path, capsys, *cluster, blocks_only, flavor, pg, *pods)
+    (group,) = doc["podGroups"]
+    assert group["phase"] == "Scheduled", group["message"]
+    assert {block(n) for n in nodes_of(doc).values() if n} == {"z1-b2"}

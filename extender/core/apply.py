@@ -10,6 +10,7 @@ so both see a cluster the same way:
     Topology (topogang, KAI, Kueue)  ClusterState.set_topology, by name
     PriorityClass             ClusterState.set_priority_class
     ResourceInterface         ClusterState.set_resource_interface, by name
+    ResourceFlavor (Kueue)    ClusterState.set_flavor, by name
     anything else             ClusterState.set_object: the workload owners the grouper reads
 
 Any other object that does not parse raises `InvalidObject` and the view keeps what it had of
@@ -24,6 +25,7 @@ from typing import Any
 from extender.core.cluster import object_key
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import FieldError, InvalidObject
+from extender.model.flavor import RESOURCE_FLAVOR_API_VERSIONS, parse_resource_flavor
 from extender.model.node import parse_node
 from extender.model.pod import parse_pod
 from extender.model.podgroup import PODGROUP_API_VERSIONS, parse_podgroup
@@ -57,6 +59,9 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
         state.set_priority_class(_name(body), parse_priority_class(body))
     elif kind == "ResourceInterface":
         state.set_resource_interface(object_name(body), body)
+    elif kind == "ResourceFlavor" and api in RESOURCE_FLAVOR_API_VERSIONS:
+        flavor = parse_resource_flavor(body)
+        state.set_flavor(flavor.name, flavor)
     else:
         state.set_object(_owner_key(api, kind, body), body)
     return ()
@@ -78,6 +83,8 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
         state.set_priority_class(_name(body), None)
     elif kind == "ResourceInterface":
         state.set_resource_interface(object_name(body), None)
+    elif kind == "ResourceFlavor" and api in RESOURCE_FLAVOR_API_VERSIONS:
+        state.set_flavor(_name(body), None)
     else:
         state.set_object(_owner_key(api, kind, body), None)
 

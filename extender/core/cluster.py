@@ -14,6 +14,7 @@ from typing import Any
 
 from extender.core.usage import PlanningUsage, UsageLedger
 from extender.model.errors import FieldError
+from extender.model.flavor import ResourceFlavor
 from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
@@ -37,6 +38,7 @@ class ClusterState:
         self.priority_classes: dict[str, int] = {}
         self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
         self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
+        self.flavors: dict[str, ResourceFlavor] = {}  # Kueue ResourceFlavors by name
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
         self.reserved_nodes: Counter[str] = Counter()  # node -> pods reserved on it
         self.generation = 0  # bumps when the node set changes
@@ -172,6 +174,13 @@ class ClusterState:
         else:
             self.objects[key] = body
         self._notify("object", key)
+
+    def set_flavor(self, name: str, flavor: ResourceFlavor | None) -> None:
+        if flavor is None:
+            self.flavors.pop(name, None)
+        else:
+            self.flavors[name] = flavor
+        self._notify("flavor", name)
 
     def set_resource_interface(self, name: str, body: Mapping[str, Any] | None) -> None:
         if body is None:

@@ -18,6 +18,7 @@ from typing import Any
 from extender.core.cluster import ClusterState
 from extender.grouping import Grouping, family_key, group_pods
 from extender.model.errors import FieldError
+from extender.model.flavor import flavor_topology
 from extender.model.keys import GroupKey
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import PodGroupSpec
@@ -253,7 +254,14 @@ class Membership:
             spec = grouping.podgroup
             if spec.priority_class_name in state.priority_classes:
                 priority = max(priority, state.priority_classes[spec.priority_class_name])
-            built = build_gang(spec, pods, state.topologies, order=grouping.order, subgroup_of=grouping.subgroup_of)
+            built = build_gang(
+                spec,
+                pods,
+                state.topologies,
+                order=grouping.order,
+                subgroup_of=grouping.subgroup_of,
+                default_topology=flavor_topology(pods, state.flavors.values()),
+            )
             view = GroupView(
                 group,
                 spec,

@@ -28,6 +28,7 @@ TOPOLOGIES = (
     _r("kai.scheduler", "v1alpha1", "Topology", "topologies", namespaced=False),
     _r("kueue.x-k8s.io", "v1beta2 v1beta1 v1alpha1", "Topology", "topologies", namespaced=False),
 )
+RESOURCE_FLAVORS = (_r("kueue.x-k8s.io", "v1beta2 v1beta1", "ResourceFlavor", "resourceflavors", namespaced=False),)
 RESOURCE_INTERFACES = (
     _r("scheduling.topogang.io", "v1alpha1", "ResourceInterface", "resourceinterfaces", namespaced=False),
 )
@@ -43,6 +44,7 @@ WATCHED: tuple[Resource, ...] = (
     *PODGROUPS,
     *TOPOLOGIES,
     *RESOURCE_INTERFACES,
+    *RESOURCE_FLAVORS,
     *OWNERS,
 )
 
@@ -53,6 +55,7 @@ __all__ = [
     "PODGROUPS",
     "PODS",
     "PRIORITY_CLASSES",
+    "RESOURCE_FLAVORS",
     "RESOURCE_INTERFACES",
     "TOPOLOGIES",
     "WATCHED",

@@ -45,14 +45,16 @@ def build_gang(
     topologies: Mapping[str, TopologySpec],
     order: Mapping[str, int] | None = None,
     subgroup_of: Mapping[str, str] | None = None,
+    default_topology: str | None = None,
 ) -> BuiltGang:
     """Resolve `pg` against `topologies` and attach `pods` (the pods that name this group).
 
     `order` ranks pods within a leaf (the pod index, where the workload has one); `subgroup_of`
     gives the leaf SubGroup of pods the grouper assigned, instead of their SubGroup label.
+    `default_topology` is the Topology when the PodGroup names none (a Kueue ResourceFlavor's).
     """
     errors: list[FieldError] = []
-    topology = _choose_topology(pg, topologies, f"PodGroup {pg.key}", errors)
+    topology = _choose_topology(pg, topologies, f"PodGroup {pg.key}", errors, default_topology)
     builder = _GangBuilder(pg, topology, errors, order or {})
     members, stray = _assign_pods(pg, pods, subgroup_of or {})
     root = builder.root(members)
@@ -240,7 +242,11 @@ def _first(*values: int | None) -> int:
 
 
 def _choose_topology(
-    pg: PodGroupSpec, topologies: Mapping[str, TopologySpec], obj: str, errors: list[FieldError]
+    pg: PodGroupSpec,
+    topologies: Mapping[str, TopologySpec],
+    obj: str,
+    errors: list[FieldError],
+    default: str | None = None,
 ) -> TopologySpec | None:
     """One Topology for the whole gang; constraints that name different ones are an error."""
     written = [pg.global_constraint, *pg.subgroup_constraints.values(), *(s.constraint for s in pg.subgroup_sets)]
@@ -248,8 +254,10 @@ def _choose_topology(
     have = ", ".join(sorted(topologies)) or "none"
     chosen: dict[str, str] = {}  # topology name -> the first field that chose it
     for c in constraints:
-        name = c.topology or pg.topology_name
+        name = c.topology or pg.topology_name or default
         where = f"{c.field}.topology" if c.topology else f"metadata.annotations[{TOPOLOGY_ANNOTATION}]"
+        if not c.topology and not pg.topology_name and default:
+            where = "the pods' Kueue ResourceFlavor spec.topologyName"
         if name is None:
             if len(topologies) == 1:
                 name = next(iter(topologies))
@@ -282,6 +290,8 @@ def _choose_topology(
     # No constraint: still use the cluster's topology, so the default compactness follows racks.
     if pg.topology_name is not None and pg.topology_name in topologies:
         return topologies[pg.topology_name]
+    if pg.topology_name is None and default is not None and default in topologies:
+        return topologies[default]
     if len(topologies) == 1:
         return next(iter(topologies.values()))
     return NODE_ONLY
