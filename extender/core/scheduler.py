@@ -421,7 +421,9 @@ class GangScheduler:
             message += "; " + "; ".join(f"{k}: {why}" for k, why in sorted(view.waiting.items()))
         if warnings:
             message += f"; {warnings}"
-        return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains, reason)
+        failed = group in self.reasons and reason == self.reasons[group].kind
+        marked = failed and view.spec is not None and view.spec.scheduling_backoff == 1
+        return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains, reason, marked)
 
     def _view_without_pods(self, group: str) -> GroupView:
         """A PodGroup object no pod has joined yet, as a view with no pods."""

@@ -98,7 +98,8 @@ class Extender:
             reason = result.reason
             if self._refused.get(pod.key) != reason:
                 self._refused[pod.key] = reason
-                self._emit(pod, "GangNotScheduled", reason, "Warning")
+                if self._marks_unschedulable(result.group):
+                    self._emit(pod, "GangNotScheduled", reason, "Warning")
         return wire.encode_filter(args, result.nodes, result.failed, result.unresolvable)
 
     def prioritize(self, args: wire.NodeArgs) -> bytes:
@@ -277,6 +278,14 @@ class Extender:
             self._refused.pop(p, None)
         names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
         self._spawn(self.actions.wake(names, self.scheduler.generation(group)), "wake")
+
+    def _marks_unschedulable(self, group: str | None) -> bool:
+        """PodGroup spec.markUnschedulable: false (seed 001) asks for no unschedulable Events on
+        its pods; kube-scheduler's own FailedScheduling Events are not topogang's to withhold."""
+        if group is None or not self.scheduler.has_pods(group):
+            return True
+        spec = self.scheduler.view(group).spec
+        return spec is None or spec.mark_unschedulable is not False
 
     def _emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
