@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
+from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
 from extender.core.scheduler import GangScheduler
 from extender.kube.podgroup_status import status_body
@@ -68,3 +69,66 @@ async def test_mark_unschedulable_false_sends_no_unschedulable_events_to_the_pod
     extender.filter(wire.decode_args(orjson.dumps({"Pod": body, "Nodes": None, "NodeNames": NODES})))
     await asyncio.sleep(0)
     assert len(recorder.events) == events
+
+
+KAI_QUEUE_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "queues.scheduling.run.ai"},
+}
+
+
+def queued(installed: list[str], queues: list[tuple[str, str, str]]) -> GangScheduler:
+    scheduler = scheduler_with({"minMember": 2, "queue": "team-a"})
+    for kind in installed:
+        scheduler.state.set_queue_api(kind, True)
+    for key in queues:
+        scheduler.state.set_queue(key, True)
+    return scheduler
+
+
+def test_a_queue_that_does_not_exist_keeps_the_gang_pending_with_that_reason() -> None:
+    scheduler = queued(["scheduling.run.ai/Queue"], [("scheduling.run.ai/Queue", "", "team-b")])
+    result = scheduler.filter(scheduler.state.pods["default/g-0"], NODES, 0.0)
+    assert result.nodes == []
+    status = scheduler.status("default/g")
+    assert (status.phase, status.reason) == ("Pending", "QueueNotFound")
+    assert status.message == (
+        "PodGroup default/g: spec.queue 'team-a' does not exist: no Queue (scheduling.run.ai) has that name"
+    )
+    assert status.unschedulable
+
+
+@pytest.mark.parametrize(
+    "queue",
+    [("scheduling.run.ai/Queue", "", "team-a"), ("kueue.x-k8s.io/LocalQueue", "default", "team-a")],
+    ids=["kai-queue", "kueue-local-queue"],
+)
+def test_an_existing_queue_lets_the_gang_be_planned(queue: tuple[str, str, str]) -> None:
+    scheduler = queued([], [queue])
+    assert scheduler.filter(scheduler.state.pods["default/g-0"], NODES, 0.0).nodes
+    assert "queue" not in scheduler.status("default/g").message
+
+
+def test_a_local_queue_of_another_namespace_does_not_count() -> None:
+    scheduler = queued([], [("kueue.x-k8s.io/LocalQueue", "other", "team-a")])
+    assert scheduler.filter(scheduler.state.pods["default/g-0"], NODES, 0.0).nodes == []
+    assert "no LocalQueue in namespace default has that name" in scheduler.status("default/g").message
+
+
+def test_without_any_queue_api_the_field_is_ignored_with_a_warning() -> None:
+    scheduler = queued([], [])
+    assert scheduler.filter(scheduler.state.pods["default/g-0"], NODES, 0.0).nodes
+    assert scheduler.status("default/g").message.endswith(
+        "spec.queue 'team-a' ignored: neither KAI's Queue nor Kueue's LocalQueue API is installed"
+    )
+
+
+def test_a_queue_crd_in_the_input_installs_its_api() -> None:
+    scheduler = scheduler_with({"minMember": 2, "queue": "team-a"})
+    apply_object(scheduler, KAI_QUEUE_CRD)
+    assert scheduler.state.queue_apis == {"scheduling.run.ai/Queue"}
+    assert scheduler.status("default/g").reason == "QueueNotFound"
+    queue = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "team-a"}}
+    apply_object(scheduler, queue)
+    assert scheduler.filter(scheduler.state.pods["default/g-0"], NODES, 0.0).nodes

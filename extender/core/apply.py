@@ -11,6 +11,7 @@ so both see a cluster the same way:
     PriorityClass             ClusterState.set_priority_class
     ResourceInterface         ClusterState.set_resource_interface, by name
     ResourceFlavor (Kueue)    ClusterState.set_flavor, by name
+    Queue (KAI), LocalQueue (Kueue)  ClusterState.set_queue; their CRDs, set_queue_api
     anything else             ClusterState.set_object: the workload owners the grouper reads
 
 Any other object that does not parse raises `InvalidObject` and the view keeps what it had of
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.core.cluster import object_key
+from extender.core.queues import KUEUE_LOCAL_QUEUE, QUEUE_CRDS, QUEUE_KINDS, QueueKey
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import FieldError, InvalidObject
 from extender.model.flavor import RESOURCE_FLAVOR_API_VERSIONS, parse_resource_flavor
@@ -62,6 +64,10 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
     elif kind == "ResourceFlavor" and api in RESOURCE_FLAVOR_API_VERSIONS:
         flavor = parse_resource_flavor(body)
         state.set_flavor(flavor.name, flavor)
+    elif (queue := _queue_key(api, kind, body)) is not None:
+        state.set_queue(queue, True)
+    elif kind == "CustomResourceDefinition" and _name(body) in QUEUE_CRDS:
+        state.set_queue_api(QUEUE_CRDS[_name(body)], True)
     else:
         state.set_object(_owner_key(api, kind, body), body)
     return ()
@@ -85,6 +91,8 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
         state.set_resource_interface(object_name(body), None)
     elif kind == "ResourceFlavor" and api in RESOURCE_FLAVOR_API_VERSIONS:
         state.set_flavor(_name(body), None)
+    elif (queue := _queue_key(api, kind, body)) is not None:
+        state.set_queue(queue, False)
     else:
         state.set_object(_owner_key(api, kind, body), None)
 
@@ -95,6 +103,14 @@ def parse_priority_class(body: JSON) -> int:
         error = FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {value!r}")
         raise InvalidObject([error])
     return value
+
+
+def _queue_key(api: str, kind: str, body: JSON) -> QueueKey | None:
+    """KAI's Queue (cluster-scoped) or Kueue's LocalQueue, as the queue index keys it."""
+    found = f"{api.rpartition('/')[0]}/{kind}"
+    if found not in QUEUE_KINDS:
+        return None
+    return (found, _namespace(body) if found == KUEUE_LOCAL_QUEUE else "", _name(body))
 
 
 def _type_of(body: JSON) -> tuple[str, str]:

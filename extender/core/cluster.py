@@ -39,6 +39,8 @@ class ClusterState:
         self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
         self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
         self.flavors: dict[str, ResourceFlavor] = {}  # Kueue ResourceFlavors by name
+        self.queue_apis: set[str] = set()  # the queue kinds installed (core.queues.QUEUE_KINDS)
+        self.queues: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
         self.reserved_nodes: Counter[str] = Counter()  # node -> pods reserved on it
         self.generation = 0  # bumps when the node set changes
@@ -181,6 +183,22 @@ class ClusterState:
         else:
             self.flavors[name] = flavor
         self._notify("flavor", name)
+
+    def set_queue_api(self, kind: str, installed: bool) -> None:
+        """Whether a queue kind's API is installed (an informer's list, or a CRD in the input)."""
+        if installed:
+            self.queue_apis.add(kind)
+        else:
+            self.queue_apis.discard(kind)
+        self._notify("queue", kind)
+
+    def set_queue(self, key: tuple[str, str, str], present: bool) -> None:
+        if present:
+            self.queues.add(key)
+            self.queue_apis.add(key[0])  # an object of the kind: its API is installed
+        else:
+            self.queues.discard(key)
+        self._notify("queue", key)
 
     def set_resource_interface(self, name: str, body: Mapping[str, Any] | None) -> None:
         if body is None:

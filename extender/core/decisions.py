@@ -28,6 +28,7 @@ R_MEMBER_GONE = "MemberGone"  # a pod of the minimum went away before binding; p
 R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
+R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does not have
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -38,6 +39,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_BIND_TIMEOUT,
         R_PLAN_EXPIRED,
         R_MEMBER_GONE,
+        R_QUEUE_NOT_FOUND,
     }
 )
 

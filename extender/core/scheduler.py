@@ -31,6 +31,7 @@ from extender.core.decisions import (
     R_MEMBER_GONE,
     R_PLAN_EXPIRED,
     R_PLANNED,
+    R_QUEUE_NOT_FOUND,
     R_REPLANNING,
     R_SCHEDULED,
     R_WAITING,
@@ -48,6 +49,7 @@ from extender.core.decisions import (
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
+from extender.core.queues import queue_problem
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
@@ -98,6 +100,9 @@ class GangScheduler:
             return _refuse(nodes, f"topogang: PodGroup {group} is invalid: {view.message}", group)
         if pod.key in view.waiting:
             return _refuse(nodes, f"topogang: {view.waiting[pod.key]}", group)
+        blocked, _ = self._queue(view)
+        if blocked is not None:
+            return _refuse(nodes, f"topogang: PodGroup {group}: {blocked}", group)
         event = None
         gp = self.plans.get(group)
         if gp is None or pod.key not in gp.reserved:
@@ -400,7 +405,8 @@ class GangScheduler:
         planned = bound + (len(gp.reserved) if gp else 0)
         domains = dict(gp.plan.domains if gp else self.domains.get(group, {}))
         subgroups = tuple(self._subgroup_status(view, gp))
-        warnings = "; ".join(view.warnings)
+        blocked, queue_warning = self._queue(view)
+        warnings = "; ".join([*view.warnings, *([queue_warning] if queue_warning else [])])
         gang = view.built.gang if view.built is not None else None
         bound_keys = {p.key for p in pods if p.node_name is not None}
         if gang is not None and bound_keys and meets_minimum(gang, bound_keys):
@@ -410,6 +416,8 @@ class GangScheduler:
             missing = len([p for p in gp.minimum if p in gp.reserved])
             message = f"planned; waiting for {missing} pod(s) of the minimum to bind"
             phase, reason = PENDING, R_PLANNED
+        elif blocked is not None:
+            message, phase, reason = f"PodGroup {group}: {blocked}", PENDING, R_QUEUE_NOT_FOUND
         # What is true now (pods missing) before what last happened (why a plan was refused).
         elif missing_message := self._incomplete_message(view):
             message, phase, reason = missing_message, PENDING, R_GANG_INCOMPLETE
@@ -435,6 +443,12 @@ class GangScheduler:
             return GroupView(group, None, None, errors, source=f"PodGroup {group}")
         built = build_gang(spec, [], self.state.topologies)
         return GroupView(group, spec, built, built.errors, source=f"PodGroup {group}")
+
+    def _queue(self, view: GroupView) -> tuple[str | None, str | None]:
+        spec = view.spec
+        if spec is None or not spec.queue:
+            return None, None
+        return queue_problem(spec.queue, spec.namespace, self.state.queue_apis, self.state.queues)
 
     def _incomplete_message(self, view: GroupView) -> str:
         gang = view.built.gang if view.built else None
