@@ -29,7 +29,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CONFIG = ROOT / "scheduler-config" / "extender.yaml"
-CRDS = [*sorted((ROOT / "manifests" / "crds").glob("*.yaml")), ROOT / "e2e" / "crds" / "workloads.yaml"]
+CRDS = [
+    *sorted((ROOT / "manifests" / "crds").glob("*.yaml")),
+    ROOT / "e2e" / "crds" / "workloads.yaml",
+    ROOT / "e2e" / "crds" / "queues-flavors.yaml",
+]
 
 
 def scheduler_config(url: str) -> dict[str, Any]:
