@@ -132,3 +132,17 @@ def test_a_queue_crd_in_the_input_installs_its_api() -> None:
     queue = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "team-a"}}
     apply_object(scheduler, queue)
     assert scheduler.filter(scheduler.state.pods["default/g-0"], NODES, 0.0).nodes
+
+
+def test_a_gang_missing_pods_is_not_a_failed_attempt_for_the_backoff() -> None:
+    state = ClusterState()
+    for n in grid(nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    state.set_podgroup("default/g", podgroup({**TOO_BIG, "schedulingBackoff": 1}, name="g"))
+    scheduler = GangScheduler(state)
+    scheduler.observe_pod(pod("g-0", group="g"))
+    scheduler.filter(state.pods["default/g-0"], NODES, 0.0)
+    status = scheduler.status("default/g")
+    assert status.reason == "GangIncomplete"
+    assert not status.node_pool_unschedulable

@@ -429,7 +429,8 @@ class GangScheduler:
             message += "; " + "; ".join(f"{k}: {why}" for k, why in sorted(view.waiting.items()))
         if warnings:
             message += f"; {warnings}"
-        failed = group in self.reasons and reason == self.reasons[group].kind
+        # A planning attempt failed: pods missing is no attempt (KAI does not try an incomplete gang).
+        failed = group in self.reasons and reason == self.reasons[group].kind and reason != R_GANG_INCOMPLETE
         marked = failed and view.spec is not None and view.spec.scheduling_backoff == 1
         return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains, reason, marked)
 

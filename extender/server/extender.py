@@ -66,6 +66,7 @@ class Extender:
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
         self._tasks: set[asyncio.Task[None]] = set()
+        scheduler.subscribe(self._state_changed)
 
     # -- filter and prioritize -------------------------------------------------------------------
 
@@ -278,6 +279,23 @@ class Extender:
             self._refused.pop(p, None)
         names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
         self._spawn(self.actions.wake(names, self.scheduler.generation(group)), "wake")
+
+    def _state_changed(self, kind: str, key: object) -> None:
+        """A queue appeared or went away: the pods refused for their gang's queue are parked by
+        kube-scheduler, and nothing else would requeue them soon."""
+        if kind != "queue" or not self._refused:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a test driving the core): nothing parked to wake
+        by_group: dict[str, list[str]] = {}
+        for pod in self._refused:
+            group = self.scheduler.group_of(pod)
+            if group is not None:
+                by_group.setdefault(group, []).append(pod)
+        for group, pods in by_group.items():
+            self._wake(pods, group)
 
     def _marks_unschedulable(self, group: str | None) -> bool:
         """PodGroup spec.markUnschedulable: false (seed 001) asks for no unschedulable Events on
