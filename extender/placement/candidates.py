@@ -53,7 +53,7 @@ class Candidates:
         if preferred is not None and preferred > level:
             rank = self._preference_rank(scope, level, cand, preferred)
         inner = self.inner_preferences(scope, level, cand)
-        return _Domains(level, cand[self._order(scope, level, cand, rank, inner)])
+        return _Domains(level, cand[self._order(scope, level, cand, rank, *inner)])
 
     def pinned(self, scope: Scope, level: int) -> Domain | None:
         """The domain of `level` the scope's running pods pin its constraint to (where the most
@@ -83,20 +83,21 @@ class Candidates:
             return []
         own = [] if level == preferred else [self._domains_needed(scope, level, cand, preferred)]
         inner = self.inner_preferences(scope, level, cand)
-        order = (
-            self._order(scope, level, cand, inner, *own) if implicit else self._order(scope, level, cand, *own, inner)
-        )
+        primary = [*inner, *own] if implicit else [*own, *inner]
+        order = self._order(scope, level, cand, *primary)
         return [Domain(level, int(i)) for i in cand[order][:MAX_PREFERRED_CANDIDATES]]
 
-    def inner_preferences(self, scope: Scope, level: int, cand: IntArray) -> IntArray:
-        """Per candidate, the domains of their preferred levels that the descendants with a
-        written preference would span inside it (0 everywhere when none has one): a written
-        preference anywhere in the tree outranks compactness when choosing enclosing domains."""
-        total: IntArray = np.zeros(len(cand), dtype=np.int64)
+    def inner_preferences(self, scope: Scope, level: int, cand: IntArray) -> list[IntArray]:
+        """As a sort key (none when no descendant has a written preference finer than `level`):
+        per candidate, the domains of their preferred levels those descendants would span inside
+        it. A written preference anywhere in the tree outranks compactness when choosing
+        enclosing domains."""
+        total: IntArray | None = None
         for inner, preferred in self._preferring(scope):
             if preferred > level and any(self.demand.minimum[inner.id]):
-                total += self._domains_needed(inner, level, cand, preferred)
-        return total
+                needed = self._domains_needed(inner, level, cand, preferred)
+                total = needed if total is None else total + needed
+        return [] if total is None else [total]
 
     def _preferring(self, scope: Scope) -> list[tuple[Scope, int]]:
         found = self._inner.get(scope.id)
