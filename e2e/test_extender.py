@@ -424,3 +424,34 @@ async def test_pods_admitted_to_a_resource_flavor_use_its_topology(
     finally:
         await kube.delete(f"/apis/kueue.x-k8s.io/v1beta1/resourceflavors/{flavor['metadata']['name']}")
         await kube.delete(f"/apis/scheduling.topogang.io/v1alpha1/topologies/{blocks['metadata']['name']}")
+
+
+async def test_a_coarser_subgroup_constraint_is_a_warning_in_the_podgroup_status(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (2 nodes)
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    spec = {
+        "minMember": 1,
+        "subGroups": [{"name": "a", "minMember": 2}],
+        "topologyConstraints": {
+            "global": {"requiredTopologyLevel": RACK},
+            "subGroups": {"a": {"requiredTopologyLevel": BLOCK}},
+        },
+    }
+    await create_podgroup(kube, namespace, "nested", spec)
+    for i in range(2):
+        labels = {"kai.scheduler/subgroup-name": "a"}
+        await create(kube, gpu_pod(f"nested-{i}", labels=labels, annotations={"pod-group-name": "nested"}), namespace)
+    await wait_all_bound(kube, namespace, 2)
+    want = (
+        f"spec.topologyConstraints.subGroups.a.requiredTopologyLevel={BLOCK!r} cannot take effect: it is coarser"
+        f" than spec.topologyConstraints.global.requiredTopologyLevel={RACK!r} above it"
+    )
+
+    async def warned() -> str | None:
+        pg = await kube.get(f"{PODGROUPS.format(ns=namespace)}/nested")
+        message = str(pg.get("status", {}).get("message", ""))
+        return message if want in message else None
+
+    await eventually(warned, within=60, what="the warning in the PodGroup's status message")
