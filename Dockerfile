@@ -43,5 +43,6 @@ ENV PATH=/opt/topogang/bin:$PATH \
     HOME=/tmp
 # A numeric, unprivileged user (the distroless "nonroot" id), so `runAsNonRoot` can verify it.
 USER 65532:65532
-EXPOSE 8888
+# 8888: the extender (mTLS); 8889: the probes and /metrics (--health-listen in manifests/)
+EXPOSE 8888 8889
 ENTRYPOINT ["topogang", "serve"]

@@ -125,7 +125,7 @@ async def main_async(args: argparse.Namespace) -> None:
             made = await nodes.create(FakeTopology(zones, 1, racks, 16), timeout_s=300)
             await until_schedulable(kube, len(made))
             async with Topogang.start(plane.kubeconfig, plane.logs_dir) as server:
-                await plane.start_scheduler_async(scheduler_config(server.url))
+                await plane.start_scheduler_async(scheduler_config(server.url, server.tls))
                 try:
                     times = [await one_run(plane, kube, args.pods, r) for r in range(args.runs)]
                 except TimeoutError:

@@ -13,7 +13,9 @@ scheduling cycle calls. Calls per second is the server's capacity under CLIENTS 
 connections (default 4): measured with wrk when it is installed (`apt-get install wrk`; a C load
 generator leaves the CPU to the server), else with Python client processes, which share the
 machine's cores with the server and so read low. With --json one object per line per verb:
-{"verb", "nodes", "p50_ms", "p99_ms", "rps", "rps_by"}.
+{"verb", "nodes", "p50_ms", "p99_ms", "rps", "rps_by"}. A last row, filter-mtls, is the same
+filter on a server that serves mTLS as in a cluster (one kept-alive connection, as
+kube-scheduler's), measured in alternation with the plain-HTTP one, and the ratio of their p50s.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import multiprocessing
 import re
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -39,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 GANG = 8
 
 
-def _serve(port: int, nodes: int, ready: Any) -> None:
+def _serve(port: int, nodes: int, ready: Any, tls: tuple[str, str, str] | None = None) -> None:
     import asyncio
 
     from aiohttp import web
@@ -52,6 +55,7 @@ def _serve(port: int, nodes: int, ready: Any) -> None:
     from extender.model.topology import parse_topology
     from extender.server.app import create_app
     from extender.server.extender import Extender
+    from extender.server.tls import TlsFiles, server_context
 
     class NoActions:
         async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -90,11 +94,57 @@ def _serve(port: int, nodes: int, ready: Any) -> None:
     async def main() -> None:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        context = server_context(TlsFiles(*tls)) if tls is not None else None
+        await web.TCPSite(runner, "127.0.0.1", port, ssl_context=context).start()
         ready.set()
         await asyncio.Event().wait()
 
     asyncio.run(main())
+
+
+def _mtls_row(nodes: int, body: bytes, seconds: float, plain: http.client.HTTPConnection) -> dict[str, Any]:
+    """Filter for a planned pod on a second server that serves mTLS (certificates made by
+    e2e/controlplane/pki.py), on one kept-alive connection as kube-scheduler keeps it. Plain and
+    mTLS calls alternate in short rounds, so both see the same machine; the ratio of their p50s
+    is the cost of TLS per call."""
+    from e2e.controlplane.pki import ClientIdentity, make_pki
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pki = make_pki(Path(tmp), {"kube-scheduler": ClientIdentity("kube-scheduler")}, days=1)
+        client = pki.clients["kube-scheduler"]
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ready = multiprocessing.Event()
+        files = (str(pki.serving.cert), str(pki.serving.key), str(pki.ca.cert))
+        server = multiprocessing.Process(target=_serve, args=(port, nodes, ready, files), daemon=True)
+        server.start()
+        try:
+            if not ready.wait(120):
+                raise SystemExit("the mTLS extender did not start")
+            context = ssl.create_default_context(cafile=str(pki.ca.cert))
+            context.load_cert_chain(str(client.cert), str(client.key))
+            conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=context)
+            _measure(conn, "/topogang/filter", body, 0)  # plans the gang on this server
+            tls_times: list[float] = []
+            plain_times: list[float] = []
+            for _ in range(max(1, round(seconds / 0.5))):
+                plain_times += _measure(plain, "/topogang/filter", body, 0.25)
+                tls_times += _measure(conn, "/topogang/filter", body, 0.25)
+        finally:
+            server.terminate()
+            server.join(5)
+    tls_times.sort()
+    p50, plain_p50 = statistics.median(tls_times), statistics.median(plain_times)
+    return {
+        "verb": "filter-mtls",
+        "nodes": nodes,
+        "p50_ms": round(p50, 3),
+        "p99_ms": round(tls_times[min(len(tls_times) - 1, int(0.99 * len(tls_times)))], 3),
+        "plain_p50_ms": round(plain_p50, 3),
+        "vs_plain_p50": round(p50 / plain_p50, 2),
+        "calls": len(tls_times),
+    }
 
 
 def _measure(conn: http.client.HTTPConnection, path: str, body: bytes, seconds: float) -> list[float]:
@@ -212,6 +262,7 @@ def main() -> None:
                     "calls": len(times),
                 }
             )
+        mtls = _mtls_row(args.nodes, planned, args.seconds, conn)
         for row in rows:
             if args.json:
                 print(orjson.dumps(row).decode())
@@ -220,6 +271,14 @@ def main() -> None:
                     f"{row['verb']:<17} nodes {row['nodes']:>6}  p50 {row['p50_ms']:>7.3f} ms  "
                     f"p99 {row['p99_ms']:>7.3f} ms  {row['rps']:>8.1f} calls/s ({row['rps_by']})"
                 )
+        if args.json:
+            print(orjson.dumps(mtls).decode())
+        else:
+            print(
+                f"{mtls['verb']:<17} nodes {mtls['nodes']:>6}  p50 {mtls['p50_ms']:>7.3f} ms  "
+                f"p99 {mtls['p99_ms']:>7.3f} ms  {mtls['vs_plain_p50']:.2f}x plain HTTP's p50 "
+                f"({mtls['plain_p50_ms']:.3f} ms, measured in alternation)"
+            )
     finally:
         server.terminate()
         server.join(5)

@@ -65,7 +65,7 @@ async def topogang(kubeconfig: Path, request: pytest.FixtureRequest) -> AsyncIte
         return
     plane: ControlPlane = request.getfixturevalue("control_plane")
     async with Topogang.start(kubeconfig, plane.logs_dir) as server:
-        await plane.restart_scheduler_async(scheduler_config(server.url))
+        await plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
         try:
             yield server
         finally:
@@ -271,7 +271,10 @@ async def test_infeasible_gang_stays_wholly_pending_with_its_reason(
     out, err = await asyncio.wait_for(explained.communicate(), 120)
     assert explained.returncode == 0, err.decode()
     text = out.decode()
-    assert f"{namespace}/big  (PodGroup {namespace}/big)  Pending" in text
+    # stdout is the explanation alone (the informers' logs go to stderr), and its headline
+    # names the reason rather than "waiting to be planned".
+    assert text.startswith(f"{namespace}/big  (PodGroup {namespace}/big)  Pending\n  does not fit: "), text
+    assert f"\n  does not fit: PodGroup {namespace}/big: {want}" in text
     assert f"Planning it now: does not fit: PodGroup {namespace}/big: {want}" in text
 
 

@@ -7,8 +7,10 @@ import pytest
 from kubernetes_asyncio import client
 
 from e2e.controlplane import FakeGpuNodes, FakeTopology, create_pod, gpu_pod, wait_pod_running
+from e2e.controlplane.kube import wait_for
 from e2e.kube_support import NO_SCHEDULER
 from extender.kube import PLAN_GENERATION_ANNOTATION, ApiError, KubeActions, KubeClient
+from extender.kube.actions import BLOCKED, EVICTED
 from extender.kube.resources import PODS
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only, pytest.mark.asyncio(loop_scope="session")]
@@ -118,3 +120,38 @@ async def test_the_raw_client_pages_lists_and_patches_with_either_merge(
     with pytest.raises(ApiError) as caught:
         await kube.get(PODS.object_path("v1", "p9", namespace))
     assert (caught.value.status, caught.value.reason, caught.value.message) == (404, "NotFound", 'pods "p9" not found')
+
+
+async def test_evict_removes_a_running_pod_and_a_budget_blocks_it(
+    kube: KubeClient, kube_api: client.ApiClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    (node,) = await fake_gpu_nodes.create(FakeTopology(nodes_per_rack=1))
+    actions = KubeActions(kube)
+    uids = {}
+    for name in ("free", "guarded"):
+        uid = await pending_pod(kube, kube_api, namespace, name)
+        await kube.patch(PODS.object_path("v1", name, namespace), {"metadata": {"labels": {"app": name}}})
+        await actions.bind(namespace, name, uid, node)
+        await wait_pod_running(kube_api, namespace, name)
+        uids[name] = uid
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    await kube.post(f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets", pdb)
+
+    assert await actions.evict(namespace, "free", uids["free"]) == EVICTED
+
+    async def gone() -> bool:
+        try:
+            await kube.get(PODS.object_path("v1", "free", namespace))
+        except ApiError as exc:
+            return exc.status == 404
+        return False
+
+    await wait_for(gone, timeout_s=30, what="the evicted pod to be deleted")
+    assert await actions.evict(namespace, "free", uids["free"]) == EVICTED  # already gone
+    assert await actions.evict(namespace, "guarded", uids["guarded"]) == BLOCKED
+    assert (await kube.get(PODS.object_path("v1", "guarded", namespace)))["metadata"].get("deletionTimestamp") is None

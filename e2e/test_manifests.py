@@ -14,8 +14,12 @@
   the API server says the ServiceAccounts can do that and not more (SubjectAccessReview and
   `kubectl auth can-i --as`), and `topogang serve` with only the ServiceAccount's token syncs
   its caches, leads, labels its own pod as the leader and removes the label when it stops;
-- scheduler-config/: the real kube-scheduler starts from each shipped configuration, and the
-  second scheduler, with its ServiceAccount's token, takes its own Lease.
+- scheduler-config/: the real kube-scheduler starts from each shipped configuration (its
+  tlsConfig files pointed at test certificates), and the second scheduler, with its
+  ServiceAccount's token, takes its own Lease;
+- mTLS: manifests/tls.yaml accepted by cert-manager's real CRDs (e2e/crds/cert-manager/, the
+  version e2e/kind installs), its certificates are the ones the Deployment and the schedulers
+  mount and name, and the probes use the plain-HTTP health port.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import yaml
 
 from e2e.controlplane import Component, ControlPlane, SchedulerSwitch
 from e2e.controlplane.plane import free_ports
-from e2e.topogang import SHIPPED_CONFIG, Topogang
+from e2e.topogang import SHIPPED_CONFIG, Topogang, extender_pki
 from extender.grouping.resource_interface import index_resource_interfaces
 from extender.kube.leader_label import LEADER_LABEL
 from extender.kube.resources import WATCHED
@@ -57,6 +61,7 @@ SECOND_SCHEDULER = ROOT / "scheduler-config" / "second-scheduler"
 SECOND_SCHEDULER_CONFIG = SECOND_SCHEDULER / "config.yaml"
 KUBEADM_CONFIG = ROOT / "scheduler-config" / "kubeadm" / "kube-scheduler-config.yaml"
 KIND = ROOT / "e2e" / "kind"
+CERT_MANAGER_CRDS = sorted((ROOT / "e2e" / "crds" / "cert-manager").glob("*.yaml"))
 NAMESPACE = "topogang-system"
 TOPOGANG_SA = f"system:serviceaccount:{NAMESPACE}:topogang"
 SCHEDULER_SA = f"system:serviceaccount:{NAMESPACE}:topogang-scheduler"
@@ -137,6 +142,10 @@ class Installed:
 @pytest.fixture(scope="module")
 def installed(control_plane: ControlPlane) -> Iterator[Installed]:
     plane = control_plane
+    for crd in CERT_MANAGER_CRDS:  # cert-manager's API, so tls.yaml is checked against its schema
+        ok(plane, "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", str(crd))
+    ok(plane, "wait", "--for=condition=Established", "--timeout=60s", "crd/certificates.cert-manager.io",
+       "crd/issuers.cert-manager.io")  # fmt: skip
     topogang = render(plane, MANIFESTS)
     scheduler = render(plane, SECOND_SCHEDULER)
     applied = [d for d in topogang + scheduler if d["kind"] != "Deployment"]
@@ -163,8 +172,8 @@ def test_every_object_is_accepted_and_the_crds_are_established(
 ) -> None:
     kinds = sorted({d["kind"] for d in installed.topogang})
     assert kinds == [
-        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Namespace",
-        "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
+        "Certificate", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Issuer",
+        "Namespace", "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount",
     ]  # fmt: skip
     # The Deployments pass every admission step, Pod Security "restricted" of the namespace included
     # (it warns about pod templates that a pod could not be created from).
@@ -194,6 +203,12 @@ def test_the_service_selects_the_leader_and_every_synced_replica_is_ready(instal
     (container,) = template["spec"]["containers"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/synced"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # The probes present no client certificate: they use the plain-HTTP health listener.
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    flags = dict(a.removeprefix("--").split("=", 1) for a in container["args"])
+    assert flags["health-listen"] == f"0.0.0.0:{ports['health']}"
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"]["port"] == "health"
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"] == {
         "type": "RollingUpdate",
@@ -404,11 +419,54 @@ def test_mistakes_are_refused_with_a_message_naming_them(
         parse(mistake.doc)
 
 
+def test_the_min_column_shows_min_member_or_min_sub_group(control_plane: ControlPlane, installed: Installed) -> None:
+    """`kubectl get podgroups`: the API server's table (the CRD's printer columns) has one Min
+    column, filled from whichever of minMember and minSubGroup the PodGroup sets."""
+    by_member = podgroup({"minMember": 3}) | {"metadata": {"name": "min-member", "namespace": "default"}}
+    by_subgroup = podgroup(
+        {"minSubGroup": 2, "subGroups": [{"name": "a", "minMember": 1}, {"name": "b", "minMember": 1}]}
+    ) | {"metadata": {"name": "min-subgroup", "namespace": "default"}}
+    ok(control_plane, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", "-f", "-",
+       stdin=dump([by_member, by_subgroup]))  # fmt: skip
+    try:
+        table = ok(control_plane, "get", "podgroups.scheduling.topogang.io", "-n", "default", "min-member",
+                   "min-subgroup")  # fmt: skip
+    finally:
+        kubectl(control_plane, "delete", "podgroups.scheduling.topogang.io", "-n", "default", "min-member",
+                "min-subgroup", "--wait=false")  # fmt: skip
+    header, *rows = table.strip().splitlines()
+    assert header.split().count("MIN") == 1, table
+    start = header.index("MIN")  # columns are aligned; Phase before it is blank without a status
+    assert {row.split()[0]: row[start:].split()[0] for row in rows} == {"min-member": "3", "min-subgroup": "2"}, table
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_make_cluster_installs_the_crds_and_a_topology_of_its_nodes_labels(
+    control_plane: ControlPlane, installed: Installed
+) -> None:
+    """What `make cluster` adds after its fake nodes: topogang's CRDs and a Topology whose levels
+    are the labels those nodes carry, so a new user can create a PodGroup at once."""
+    from e2e.controlplane.__main__ import install_crds
+    from e2e.controlplane.fakenodes import HOSTNAME_LABEL, TopologyLabels
+
+    name = await install_crds(control_plane.kubeconfig)
+    try:
+        body = json.loads(ok(control_plane, "get", "topologies.scheduling.topogang.io", name, "-o", "json"))
+    finally:
+        # Other tests count on the Topologies they make being the only ones.
+        kubectl(control_plane, "delete", "topologies.scheduling.topogang.io", name, "--wait=false")
+    labels = TopologyLabels()
+    want = [labels.zone, labels.block, labels.rack, HOSTNAME_LABEL]
+    assert [lv["nodeLabel"] for lv in body["spec"]["levels"]] == want
+    parse_topology(body)
+
+
 # -- RBAC ----------------------------------------------------------------------------------------------------
 
 READ = ("get", "list", "watch")
 WRITES = {
     ("", "pods/binding", "create"),
+    ("", "pods/eviction", "create"),
     ("", "pods", "patch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
@@ -605,16 +663,22 @@ def extender_settings(path: Path) -> dict[str, Any]:
     return {k: v for k, v in extender.items() if k != "urlPrefix"}
 
 
+def without_address(extender: dict[str, Any]) -> dict[str, Any]:
+    """An extender's settings but where it is reached: urlPrefix and the TLS server name."""
+    tls = {k: v for k, v in extender["tlsConfig"].items() if k != "serverName"}
+    return extender | {"urlPrefix": None, "tlsConfig": tls}
+
+
 def test_the_shipped_scheduler_configs_agree(installed: Installed) -> None:
     shipped = yaml.safe_load(SHIPPED_CONFIG.read_text())
     second = yaml.safe_load(SECOND_SCHEDULER_CONFIG.read_text())
     kubeadm = yaml.safe_load(KUBEADM_CONFIG.read_text())
     for doc in (second, kubeadm):
-        assert doc["extenders"][0] | {"urlPrefix": None} == shipped["extenders"][0] | {"urlPrefix": None}
+        assert without_address(doc["extenders"][0]) == without_address(shipped["extenders"][0])
         assert doc["percentageOfNodesToScore"] == 100
     assert [p["schedulerName"] for p in second["profiles"]] == ["topogang-scheduler"]
     assert [p["schedulerName"] for p in kubeadm["profiles"]] == ["default-scheduler"]
-    assert second["extenders"][0]["urlPrefix"] == "http://topogang.topogang-system.svc:8888/topogang"
+    assert second["extenders"][0]["urlPrefix"] == "https://topogang.topogang-system.svc:8888/topogang"
     # The second scheduler's Lease is the one its Role names; the ConfigMap holds this very file.
     election = second["leaderElection"]
     assert (election["resourceNamespace"], election["resourceName"]) == (NAMESPACE, "topogang-scheduler")
@@ -626,10 +690,65 @@ def test_the_shipped_scheduler_configs_agree(installed: Installed) -> None:
     args = installed.of("Deployment", "topogang")["spec"]["template"]["spec"]["containers"][0]["args"]
     (bind_timeout,) = [float(a.split("=", 1)[1]) for a in args if a.startswith("--bind-timeout=")]
     assert bind_timeout < float(shipped["extenders"][0]["httpTimeout"].removesuffix("s"))
-    # Its urlPrefix path is the one topogang serves.
+    # Its urlPrefix path is the one topogang serves, over HTTPS.
     (prefix,) = [a.split("=", 1)[1] for a in args if a.startswith("--url-prefix=")]
     for doc in (shipped, second, kubeadm):
+        assert doc["extenders"][0]["urlPrefix"].startswith("https://")
         assert doc["extenders"][0]["urlPrefix"].endswith(f":8888{prefix}")
+        assert doc["extenders"][0]["enableHTTPS"] is True
+
+
+def mounted_secret(deployment: dict[str, Any], directory: str) -> str:
+    """The Secret a Deployment's (only) container has mounted at DIRECTORY."""
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == directory]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    return str(volume["secret"]["secretName"])
+
+
+def test_the_certificates_are_the_ones_mounted_and_named(installed: Installed) -> None:
+    """tls.yaml's serving certificate is mounted by topogang and names the addresses the
+    schedulers verify; its client certificate is mounted where the schedulers' tlsConfig looks;
+    both come from the one CA topogang trusts for clients (--client-ca, the Secret's ca.crt)."""
+    topogang = installed.of("Deployment", "topogang")
+    (container,) = topogang["spec"]["template"]["spec"]["containers"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in container["args"])
+    directory = str(Path(flags["tls-cert"]).parent)
+    assert {flags["tls-cert"], flags["tls-key"], flags["client-ca"]} == {
+        f"{directory}/tls.crt",
+        f"{directory}/tls.key",
+        f"{directory}/ca.crt",
+    }
+    serving = installed.of("Certificate", "topogang-serving")["spec"]
+    client = installed.of("Certificate", "topogang-scheduler-client")["spec"]
+    assert mounted_secret(topogang, directory) == serving["secretName"]
+    assert serving["issuerRef"] == client["issuerRef"]
+    issuer = installed.of("Issuer", serving["issuerRef"]["name"])["spec"]
+    assert installed.of("Certificate", "topogang-ca")["spec"]["secretName"] == issuer["ca"]["secretName"]
+    assert "server auth" in serving["usages"]
+    assert "client auth" in client["usages"]
+    second = yaml.safe_load(SECOND_SCHEDULER_CONFIG.read_text())["extenders"][0]
+    kubeadm = yaml.safe_load(KUBEADM_CONFIG.read_text())["extenders"][0]
+    assert second["urlPrefix"].removeprefix("https://").split(":")[0] in serving["dnsNames"]
+    assert kubeadm["tlsConfig"]["serverName"] in serving["dnsNames"]
+    client_dir = str(Path(second["tlsConfig"]["certFile"]).parent)
+    assert mounted_secret(installed.of("Deployment", "topogang-scheduler"), client_dir) == client["secretName"]
+    assert {second["tlsConfig"][k] for k in ("certFile", "keyFile", "caFile")} == {
+        f"{client_dir}/tls.crt",
+        f"{client_dir}/tls.key",
+        f"{client_dir}/ca.crt",
+    }
+
+
+def with_test_certificates(doc: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """DOC with its extender's tlsConfig files replaced by test certificates made in DIRECTORY
+    (kube-scheduler reads them at start)."""
+    pki = extender_pki(directory)
+    doc["extenders"][0]["tlsConfig"].update(
+        {"certFile": str(pki.client_cert), "keyFile": str(pki.client_key), "caFile": str(pki.ca)}
+    )
+    return doc
 
 
 CONFIGS = [SHIPPED_CONFIG, SECOND_SCHEDULER_CONFIG, KUBEADM_CONFIG]
@@ -644,10 +763,12 @@ def load(path: Path) -> dict[str, Any]:
 @pytest.mark.asyncio(loop_scope="session")
 @pytest.mark.parametrize("config", CONFIGS, ids=[str(p.relative_to(ROOT)) for p in CONFIGS])
 async def test_kube_scheduler_starts_healthy_from_each_shipped_config(
-    installed: Installed, scheduler: SchedulerSwitch, config: Path
+    installed: Installed, scheduler: SchedulerSwitch, config: Path, tmp_path: Path
 ) -> None:
-    # The launcher sets only clientConnection.kubeconfig and turns leader election off.
-    written, shipped = load(await scheduler.use(config)), load(config)
+    # The launcher sets only clientConnection.kubeconfig and turns leader election off; the
+    # client certificate's files are the test's.
+    shipped = with_test_certificates(load(config), tmp_path / "pki")
+    written = load(await scheduler.use(shipped))
     assert (written["profiles"], written["extenders"]) == (shipped["profiles"], shipped["extenders"])
 
 
@@ -671,7 +792,7 @@ async def test_the_second_scheduler_takes_its_own_lease_with_its_service_account
     the topogang-scheduler ServiceAccount: its RBAC lets it run, delegate authentication and hold
     topogang-system/topogang-scheduler, beside the cluster's own scheduler."""
     kubeconfig = token_kubeconfig(control_plane, "topogang-scheduler", tmp_path / "scheduler.kubeconfig")
-    doc = load(SECOND_SCHEDULER_CONFIG)
+    doc = with_test_certificates(load(SECOND_SCHEDULER_CONFIG), tmp_path / "pki")
     doc["clientConnection"]["kubeconfig"] = str(kubeconfig)  # in the cluster: its in-cluster token
     config = write(tmp_path / "config.yaml", yaml.safe_dump(doc))
     (port,) = free_ports(1)
@@ -729,7 +850,7 @@ def test_the_kind_overlay_pins_the_service_the_kind_scheduler_calls(control_plan
     assert ipaddress.ip_address(service["spec"]["clusterIP"]) in subnet
     # The kubeadm example uses the same address; kube-scheduler's --config is in the mounted directory.
     kubeadm = yaml.safe_load(KUBEADM_CONFIG.read_text())
-    assert kubeadm["extenders"][0]["urlPrefix"] == f"http://{service['spec']['clusterIP']}:8888/topogang"
+    assert kubeadm["extenders"][0]["urlPrefix"] == f"https://{service['spec']['clusterIP']}:8888/topogang"
     (patch,) = [yaml.safe_load(p) for p in cluster["kubeadmConfigPatches"]]
     (arg,) = patch["scheduler"]["extraArgs"]
     (volume,) = patch["scheduler"]["extraVolumes"]

@@ -46,7 +46,7 @@ async def topogang(kubeconfig: Path, control_plane: ControlPlane) -> AsyncIterat
             if exc.status != 409:
                 raise
     async with Topogang.start(kubeconfig, control_plane.logs_dir) as server:
-        await control_plane.restart_scheduler_async(scheduler_config(server.url))
+        await control_plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
         try:
             yield server
         finally:

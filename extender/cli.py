@@ -24,7 +24,10 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from extender import logs
     from extender.core.explain import explain, find_groups, render
+
+    logs.configure(args.log_level, "console", cache=False)  # on stderr: stdout carries the explanation alone
 
     if args.file:
         from extender.simulate.loader import InputError, load
@@ -88,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the scheduler extender that kube-scheduler calls",
         description="Serve kube-scheduler's extender API (filter, prioritize, bind, preempt) over a live cache "
-        "of the cluster. Every flag has an environment variable; see docs/architecture.md.",
+        "of the cluster, over mTLS (--tls-cert, --tls-key, --client-ca) or, for local runs, plain HTTP "
+        "(--insecure-http). Every flag can be set instead by the environment variable named in its help "
+        "(in parentheses, with the default); a flag wins over its variable.",
+        epilog="Also read: POD_NAME and POD_NAMESPACE (the downward API: the Lease identity and namespace, and "
+        "the pod the leader labels scheduling.topogang.io/leader=true).",
     )
     add_arguments(srv)
     srv.set_defaults(func=_serve)
@@ -105,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exp.add_argument("--kubeconfig", metavar="PATH", help="the cluster to read (default: KUBECONFIG, else in-cluster)")
     exp.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the cluster's objects (60)")
+    exp.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="logs (to stderr) at this level and above (warning)",
+    )
     exp.set_defaults(func=_explain)
     return parser
 

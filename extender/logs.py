@@ -8,14 +8,27 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO, cast
 
 import structlog
 
 LEVELS = ("debug", "info", "warning", "error")
 
 
-def configure(level: str = "info", fmt: str = "auto") -> None:
-    """fmt: "json", "console", or "auto" (JSON unless stderr is a terminal)."""
+class _Stderr:
+    """Whatever sys.stderr is when a line is written, not when logging was configured (a
+    replaced stream, such as a test's capture, may be closed by then)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def configure(level: str = "info", fmt: str = "auto", *, cache: bool = True) -> None:
+    """fmt: "json", "console", or "auto" (JSON unless stderr is a terminal). CACHE: loggers keep
+    this configuration once used (fast; for a long-running server)."""
     if level not in LEVELS:
         raise ValueError(f"log level: expected one of {', '.join(LEVELS)}, got {level!r}")
     if fmt not in ("json", "console", "auto"):
@@ -33,6 +46,6 @@ def configure(level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _Stderr())),
+        cache_logger_on_first_use=cache,
     )

@@ -35,3 +35,50 @@ def test_the_demo_is_story_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(len(racks) == 1 for racks in segments.values())
     zones = {r.split("-")[1] for racks in segments.values() for r in racks}
     assert len(zones) == 1
+
+
+def test_a_higher_priority_gang_preempts_the_cheapest_gang_in_the_simulation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "-f", str(ROOT / "examples" / "preemption"), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    victims = sorted((v["name"], v["preemptedBy"], v["domain"]) for v in doc["preempted"])
+    assert victims == [(f"small-{i}", "ml/urgent", "rack z1/b1/r3") for i in range(4)]
+    assert {p["name"]: p["node"] for p in doc["pods"]} == {f"urgent-{i}": f"gpu-r3-{i + 1}" for i in range(4)}
+
+
+def test_a_gang_no_eviction_helps_preempts_nobody_in_the_simulation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    urgent = (ROOT / "examples" / "preemption" / "20-urgent.yaml").read_text()
+    (tmp_path / "20-urgent.yaml").write_text(urgent.replace("minMember: 4", "minMember: 5", 1) + _fifth_pod())
+    for name in ("00-cluster.yaml", "10-running.yaml"):
+        (tmp_path / name).write_text((ROOT / "examples" / "preemption" / name).read_text())
+    assert main(["simulate", "-f", str(tmp_path), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["preempted"] == []
+    (urgent_group,) = [g for g in doc["podGroups"] if g["name"] == "urgent"]
+    assert urgent_group["phase"] == "Pending"
+
+
+def _fifth_pod() -> str:
+    return """---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: urgent-4
+  namespace: ml
+  annotations:
+    pod-group-name: urgent
+spec:
+  priorityClassName: high
+  containers:
+  - name: main
+    image: trainer
+    resources:
+      requests:
+        nvidia.com/gpu: '8'
+        cpu: '8'
+      limits:
+        nvidia.com/gpu: '8'
+"""

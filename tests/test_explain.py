@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from extender.cli import main
 
@@ -26,6 +28,13 @@ spec:
           annotations: {kai.scheduler/segment-size: "8", kai.scheduler/segment-topology-required-placement: rack}
         spec: {containers: [{name: t, resources: {requests: {nvidia.com/gpu: "8"}}}]}
 """
+
+
+@pytest.fixture(autouse=True)
+def structlog_defaults() -> Iterator[None]:
+    """`explain` configures logging for its process; the next tests get structlog's defaults."""
+    yield
+    structlog.reset_defaults()
 
 
 def test_a_placed_workload_shows_where_each_scope_landed(capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,3 +66,27 @@ def test_a_pending_workload_says_why_and_which_nodes_are_left_out(
 def test_an_unknown_name_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "ml/nothing", "-f", str(CLUSTER)]) == 1
     assert "no gang named ml/nothing" in capsys.readouterr().err
+
+
+def test_a_gang_never_tried_is_headlined_by_the_dry_runs_reason(tmp_path: Path) -> None:
+    """What `explain` sees on a live cluster: a fresh scheduler that has planned nothing. The
+    headline is the dry run's reason, not "waiting to be planned"."""
+    from extender.core.explain import explain
+    from extender.simulate.loader import load
+    from extender.simulate.runner import Simulation
+
+    (tmp_path / "huge.yaml").write_text(HUGE)
+    fresh = Simulation(load([str(CLUSTER), str(tmp_path / "huge.yaml")]))  # loaded, never run
+    e = explain(fresh.scheduler, "ml/tfjob-huge")
+    assert e.phase == "Pending"
+    assert e.message.startswith("does not fit: PodGroup ml/tfjob-huge: 24 pods x {nvidia.com/gpu: 8} in one block;")
+    assert "waiting to be planned" not in e.message
+
+
+def test_logs_go_to_stderr_and_stdout_is_the_explanation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "default/distributed-training", "-f", str(ROOT / "examples" / "tfjob-segments")]) == 0
+    structlog.get_logger("topogang").warning("a log line")  # as configured by explain
+    captured = capsys.readouterr()
+    assert captured.out.startswith("default/tfjob-distributed-training  ")
+    assert "a log line" in captured.err
+    assert "a log line" not in captured.out

@@ -258,3 +258,59 @@ async def test_a_pod_naming_a_podgroup_that_does_not_exist_yet_waits(setup: Any)
     }
     scheduler.state.set_podgroup("default/later", podgroup({"minMember": 1}, name="later"))
     assert len((await call(client, "filter", args(early)))["NodeNames"]) == 1
+
+
+class _Refused(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"{status} refused")
+        self.status = status
+
+
+@pytest.mark.parametrize(("status", "held"), [(403, False), (404, False), (500, True)])
+async def test_a_bind_no_retry_can_carry_out_gives_its_room_back(setup: Any, status: int, held: bool) -> None:
+    """A pod whose namespace is being deleted (403) or that is gone (404) cannot be bound by any
+    retry: its reservation goes at once. A transient error keeps it for kube-scheduler's retry."""
+    client, scheduler, recorder = await setup()
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    nodes = {p.key: (await call(client, "filter", args(p)))["NodeNames"][0] for p in pods}
+
+    async def refuse(namespace: str, name: str, uid: str, node: str) -> None:
+        raise _Refused(status)
+
+    recorder.bind = refuse  # type: ignore[method-assign]
+    replies = await asyncio.gather(
+        *(
+            call(
+                client,
+                "bind",
+                orjson.dumps({"PodName": p.name, "PodNamespace": "default", "PodUID": "", "Node": nodes[p.key]}),
+            )
+            for p in pods
+        )
+    )
+    assert all(f"{status} refused" in r["Error"] for r in replies)
+    assert bool(scheduler.state.reservations) is held
+
+
+async def test_members_parked_for_room_are_woken_when_a_node_comes(setup: Any, monkeypatch: Any) -> None:
+    """kube-scheduler may retry a refused member on a node event before topogang's watch has
+    seen the node; once topogang sees it, it requeues the members parked for want of room itself
+    (and not those of a gang that is merely incomplete)."""
+    monkeypatch.setattr("extender.server.extender.ROOM_WAKE_DELAY", 0.01)
+    client, scheduler, recorder = await setup()
+    for n in grid(nodes=4)[1:]:  # one node left: the gang of 4 cannot fit
+        scheduler.state.delete_node(n.name)
+    scheduler.state.set_podgroup("default/h", podgroup({"minMember": 2}, name="h"))
+    scheduler.observe_pod(pod("h-0", group="h"))  # 1/2 present: incomplete, nothing to wake
+    await call(client, "filter", args(pod("h-0", group="h")))
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    for p in pods:
+        assert (await call(client, "filter", args(p)))["NodeNames"] == []
+    scheduler.state.upsert_node(grid(nodes=4)[3])  # two nodes come back (a burst: one wake-up)
+    scheduler.state.upsert_node(grid(nodes=4)[2])
+    await asyncio.sleep(0.1)
+    assert sorted(recorder.woken) == [("default", f"g-{i}") for i in range(4)]

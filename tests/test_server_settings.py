@@ -1,18 +1,26 @@
-"""`topogang serve` settings for leader election: defaults, flags over environment, bad values."""
+"""`topogang serve` settings: leader election and transport (mTLS or explicit plain HTTP):
+defaults, flags over environment, bad values."""
 
 from __future__ import annotations
 
 import argparse
+import re
+from pathlib import Path
 
 import pytest
 
 from extender.server.settings import Settings, SettingsError, add_arguments, settings_from
 
 
-def settings(*flags: str, **environ: str) -> Settings:
+def parse(*flags: str, **environ: str) -> Settings:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     return settings_from(parser.parse_args(list(flags)), environ)
+
+
+def settings(*flags: str, **environ: str) -> Settings:
+    """Leader-election cases, on plain HTTP (the transport has its own tests below)."""
+    return parse(*flags, **{"TOPOGANG_INSECURE_HTTP": "true", **environ})
 
 
 def test_leader_election_is_on_in_cluster_and_off_with_a_kubeconfig() -> None:
@@ -68,3 +76,60 @@ def test_bad_values_are_refused_naming_the_flag(flags: list[str], message: str) 
     with pytest.raises(SettingsError) as exc:
         settings(*flags)
     assert message in str(exc.value)
+
+
+TLS = ("--tls-cert=/tls/tls.crt", "--tls-key=/tls/tls.key", "--client-ca=/tls/ca.crt")
+
+
+def test_mtls_needs_all_three_files_and_plain_http_must_be_asked_for() -> None:
+    with pytest.raises(SettingsError) as exc:
+        parse()
+    assert "--tls-cert (TOPOGANG_TLS_CERT), --tls-key (TOPOGANG_TLS_KEY), --client-ca (TOPOGANG_CLIENT_CA)" in str(
+        exc.value
+    )
+    assert "--insecure-http" in str(exc.value)
+    with pytest.raises(SettingsError, match=r"^--client-ca \(TOPOGANG_CLIENT_CA\): expected a file"):
+        parse(*TLS[:2])
+    s = parse(*TLS)
+    assert s.tls is not None
+    assert (s.tls.cert, s.tls.key, s.tls.client_ca) == ("/tls/tls.crt", "/tls/tls.key", "/tls/ca.crt")
+    assert not s.insecure_http
+    env = parse(TOPOGANG_TLS_CERT="c", TOPOGANG_TLS_KEY="k", TOPOGANG_CLIENT_CA="ca")
+    assert env.tls is not None
+    assert env.tls.client_ca == "ca"
+    plain = parse("--insecure-http")
+    assert (plain.tls, plain.insecure_http) == (None, True)
+    assert parse(TOPOGANG_INSECURE_HTTP="true").insecure_http
+
+
+def test_plain_http_and_tls_exclude_each_other() -> None:
+    with pytest.raises(SettingsError, match="--insecure-http: plain HTTP and --tls-cert"):
+        parse("--insecure-http", *TLS)
+    with pytest.raises(SettingsError, match=r"--insecure-http .*expected true or false"):
+        parse("--insecure-http=perhaps")
+
+
+def test_probe_listener_and_body_limit() -> None:
+    s = parse(*TLS, "--health-listen=0.0.0.0:8889", "--max-body=200")
+    assert (s.health, s.max_body) == (("0.0.0.0", 8889), 200 * 2**20)
+    assert parse(*TLS).health is None
+    assert parse(*TLS).max_body == 32 * 2**20
+    with pytest.raises(SettingsError, match=r"--health-listen \(TOPOGANG_HEALTH_LISTEN\): expected HOST:PORT"):
+        parse(*TLS, "--health-listen=8889")
+    with pytest.raises(SettingsError, match=r"--max-body \(TOPOGANG_MAX_BODY\): expected a positive number"):
+        parse(*TLS, TOPOGANG_MAX_BODY="1.5")
+
+
+def test_serve_help_names_every_flags_environment_variable() -> None:
+    """`topogang serve --help` names each flag's variable (leader election and TLS included), and
+    the README's table lists each flag with its variable."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
+    assert len(flags) >= 19  # every flag, however many there are, is checked below
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for action in flags:
+        env = re.search(r"TOPOGANG_[A-Z_]+", action.help or "")
+        assert env is not None, f"{action.option_strings[0]}: no environment variable in its help"
+        assert f"`{action.option_strings[0]}`" in readme, action.option_strings[0]
+        assert f"`{env.group(0)}`" in readme, env.group(0)

@@ -1,6 +1,9 @@
 """`make cluster`: run the local control plane in the foreground until Ctrl-C.
 
-python -m e2e.controlplane [--gpu-nodes 1x2x2x4] [--scheduler-config FILE] [--no-scheduler]
+python -m e2e.controlplane [--gpu-nodes 1x2x2x4] [--scheduler-config FILE] [--no-scheduler] [--no-crds]
+
+Unless --no-crds: topogang's CRDs (manifests/crds/) and the Topology of the fake nodes'
+labels (topology.yaml here), so a PodGroup can be created at once.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import signal
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 from .binaries import Binaries, BinariesNotBuilt
 from .fakenodes import FakeGpuNodes, FakeTopology, GpuNodeShape
@@ -41,10 +46,35 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "clientConnection.kubeconfig and leader election are set by the launcher",
     )
     p.add_argument("--no-scheduler", action="store_true", help="do not start kube-scheduler")
+    p.add_argument(
+        "--no-crds",
+        action="store_true",
+        help="do not install topogang's CRDs and the Topology of the fake nodes (e2e/controlplane/topology.yaml)",
+    )
     p.add_argument("--workdir", type=Path, help="directory for certificates, data and logs")
     p.add_argument("--keep", action="store_true", help="keep the working directory at the end")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per component to start")
     return p.parse_args(argv)
+
+
+CRDS = sorted((Path(__file__).resolve().parents[2] / "manifests" / "crds").glob("*.yaml"))
+TOPOLOGY = Path(__file__).resolve().parent / "topology.yaml"
+
+
+async def install_crds(kubeconfig: Path) -> str:
+    """topogang's CRDs and the fake nodes' Topology; the Topology's name."""
+    from e2e.scenario import apply_crds, create
+    from extender.kube.client import ApiError, KubeClient
+
+    topology = yaml.safe_load(TOPOLOGY.read_text())
+    async with await KubeClient.connect(str(kubeconfig)) as kube:
+        await apply_crds(kube, CRDS)
+        try:
+            await create(kube, topology)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    return str(topology["metadata"]["name"])
 
 
 async def _create_nodes(kubeconfig: Path, topology: FakeTopology, gpus: int) -> list[str]:
@@ -80,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.gpu_nodes.node_count:
                 names = asyncio.run(_create_nodes(plane.kubeconfig, args.gpu_nodes, args.gpus_per_node))
                 print(f"  {len(names)} fake GPU nodes Ready ({names[0]} ... {names[-1]})")
+            if not args.no_crds:
+                name = asyncio.run(install_crds(plane.kubeconfig))
+                print(f"  topogang's CRDs installed; Topology {name} over the fake nodes' labels")
             kubectl = plane.kubectl
             print(
                 f"\ncontrol plane is up in {plane.startup_seconds['total']:.1f}s; "

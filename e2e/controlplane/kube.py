@@ -67,9 +67,14 @@ async def create_namespace(api: client.ApiClient, prefix: str = "e2e", *, timeou
 
 
 async def delete_namespace(api: client.ApiClient, name: str) -> None:
-    """Deletes NAME without waiting for it to go (pods on kwok nodes are deleted by kwok)."""
+    """Deletes NAME without waiting for it to go (pods on kwok nodes are deleted by kwok). Its pods
+    go first, at once: a namespace being terminated keeps pending pods for a while, and a scheduler
+    would keep trying them on the next test's nodes."""
+    core = client.CoreV1Api(api)
     with contextlib.suppress(ApiException):
-        await client.CoreV1Api(api).delete_namespace(name)
+        await core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    with contextlib.suppress(ApiException):
+        await core.delete_namespace(name)
 
 
 def gpu_pod(

@@ -10,9 +10,11 @@
 #
 # Steps: kind (pinned) into the cache; a cluster from e2e/kind/cluster.yaml with a plain
 # scheduler configuration; kwok (the version of e2e/controlplane/versions.env) from its release
-# manifests, for the fake GPU nodes the scenarios create; fake GPUs on the real workers; the
-# image built and loaded; e2e/kind (manifests/ with the pinned Service address) applied; once
-# topogang is Ready, kube-scheduler switched to scheduler-config/extender.yaml pointed at it;
+# manifests, for the fake GPU nodes the scenarios create; cert-manager (pinned) for
+# manifests/tls.yaml; fake GPUs on the real workers; the image built and loaded; e2e/kind
+# (manifests/ with the pinned Service address) applied; once topogang is Ready, kube-scheduler's
+# client certificate copied into the node and kube-scheduler switched to
+# scheduler-config/extender.yaml pointed at topogang over mTLS;
 # then pytest with TOPOGANG_E2E_KUBECONFIG, which runs the scenarios against this cluster and
 # skips the tests that need the local control plane (marker controlplane_only).
 set -euo pipefail
@@ -26,6 +28,8 @@ CLUSTER=${KIND_CLUSTER_NAME:-topogang-e2e}
 IMAGE=topogang:e2e     # the tag e2e/kind/kustomization.yaml deploys
 WORKER_GPUS=${WORKER_GPUS:-8}
 KWOK_RELEASE=https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION
+CERT_MANAGER_VERSION=v1.21.1   # the version of e2e/crds/cert-manager/, which test_manifests.py uses
+SERVICE_DNS=topogang.topogang-system.svc   # a name in topogang's serving certificate
 STATE=.cache/kind      # the kubeconfig, and the scheduler configuration mounted into the node
 KIND_BIN=${TOPOGANG_CACHE:-$HOME/.cache/topogang}/kind/$KIND_VERSION/bin   # beside the control plane's
 KIND=$KIND_BIN/kind
@@ -52,23 +56,27 @@ if [[ ! -x $KIND ]]; then
 fi
 
 # The configuration kube-scheduler reads: "plain" (no extender), or "extender" = the shipped
-# scheduler-config/extender.yaml with urlPrefix set to URL. Written next to the old file and
-# renamed over it, so kube-scheduler never reads half a file.
+# scheduler-config/extender.yaml with urlPrefix set to URL (an address: tlsConfig.serverName names
+# the Service, as in scheduler-config/kubeadm); its tlsConfig files are the ones under
+# $CONFIG_DIR/client, the node's /etc/kubernetes/topogang/client. Written next to the old file
+# and renamed over it, so kube-scheduler never reads half a file.
 write_scheduler_config() {
     mkdir -p "$CONFIG_DIR"
-    "$PYTHON" - "$1" "${2:-}" > "$CONFIG.new" <<'EOF'
+    "$PYTHON" - "$1" "${2:-}" "$SERVICE_DNS" > "$CONFIG.new" <<'EOF'
 import sys
 
 import yaml
 
-from e2e.topogang import SHIPPED_CONFIG, scheduler_config
+from e2e.topogang import SHIPPED_CONFIG
 
-mode, url = sys.argv[1:]
+mode, url, server_name = sys.argv[1:]
+shipped = yaml.safe_load(SHIPPED_CONFIG.read_text())
 if mode == "plain":
-    shipped = yaml.safe_load(SHIPPED_CONFIG.read_text())
     doc = {key: shipped[key] for key in ("apiVersion", "kind", "clientConnection")}
 else:
-    doc = scheduler_config(url)
+    doc = shipped
+    doc["extenders"][0]["urlPrefix"] = url
+    doc["extenders"][0]["tlsConfig"]["serverName"] = server_name
 print(yaml.safe_dump(doc, sort_keys=False), end="")
 EOF
     mv "$CONFIG.new" "$CONFIG"
@@ -112,6 +120,12 @@ k apply --server-side -f "$KWOK_RELEASE/kwok.yaml"
 k apply --server-side -f "$KWOK_RELEASE/stage-fast.yaml"
 k -n kube-system rollout status deployment/kwok-controller --timeout=5m
 
+say "cert-manager $CERT_MANAGER_VERSION (topogang's certificates, manifests/tls.yaml)"
+k apply --server-side -f "https://github.com/cert-manager/cert-manager/releases/download/$CERT_MANAGER_VERSION/cert-manager.yaml"
+for d in cert-manager cert-manager-cainjector cert-manager-webhook; do
+    k -n cert-manager rollout status "deployment/$d" --timeout=5m
+done
+
 if ((WORKER_GPUS > 0)); then
     say "$WORKER_GPUS fake nvidia.com/gpu on each real worker"
     for node in $(k get nodes -l '!node-role.kubernetes.io/control-plane' -o name); do
@@ -144,9 +158,16 @@ done
 [[ $(wc -w <<<"$leader_endpoints") -eq 1 ]] ||
     die "the topogang Service has no single leader endpoint (ready: '$leader_endpoints'); k -n topogang-system get pods -L scheduling.topogang.io/leader"
 
-say "kube-scheduler with scheduler-config/extender.yaml"
+say "kube-scheduler with scheduler-config/extender.yaml, over mTLS"
+k -n topogang-system wait --for=condition=Ready certificate/topogang-scheduler-client --timeout=5m
+mkdir -p "$CONFIG_DIR/client"
+for f in tls.crt tls.key ca.crt; do
+    k -n topogang-system get secret topogang-scheduler-client -o jsonpath="{.data.${f//./\\.}}" |
+        base64 -d > "$CONFIG_DIR/client/$f.new"
+    mv "$CONFIG_DIR/client/$f.new" "$CONFIG_DIR/client/$f"
+done
 cluster_ip=$(k -n topogang-system get service topogang -o jsonpath='{.spec.clusterIP}')
-write_scheduler_config extender "http://$cluster_ip:8888/topogang"
+write_scheduler_config extender "https://$cluster_ip:8888/topogang"
 restart_scheduler
 
 say "e2e scenarios"

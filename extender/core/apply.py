@@ -9,6 +9,7 @@ so both see a cluster the same way:
                               invalid, so its gang shows `Invalid` with the field errors
     Topology (topogang, KAI, Kueue)  ClusterState.set_topology, by name
     PriorityClass             ClusterState.set_priority_class
+    PodDisruptionBudget       ClusterState.set_budget (read by preemption only)
     ResourceInterface         ClusterState.set_resource_interface, by name
     ResourceFlavor (Kueue)    ClusterState.set_flavor, by name
     Queue (KAI), LocalQueue (Kueue)  ClusterState.set_queue; their CRDs, set_queue_api
@@ -26,6 +27,7 @@ from typing import Any
 from extender.core.cluster import object_key
 from extender.core.queues import KUEUE_LOCAL_QUEUE, QUEUE_CRDS, QUEUE_KINDS, QueueKey
 from extender.core.scheduler import GangScheduler
+from extender.model.budget import parse_budget
 from extender.model.errors import FieldError, InvalidObject
 from extender.model.flavor import RESOURCE_FLAVOR_API_VERSIONS, parse_resource_flavor
 from extender.model.node import parse_node
@@ -59,6 +61,8 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
         state.set_topology(topology.name, topology)
     elif kind == "PriorityClass":
         state.set_priority_class(_name(body), parse_priority_class(body))
+    elif kind == "PodDisruptionBudget":
+        state.set_budget(_namespaced_key(body), parse_budget(body))
     elif kind == "ResourceInterface":
         state.set_resource_interface(object_name(body), body)
     elif kind == "ResourceFlavor" and api in RESOURCE_FLAVOR_API_VERSIONS:
@@ -87,6 +91,8 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
         state.set_topology(_name(body), None)
     elif kind == "PriorityClass":
         state.set_priority_class(_name(body), None)
+    elif kind == "PodDisruptionBudget":
+        state.set_budget(_namespaced_key(body), None)
     elif kind == "ResourceInterface":
         state.set_resource_interface(object_name(body), None)
     elif kind == "ResourceFlavor" and api in RESOURCE_FLAVOR_API_VERSIONS:

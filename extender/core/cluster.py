@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from extender.core.usage import PlanningUsage, UsageLedger
+from extender.model.budget import DisruptionBudget
 from extender.model.errors import FieldError
 from extender.model.flavor import ResourceFlavor
 from extender.model.node import NodeInfo
@@ -36,6 +37,7 @@ class ClusterState:
         self.invalid_podgroups: dict[str, tuple[FieldError, ...]] = {}
         self.topologies: dict[str, TopologySpec] = {}
         self.priority_classes: dict[str, int] = {}
+        self.budgets: dict[str, DisruptionBudget] = {}  # PodDisruptionBudgets, by namespace/name
         self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
         self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
         self.flavors: dict[str, ResourceFlavor] = {}  # Kueue ResourceFlavors by name
@@ -51,8 +53,9 @@ class ClusterState:
         self._listeners: list[Callable[[str, object], None]] = []
 
     def subscribe(self, listener: Callable[[str, object], None]) -> None:
-        """Call `listener(kind, key)` on every change: kind is pod, podgroup, topology, object,
-        resource_interface or priority_class; key is what the API server keys it by."""
+        """Call `listener(kind, key)` on every change: kind is pod, node (added or changed),
+        podgroup, topology, object, resource_interface or priority_class; key is what the API
+        server keys it by."""
         self._listeners.append(listener)
 
     def _notify(self, kind: str, key: object) -> None:
@@ -68,6 +71,7 @@ class ClusterState:
             return False
         self.nodes[node.name] = node
         self._invalidate_nodes()
+        self._notify("node", node.name)
         return True
 
     def delete_node(self, name: str) -> bool:
@@ -206,6 +210,13 @@ class ClusterState:
         else:
             self.resource_interfaces[name] = body
         self._notify("resource_interface", name)
+
+    def set_budget(self, key: str, budget: DisruptionBudget | None) -> None:
+        """A PodDisruptionBudget; only preemption reads them, so nothing is notified."""
+        if budget is None:
+            self.budgets.pop(key, None)
+        else:
+            self.budgets[key] = budget
 
     def set_priority_class(self, name: str, value: int | None) -> None:
         if value is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, DomainRef, Shortfall
+from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, DomainRef, Preemption, Shortfall
 
 # Phases of a group (PodGroup status.phase).
 PENDING, SCHEDULED, INVALID = "Pending", "Scheduled", "Invalid"
@@ -29,6 +29,8 @@ R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
 R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does not have
+R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
+R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -40,6 +42,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_PLAN_EXPIRED,
         R_MEMBER_GONE,
         R_QUEUE_NOT_FOUND,
+        R_PREEMPTION_TIMEOUT,
     }
 )
 
@@ -80,8 +83,56 @@ class BeyondMinimum:
         return f"{self.pods} pod(s) beyond the minimum do not fit in the gang's domains"
 
 
-# Why a group is where it is: a plan refused (Shortfall), a plan dropped, pods left over.
-Reason = Shortfall | Released | BeyondMinimum
+@dataclass(frozen=True)
+class Preempting:
+    """Victims are being evicted for the gang; their room is held for it meanwhile."""
+
+    domain: DomainRef
+    victims: tuple[str, ...]  # workloads evicted whole
+    elastic: tuple[str, ...]  # gangs losing pods beyond their minimum
+    alone: int  # those pods
+    top_priority: int
+    pods: int  # victim pods in all
+    gone: int  # of them, gone already
+    kind: str = R_PREEMPTING
+
+    @classmethod
+    def of(cls, p: Preemption, gone: int) -> Preempting:
+        alone = sum(len(v) for v in p.elastic.values())
+        return cls(p.domain, p.victims, tuple(sorted(p.elastic)), alone, p.cost.top_priority, len(p.pods), gone)
+
+    def render(self) -> str:
+        shown = ", ".join(self.victims[:5]) + (f" and {len(self.victims) - 5} more" if len(self.victims) > 5 else "")
+        parts = [f"{len(self.victims)} workload(s) ({shown})"] if self.victims else []
+        if self.alone:
+            parts.append(f"{self.alone} elastic pod(s) of {', '.join(self.elastic)}")
+        return (
+            f"preempting in {self.domain}: evicting {' and '.join(parts) or 'nothing'}, priority <= "
+            f"{self.top_priority}; {self.gone}/{self.pods} victim pods gone"
+        )
+
+
+@dataclass(frozen=True)
+class PreemptionTimedOut:
+    """The victims did not all leave in time: the room held for the gang was released."""
+
+    domain: DomainRef
+    pending: tuple[str, ...]  # victim pods still there
+    seconds: float
+    kind: str = R_PREEMPTION_TIMEOUT
+
+    def render(self) -> str:
+        n = len(self.pending)
+        shown = ", ".join(self.pending[:5]) + (f" and {n - 5} more" if n > 5 else "")
+        return (
+            f"preemption timed out: {n} victim pod(s) did not leave within {self.seconds:g}s ({shown}); "
+            f"the room held in {self.domain} was released"
+        )
+
+
+# Why a group is where it is: a plan refused (Shortfall), a plan dropped, pods left over, a
+# preemption under way or given up.
+Reason = Shortfall | Released | BeyondMinimum | Preempting | PreemptionTimedOut
 
 
 @dataclass(frozen=True)
@@ -112,13 +163,14 @@ class PlanEvent:
     """One placement decision: the canonical log line of topogang."""
 
     group: str
-    outcome: str  # "planned", "replanned", "extended", "pending", "invalid"
+    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "invalid"
     pods: int  # pods placed by this decision (or needed, when pending)
     nodes: tuple[str, ...] = ()
     domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
     reason: str = ""
     attempts: int = 0
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
+    preemption: Preemption | None = None  # outcome "preempting": the victims and the room they free
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"group": self.group, "outcome": self.outcome, "pods": self.pods}
@@ -132,6 +184,16 @@ class PlanEvent:
             out["reason"] = self.reason
         if self.attempts:
             out["domains_tried"] = self.attempts
+        if self.preemption is not None:
+            p = self.preemption
+            out["preemption"] = {
+                "domain": str(p.domain),
+                "victims": list(p.victims),
+                "elastic": {k: len(v) for k, v in p.elastic.items()},
+                "victim_pods": len(p.pods),
+                "top_priority": p.cost.top_priority,
+                "plans": p.plans,
+            }
         return out
 
 

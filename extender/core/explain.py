@@ -12,9 +12,20 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from extender.core.decisions import R_WAITING
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
-from extender.placement import Excluded, Plan, Scope, TopologyTree, Unplaceable, left_out, plan
+from extender.placement import (
+    Excluded,
+    NoPreemption,
+    Plan,
+    Preemption,
+    Scope,
+    TopologyTree,
+    Unplaceable,
+    left_out,
+    plan,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class Explanation:
     outcome: str = ""  # the dry run: "fits: ..." or "does not fit: <reason>"
     left_out: Mapping[str, Mapping[Excluded, int]] = field(default_factory=dict)  # shape -> why -> nodes
     notes: tuple[str, ...] = ()  # warnings, pods waiting outside the gang
+    preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
 
 
 def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
@@ -90,15 +102,53 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
     snapshot = state.snapshot(give_back)
     result = plan(snapshot, gang)
+    preemption = _preemption(scheduler, group, dry_run=not isinstance(result, Plan))
     if isinstance(result, Plan):
         levels = "; ".join(f"{lv} {', '.join(d)}" for lv, d in result.levels.items() if d)
         extra = f"; {len(result.unplaced)} optional pod(s) would not fit" if result.unplaced else ""
         outcome = f"fits: {len(result.assignments)} pod(s) would be placed ({levels}){extra}"
+        headline = "not planned yet, and it fits now: kube-scheduler has not sent its pods since"
     else:
         assert isinstance(result, Unplaceable)
         outcome = f"does not fit: {result.message}"
+        headline = outcome
     shapes = {s.describe(): left_out(snapshot, s) for s in gang.shapes}
-    return replace(base, outcome=outcome, left_out={k: v for k, v in shapes.items() if v})
+    # A complete gang this scheduler never tried (always so for `explain` on a live cluster,
+    # whose cache is fresh) would say "waiting to be planned": the dry run knows better.
+    message = status.message.replace(WAITING, headline, 1) if status.reason == R_WAITING else status.message
+    left = {k: v for k, v in shapes.items() if v}
+    return replace(base, message=message, outcome=outcome, left_out=left, preemption=preemption)
+
+
+WAITING = "waiting to be planned"  # GangScheduler.status's message for R_WAITING
+
+
+def _preemption(scheduler: GangScheduler, group: str, dry_run: bool) -> tuple[str, ...]:
+    """The preemption under way for GROUP; else, when it does not fit, what one would do now."""
+    nom = scheduler.nomination(group)
+    if nom is not None:
+        return (f"under way: {nom.describe()}", *_victims(nom.preemption))
+    if not dry_run:
+        return ()
+    found = scheduler.preemption_now(group)
+    if isinstance(found, NoPreemption):
+        return (f"would not help: {found.reason}",)
+    return (f"would evict in {found.domain}:", *_victims(found))
+
+
+def _victims(p: Preemption) -> tuple[str, ...]:
+    out = []
+    if p.victims:
+        shown = ", ".join(p.victims[:8]) + (f" and {len(p.victims) - 8} more" if len(p.victims) > 8 else "")
+        out.append(f"victims, evicted whole: {shown}")
+    for workload, pods in sorted(p.elastic.items()):
+        out.append(f"{len(pods)} pod(s) beyond the minimum of {workload}: {', '.join(pods[:8])}")
+    out.append(
+        f"why these: the least costly in {p.domain} ({p.cost.describe(p.resources)}); compared by highest "
+        f"priority, then workloads, pods, {', '.join(p.resources) or 'resources'} taken, start time, "
+        f"PodDisruptionBudgets; {p.domains_checked} domain(s) checked with {p.plans} plan(s)"
+    )
+    return tuple(out)
 
 
 def _gated(scheduler: GangScheduler, pods: Iterable[str]) -> list[str]:
@@ -177,6 +227,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             texts = sorted(((str(why), n) for why, n in reasons.items()), key=lambda kv: (-kv[1], kv[0]))
             shown = ", ".join(f"{n} {why}" for why, n in texts)
             out.append(f"  Nodes left out for pods of {shape}: {shown}")
+        for i, text in enumerate(e.preemption):
+            out.append(f"  {'Preemption: ' if i == 0 else '    '}{text}")
         for note in e.notes:
             out.append(f"  Note: {note}")
         out.append("")

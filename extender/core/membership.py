@@ -16,15 +16,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extender.core.cluster import ClusterState
-from extender.grouping import Grouping, family_key, group_pods
+from extender.grouping import PODGROUP, Family, Grouping, family_key, group_pods
 from extender.model.errors import FieldError
 from extender.model.flavor import flavor_topology
 from extender.model.keys import GroupKey
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import PodGroupSpec
 from extender.placement import BuiltGang, build_gang
-
-PODGROUP_FAMILY = "PodGroup "
 
 
 @dataclass(frozen=True)
@@ -74,19 +72,19 @@ class Membership:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.lookup = _Lookup(state)
-        self._family: dict[str, str | None] = {}  # pod -> family (None: a plain pod)
-        self._families: dict[str, set[str]] = {}  # family -> pods
+        self._family: dict[str, Family | None] = {}  # pod -> family (None: a plain pod)
+        self._families: dict[Family, set[str]] = {}  # family -> pods
         self._signature: dict[str, tuple[object, ...]] = {}
         self._readers: dict[tuple[str, str, str], set[str]] = {}  # owner read -> pods whose chain read it
         self._reads: dict[str, tuple[tuple[str, str, str], ...]] = {}
-        self._groupings: dict[str, list[Grouping]] = {}  # family -> its gangs
+        self._groupings: dict[Family, list[Grouping]] = {}  # family -> its gangs
         self._exclusive: set[str] = set()  # gangs with an exclusive constraint, read from their specs
-        self._family_waiting: dict[str, dict[str, str]] = {}
+        self._family_waiting: dict[Family, dict[str, str]] = {}
         self._group_of: dict[str, str] = {}
-        self._group_family: dict[str, str] = {}
+        self._group_family: dict[str, Family] = {}
         self._views: dict[str, GroupView] = {}
         self._dirty_pods: set[str] = set(state.pods)
-        self._dirty_families: set[str] = set()
+        self._dirty_families: set[Family] = set()
         self._all_dirty = False
         state.subscribe(self._changed)
 
@@ -103,10 +101,12 @@ class Membership:
             _, obj_kind, ns, name = key
             self._dirty_pods.update(self._readers.get((obj_kind, ns, name), ()))
         elif kind == "podgroup":
-            self._dirty_families.add(f"{PODGROUP_FAMILY}{key}")
+            self._dirty_families.add(Family(PODGROUP, GroupKey.parse(str(key))))
             self._views.pop(str(key), None)
         elif kind == "resource_interface":
             self._all_dirty = True
+        elif kind == "node":
+            pass  # gangs are built from specs and topologies, not from nodes
         else:  # topologies, priority classes: every tree or priority may change
             self._views.clear()
 
@@ -147,7 +147,7 @@ class Membership:
             self._regroup(family)
         self._dirty_families.clear()
 
-    def _regroup(self, family: str) -> None:
+    def _regroup(self, family: Family) -> None:
         for grouping in self._groupings.pop(family, []):
             self._exclusive.discard(grouping.key)
             self._group_family.pop(grouping.key, None)
@@ -160,8 +160,7 @@ class Membership:
         if not members:
             self._families.pop(family, None)
             return
-        if family.startswith(PODGROUP_FAMILY) and family[len(PODGROUP_FAMILY) :] in self.state.invalid_podgroups:
-            key = family[len(PODGROUP_FAMILY) :]
+        if (key := family.podgroup) is not None and key in self.state.invalid_podgroups:
             errors = self.state.invalid_podgroups[key]
             grouping = Grouping(key=key, podgroup=None, errors=errors, source=f"PodGroup {key}")
             self._install(family, [grouping], {key: [p.key for p in members]}, {})
@@ -173,7 +172,7 @@ class Membership:
         self._install(family, list(result.groups.values()), by_group, dict(result.waiting))
 
     def _install(
-        self, family: str, groupings: list[Grouping], pods: Mapping[str, list[str]], waiting: dict[str, str]
+        self, family: Family, groupings: list[Grouping], pods: Mapping[str, list[str]], waiting: dict[str, str]
     ) -> None:
         self._groupings[family] = groupings
         self._family_waiting[family] = waiting
@@ -198,8 +197,8 @@ class Membership:
         family = self._family.get(pod)
         return self._family_waiting.get(family, {}).get(pod) if family else None
 
-    def families(self) -> set[str]:
-        """The families that have pods: "PodGroup ns/name" or "<Kind> ns/name" of a top owner."""
+    def families(self) -> set[Family]:
+        """The families that have pods: a PodGroup's, or a top owner's."""
         self._sync()
         return {f for f, pods in self._families.items() if pods}
 
@@ -227,9 +226,9 @@ class Membership:
         if not assumed and group in self._views:
             return self._views[group]
         family = self._group_family.get(group)
-        grouping = next((g for g in self._groupings.get(family or "", []) if g.key == group), None)
+        grouping = next((g for g in self._groupings.get(family, []) if g.key == group), None) if family else None
         state = self.state
-        keys = [k for k in self._families.get(family or "", ()) if self._group_of.get(k) == group]
+        keys = [k for k in self._families.get(family, ()) if self._group_of.get(k) == group] if family else []
         pods = [state.pods[k] for k in sorted(keys) if k in state.pods]
         if assumed:
             pods = [_assume(p, assumed.get(p.key)) for p in pods]

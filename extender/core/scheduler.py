@@ -43,17 +43,32 @@ from extender.core.decisions import (
     FilterResult,
     GroupStatus,
     PlanEvent,
+    PreemptionTimedOut,
     Reason,
     Released,
     SubGroupStatus,
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
+from extender.core.nomination import Nomination
+from extender.core.preempting import Preempting
+from extender.core.preemption import find_preemption
 from extender.core.queues import queue_problem
+from extender.grouping import Family
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
-from extender.placement import DomainRef, Plan, Unplaceable, build_gang, incomplete, meets_minimum, plan
+from extender.placement import (
+    INCOMPLETE,
+    DomainRef,
+    Plan,
+    PreemptionResult,
+    Unplaceable,
+    build_gang,
+    incomplete,
+    meets_minimum,
+    plan,
+)
 
 RESERVED = "topogang: capacity reserved for a gang"
 MAX_SCORE = 10
@@ -74,10 +89,11 @@ class GroupPlan:
 
 
 class GangScheduler:
-    def __init__(self, state: ClusterState, *, plan_ttl: float = 300.0) -> None:
+    def __init__(self, state: ClusterState, *, plan_ttl: float = 300.0, preemption_timeout: float = 60.0) -> None:
         self.state = state
         self.membership = Membership(state)
         self.plan_ttl = plan_ttl
+        self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
         self.plans: dict[str, GroupPlan] = {}
         self.reasons: dict[str, Reason] = {}  # group -> why it is where it is (pending, left over)
         self.domains: dict[str, Mapping[str, DomainRef]] = {}  # group -> where its last plan put each constrained scope
@@ -103,6 +119,11 @@ class GangScheduler:
         blocked, _ = self._queue(view)
         if blocked is not None:
             return _refuse(nodes, f"topogang: PodGroup {group}: {blocked}", group)
+        nom = self.preempting.nominations.get(group)
+        if nom is not None:
+            if nom.pending:
+                return _refuse(nodes, f"topogang: {nom.describe()}", group)
+            self.preempting.settle(group)  # the victims are gone: plan into the room they left
         event = None
         gp = self.plans.get(group)
         if gp is None or pod.key not in gp.reserved:
@@ -160,6 +181,10 @@ class GangScheduler:
         assert gang is not None, "only valid groups are planned"
         result = plan(snapshot_for(self.state, self.membership, group, gang), gang)
         if isinstance(result, Unplaceable):
+            # Preempting cannot help a gang that misses pods, nor pods beyond a plan's minimum.
+            nominated = None if extend or result.reason.kind == INCOMPLETE else self._preempt(group, now)
+            if nominated is not None:
+                return nominated
             self._why(group, result.reason)
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
         new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
@@ -188,6 +213,81 @@ class GangScheduler:
             attempts=result.attempts,
             levels=result.levels,
         )
+
+    # -- preemption --------------------------------------------------------------------------------
+
+    def _preempt(self, group: str, now: float) -> PlanEvent | None:
+        """Victims whose eviction makes room for GROUP: their room is reserved for it at once."""
+        found = self.preempting.attempt(group, now)
+        if not isinstance(found, Nomination):
+            return None
+        p = found.preemption
+        self._why(group, found.reason())
+        return PlanEvent(
+            group,
+            "preempting",
+            len(p.plan.assignments),
+            tuple(p.plan.assignments.values()),
+            p.plan.domains,
+            reason=found.describe(),
+            attempts=p.plan.attempts,
+            levels=p.plan.levels,
+            preemption=p,
+        )
+
+    def preempt(self, pod_key: str, now: float) -> PlanEvent | None:
+        """kube-scheduler found no node for POD_KEY and asks whom to preempt. For a gang member
+        topogang answers for the whole gang (a preemption plan whose victims the caller evicts),
+        never pod by pod; None when there is nothing to do (a plain pod, a gang planned or
+        preempting already, or one that cannot be planned whatever the room)."""
+        group = self.membership.group_of(pod_key)
+        pod = self.state.pods.get(pod_key)
+        if group is None or pod is None or pod.node_name is not None:
+            return None
+        if group in self.plans or group in self.preempting.nominations:
+            return None
+        view = self.membership.view(group)
+        gang = view.built.gang if view.valid and view.built is not None else None
+        if gang is None or pod_key in view.waiting or incomplete(gang) is not None:
+            return None
+        bound = {k for k in view.pods if (p := self.state.pods.get(k)) is not None and p.node_name}
+        if bound and meets_minimum(gang, bound):
+            return None  # the gang runs: pods beyond its minimum never preempt
+        return self._plan(group, view, now, extend=False)
+
+    def preemption_now(self, group: str) -> PreemptionResult:
+        """What a preemption for GROUP would evict now (a dry run: nothing is held or evicted)."""
+        return find_preemption(self.state, self.membership, group, exclude=self.preempting.nominations.evicting())
+
+    def nomination(self, group: str) -> Nomination | None:
+        """The preemption under way for GROUP, if any."""
+        return self.preempting.nominations.get(group)
+
+    def is_victim(self, pod_key: str) -> bool:
+        """Whether POD_KEY is being evicted to make room for some gang."""
+        return self.preempting.nominations.is_victim(pod_key)
+
+    def drop_preemptions(self) -> None:
+        """Give back the room held for every preempting gang (this replica stops leading)."""
+        for nom in self.preempting.nominations:
+            self.preempting.settle(nom.group)
+
+    def next_generation(self) -> int:
+        """A new generation number, for wake-ups that are not a new plan."""
+        self._generation += 1
+        return self._generation
+
+    def take_preempted(self) -> list[str]:
+        """Gangs whose victims have all gone since the last call: their members need waking."""
+        return self.preempting.nominations.take_ready()
+
+    def expire_preemptions(self, now: float) -> list[Nomination]:
+        """Release the room held for gangs whose victims did not leave in time."""
+        late = self.preempting.expire(now)
+        timeout = self.preempting.nominations.timeout
+        for nom in late:
+            self._why(nom.group, PreemptionTimedOut(nom.preemption.domain, tuple(sorted(nom.pending)), timeout))
+        return late
 
     def _replan(self, group: str, now: float) -> PlanEvent:
         self.release(group, Released(R_REPLANNING))
@@ -297,6 +397,9 @@ class GangScheduler:
         for group in (set(self.reasons) | set(self.domains)) - groups:  # the gang is gone
             self._why(group, None)
             self.domains.pop(group, None)
+        for nom in self.preempting.nominations:
+            if nom.group not in groups:
+                self.preempting.forget(nom.group)
         return out
 
     # -- what the edges ask ------------------------------------------------------------------------
@@ -305,11 +408,19 @@ class GangScheduler:
         """The gang POD belongs to (None: a plain pod, or one whose gang is not resolved yet)."""
         return self.membership.group_of(pod)
 
+    def waiting(self, pod: str) -> str | None:
+        """Why POD, which names a gang, cannot join it yet (None: it is in a gang, or plain)."""
+        return self.membership.waiting(pod)
+
+    def members(self, group: str) -> list[str]:
+        """The pods of GROUP."""
+        return self.membership.members(group)
+
     def groups(self) -> list[str]:
         """The gangs some pod belongs to."""
         return self.membership.groups()
 
-    def families(self) -> set[str]:
+    def families(self) -> set[Family]:
         """The families that have pods (see Membership.families)."""
         return self.membership.families()
 
@@ -362,6 +473,8 @@ class GangScheduler:
         if pod.terminal or pod.deleting:
             self.forget_pod(pod.key)
             self.state.upsert_pod(pod)
+            if pod.terminal:
+                self.preempting.gone(pod.key)  # it takes no room any more
             return
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
@@ -390,6 +503,7 @@ class GangScheduler:
     def delete_pod(self, key: str) -> None:
         self.forget_pod(key)
         self.state.delete_pod(key)
+        self.preempting.gone(key)
 
     # -- status --------------------------------------------------------------------------------
 
@@ -418,6 +532,9 @@ class GangScheduler:
             phase, reason = PENDING, R_PLANNED
         elif blocked is not None:
             message, phase, reason = f"PodGroup {group}: {blocked}", PENDING, R_QUEUE_NOT_FOUND
+        elif (nom := self.preempting.nominations.get(group)) is not None:
+            preempting = nom.reason()
+            message, phase, reason = preempting.render(), PENDING, preempting.kind
         # What is true now (pods missing) before what last happened (why a plan was refused).
         elif missing_message := self._incomplete_message(view):
             message, phase, reason = missing_message, PENDING, R_GANG_INCOMPLETE

@@ -46,12 +46,14 @@ labels; `kinds.KINDS` lists them), `resource_interface` (seed 003's declarative 
 pods, and an ObjectLookup over a list of raw objects), `result` (what `group_pods` returns).
 """
 
-from extender.grouping.group import explicit_group, family_key, group_pods
+from extender.grouping.group import PODGROUP, Family, explicit_group, family_key, group_pods
 from extender.grouping.objects import ObjectIndex, ObjectLookup
 from extender.grouping.result import Grouping, GroupingResult
 from extender.grouping.synthesize import Synthesized, can_synthesize, synthesize
 
 __all__ = [
+    "PODGROUP",
+    "Family",
     "Grouping",
     "GroupingResult",
     "ObjectIndex",

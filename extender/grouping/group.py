@@ -16,7 +16,7 @@ For each pod, in this order:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from extender.grouping import names as n
@@ -28,6 +28,7 @@ from extender.grouping.resource_interface import ResourceInterface, group_with, 
 from extender.grouping.result import Grouping, GroupingResult
 from extender.grouping.values import annotations_of, controller_ref
 from extender.model.errors import FieldError
+from extender.model.keys import GroupKey
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
@@ -74,9 +75,29 @@ class _Chains:
         return out
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Family:
+    """Pods grouped together: those naming one PodGroup (kind "PodGroup"), or sharing the top
+    of their owner chain (that owner's kind)."""
+
+    kind: str
+    key: GroupKey
+
+    @property
+    def podgroup(self) -> str | None:
+        """The PodGroup this family names, as "namespace/name"; None for an owner's family."""
+        return str(self.key) if self.kind == PODGROUP else None
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
+PODGROUP = "PodGroup"
+
+
 def family_key(
     pod: PodInfo, objects: ObjectLookup, pods: Mapping[str, PodInfo]
-) -> tuple[str | None, tuple[tuple[str, str, str], ...]]:
+) -> tuple[Family | None, tuple[tuple[str, str, str], ...]]:
     """The pods that are grouped together share a family: the PodGroup they name, or the top of
     their owner chain. Returns (family or None for a plain pod, the owners the chain read as
     (kind, namespace, name)), so a caller can regroup one family when one of those changes
@@ -84,13 +105,13 @@ def family_key(
     """
     named = explicit_group(pod)
     if named is not None:
-        return f"PodGroup {named}", ()
+        return Family(PODGROUP, GroupKey.parse(named)), ()
     chain = _Chains(objects, pods).chain(pod)
     read = tuple((link.ref.kind, link.namespace, link.ref.name) for link in chain)
     if not chain or any(link.gvk in n.PLAIN_OWNERS for link in chain):
         return None, read
     top = chain[-1]
-    return f"{top.ref.kind} {top.namespace}/{top.ref.name}", read
+    return Family(top.ref.kind, GroupKey(top.namespace, top.ref.name)), read
 
 
 def _pod_body(pod: PodInfo) -> dict[str, Any]:
@@ -261,4 +282,4 @@ def _ri_grouper(ri: ResourceInterface) -> Grouper:
     return group
 
 
-__all__ = ["explicit_group", "family_key", "group_pods"]
+__all__ = ["PODGROUP", "Family", "explicit_group", "family_key", "group_pods"]

@@ -61,13 +61,18 @@ class ResourceInterface:
     body: Mapping[str, Any]
 
 
+def _name_of(raw: Mapping[str, Any]) -> str:
+    meta = raw.get("metadata")
+    return str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+
+
 def index_resource_interfaces(
     raws: Sequence[Mapping[str, Any]],
 ) -> tuple[dict[tuple[str, str], ResourceInterface], list[str]]:
     """ResourceInterfaces by target (apiVersion, kind); warnings for those that target nothing."""
     out: dict[tuple[str, str], ResourceInterface] = {}
     warnings: list[str] = []
-    for raw in sorted(raws, key=lambda r: str((r.get("metadata") or {}).get("name", ""))):
+    for raw in sorted(raws, key=_name_of):
         meta = raw.get("metadata")
         name = meta.get("name") if isinstance(meta, Mapping) else None
         spec = raw.get("spec")

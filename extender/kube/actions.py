@@ -6,6 +6,10 @@ bind    POST pods/{name}/binding with the pod's uid as a precondition, as kube-s
 wake    merge-patch `scheduling.topogang.io/plan-generation: "<n>"` onto each pod: an update
         to the pod itself moves a parked pod back to kube-scheduler's active queue. Best
         effort: a pod gone (404) is skipped, other failures are logged, nothing raises.
+evict   POST pods/{name}/eviction (policy/v1) with the pod's uid as a precondition: the API
+        server deletes the pod gracefully unless a PodDisruptionBudget forbids it now (429:
+        BLOCKED, the caller tries again later). A pod already gone, or replaced by another of
+        the same name, counts as EVICTED; other failures raise ApiError.
 event   an events.k8s.io/v1 Event from reportingController `topogang`. Repeats of the same
         event (object, type, reason, message) within `SERIES_WINDOW` bump its series (count,
         lastObservedTime) instead of creating Events, patched at most once per
@@ -37,6 +41,7 @@ SERIES_WINDOW = 360.0  # seconds: a repeat after this much silence starts a new 
 NOTE_LIMIT = 1024  # bytes: the API server rejects longer notes
 EVENT_CACHE_SIZE = 4096
 T = TypeVar("T")
+EVICTED, BLOCKED = "evicted", "blocked"
 
 
 @dataclass
@@ -97,6 +102,26 @@ class KubeActions:
                     self.log.warning("wake failed", pod=f"{namespace}/{name}", error=str(exc))
 
         await asyncio.gather(*(one(ns, name) for ns, name in pods))
+
+    # -- evict ---------------------------------------------------------------------------------------
+
+    async def evict(self, namespace: str, name: str, uid: str) -> str:
+        """Evict one pod through the Eviction API: EVICTED, or BLOCKED by a PodDisruptionBudget."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        try:
+            await self._write(self.client.post(PODS.object_path("v1", name, namespace, "eviction"), body))
+        except ApiError as exc:
+            if exc.status == 429:
+                return BLOCKED
+            if exc.status == 404 or (exc.status == 409 and "UID in precondition" in exc.message):
+                return EVICTED  # gone already, or another pod by now
+            raise
+        return EVICTED
 
     # -- events ----------------------------------------------------------------------------------------
 

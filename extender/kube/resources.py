@@ -18,6 +18,7 @@ NODES = _r("", "v1", "Node", "nodes", namespaced=False)
 PODS = _r("", "v1", "Pod", "pods")
 EVENTS = _r("events.k8s.io", "v1", "Event", "events")  # written, not watched
 PRIORITY_CLASSES = _r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", namespaced=False)
+DISRUPTION_BUDGETS = _r("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")  # preemption's tie-break
 
 PODGROUPS = (
     _r("scheduling.topogang.io", "v1alpha1", "PodGroup", "podgroups"),
@@ -45,6 +46,7 @@ WATCHED: tuple[Resource, ...] = (
     NODES,
     PODS,
     PRIORITY_CLASSES,
+    DISRUPTION_BUDGETS,
     *PODGROUPS,
     *TOPOLOGIES,
     *RESOURCE_INTERFACES,

@@ -13,6 +13,16 @@ from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARC
 from extender.placement.result import DomainRef, Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, DictUsage, NodeTable
 from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
+from extender.placement.victim_search import find_victims
+from extender.placement.victims import (
+    Budget,
+    Cost,
+    NoPreemption,
+    Preemption,
+    PreemptionResult,
+    RunningPod,
+    Workload,
+)
 
 __all__ = [
     "INCOMPLETE",
@@ -20,8 +30,10 @@ __all__ = [
     "NO_DOMAIN",
     "SEARCH_LIMIT",
     "BoolArray",
+    "Budget",
     "BuiltGang",
     "ClusterSnapshot",
+    "Cost",
     "DictUsage",
     "Domain",
     "DomainRef",
@@ -30,16 +42,22 @@ __all__ = [
     "Gang",
     "IntArray",
     "Member",
+    "NoPreemption",
     "NodeTable",
     "Plan",
     "PlanResult",
+    "Preemption",
+    "PreemptionResult",
     "Rule",
+    "RunningPod",
     "Scope",
     "Shape",
     "Shortfall",
     "TopologyTree",
     "Unplaceable",
+    "Workload",
     "build_gang",
+    "find_victims",
     "incomplete",
     "left_out",
     "meets_minimum",

@@ -3,7 +3,9 @@
 `create_app` takes a ready `Extender`, a readiness check and a leadership check; `topogang
 serve` (serve.py) builds those from a kubeconfig. Handlers decode, call the Extender and
 encode; a malformed body is a 400 whose JSON `Error` names the field; a bug is a 500 with the
-error logged. Every extender call is timed into `topogang_extender_request_duration_seconds`.
+error logged; a body over the limit (limits.py) is a 413; a pod name or namespace Kubernetes
+would not accept is a 400 (validate.py). Every extender call is timed into
+`topogang_extender_request_duration_seconds`. `create_health_app` is the probes' listener alone.
 
 Two readiness answers: `/synced` is 200 once the caches have synced, leader or follower (the
 Deployment's readinessProbe: both replicas Ready, so rollouts and the PDB work); `/readyz` is
@@ -22,8 +24,9 @@ from collections.abc import Awaitable, Callable
 import structlog
 from aiohttp import web
 
-from extender.server import wire
+from extender.server import validate, wire
 from extender.server.extender import Extender
+from extender.server.limits import DEFAULT_MAX_BODY_MIB, too_large
 from extender.server.metrics import BIND_NOT_LEADER, CONTENT_TYPE, Metrics
 
 EXTENDER = web.AppKey("extender", Extender)
@@ -32,8 +35,7 @@ LEADING: web.AppKey[Callable[[], bool]] = web.AppKey("leading")
 METRICS = web.AppKey("metrics", Metrics)
 NOT_LEADER = "topogang: not the leader; this replica only keeps its cache warm (the Service sends calls to the leader)"
 JSON = "application/json"
-# Without nodeCacheCapable, kube-scheduler sends every candidate Node in full: allow big bodies.
-MAX_BODY = 256 * 2**20
+MAX_BODY = DEFAULT_MAX_BODY_MIB * 2**20  # why this size: limits.py
 
 log = structlog.get_logger("topogang")
 
@@ -55,6 +57,9 @@ def _guarded(verb: str, handler: Handler) -> Handler:
                 response = await handler(request)
             else:
                 response = _not_leader(verb, app[METRICS])
+        except web.HTTPRequestEntityTooLarge:
+            log.warning("request body too large", path=request.path, limit=request.client_max_size)
+            response = too_large(request.client_max_size, verb)
         except wire.WireError as exc:
             log.warning("bad request", path=request.path, error=str(exc))
             response = _json(wire.encode_error(str(exc)), status=400)
@@ -77,21 +82,28 @@ def _not_leader(verb: str, metrics: Metrics) -> web.Response:
 
 async def _filter(request: web.Request) -> web.StreamResponse:
     args = wire.decode_args(await request.read())
+    validate.pod("ExtenderArgs.Pod.metadata.", args.namespace, args.name)
     return _json(request.app[EXTENDER].filter(args))
 
 
 async def _prioritize(request: web.Request) -> web.StreamResponse:
     args = wire.decode_args(await request.read())
+    validate.pod("ExtenderArgs.Pod.metadata.", args.namespace, args.name)
     return _json(request.app[EXTENDER].prioritize(args))
 
 
 async def _bind(request: web.Request) -> web.StreamResponse:
     args = wire.decode_binding(await request.read())
+    validate.dns1123_label("ExtenderBindingArgs.PodNamespace", args.namespace)
+    validate.dns1123_subdomain("ExtenderBindingArgs.PodName", args.name, "pod")
+    validate.dns1123_subdomain("ExtenderBindingArgs.Node", args.node, "node")
     return _json(await request.app[EXTENDER].bind(args))
 
 
 async def _preempt(request: web.Request) -> web.StreamResponse:
     args = wire.decode_preempt(await request.read())
+    namespace, _, name = args.pod_key.partition("/")
+    validate.pod("ExtenderPreemptionArgs.Pod.metadata.", namespace, name)
     return _json(request.app[EXTENDER].preempt(args))
 
 
@@ -122,20 +134,39 @@ def _always() -> bool:
 
 
 def create_app(
-    extender: Extender, ready: Callable[[], bool], prefix: str = "", *, leading: Callable[[], bool] = _always
+    extender: Extender,
+    ready: Callable[[], bool],
+    prefix: str = "",
+    *,
+    leading: Callable[[], bool] = _always,
+    max_body: int = MAX_BODY,
 ) -> web.Application:
     """The extender's routes under `prefix` (kube-scheduler's urlPrefix path, e.g. "/topogang");
-    `leading` says whether this replica may plan and bind (always, without leader election)."""
+    `leading` says whether this replica may plan and bind (always, without leader election);
+    a body over `max_body` bytes is a 413."""
     prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
-    app = web.Application(client_max_size=MAX_BODY)
+    app = create_health_app(extender.metrics, ready, leading=leading, max_body=max_body)
     app[EXTENDER] = extender
-    app[READY] = ready
-    app[LEADING] = leading
-    app[METRICS] = extender.metrics
     app.router.add_post(f"{prefix}/filter", _guarded("filter", _filter))
     app.router.add_post(f"{prefix}/prioritize", _guarded("prioritize", _prioritize))
     app.router.add_post(f"{prefix}/bind", _guarded("bind", _bind))
     app.router.add_post(f"{prefix}/preempt", _guarded("preempt", _preempt))
+    return app
+
+
+def create_health_app(
+    metrics: Metrics,
+    ready: Callable[[], bool],
+    *,
+    leading: Callable[[], bool] = _always,
+    max_body: int = MAX_BODY,
+) -> web.Application:
+    """/healthz, /synced, /readyz and /metrics alone: the plain-HTTP listener of --health-listen,
+    for the kubelet's probes, which present no client certificate to the mTLS port."""
+    app = web.Application(client_max_size=max_body)
+    app[READY] = ready
+    app[LEADING] = leading
+    app[METRICS] = metrics
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/synced", _synced)

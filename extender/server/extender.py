@@ -8,6 +8,7 @@ on one event loop, so each call into the core is atomic.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -20,6 +21,7 @@ from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
+from extender.placement import NO_CAPACITY, NO_DOMAIN, Shortfall
 from extender.server import wire
 from extender.server.metrics import (
     BIND_API_ERROR,
@@ -34,6 +36,14 @@ from extender.server.metrics import (
 )
 
 log = structlog.get_logger("topogang")
+EVICT_RETRY = 2.0  # seconds between evictions a PodDisruptionBudget refused
+BLOCKED = "blocked"  # KubeActions.evict: a PodDisruptionBudget refused it for now
+
+ROOM_WAKE_DELAY = 1.0  # seconds: node changes come in bursts; members parked for room wake once
+
+# API statuses after which no retry can bind the pod: it is gone (404), or its namespace is being
+# deleted (403 "being terminated"); its reservation is dropped instead of held for a retry.
+BIND_HOPELESS = frozenset({403, 404})
 
 
 class Actions(Protocol):
@@ -44,6 +54,8 @@ class Actions(Protocol):
     async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None: ...
 
     async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
+
+    async def evict(self, namespace: str, name: str, uid: str) -> str: ...
 
 
 def _ignore(group: str) -> None:
@@ -66,6 +78,9 @@ class Extender:
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
         self._tasks: set[asyncio.Task[None]] = set()
+        self._wake_soon = False
+        self._room_wake: asyncio.TimerHandle | None = None
+        scheduler.subscribe(self._changed_object)
         scheduler.subscribe(self._state_changed)
 
     # -- filter and prioritize -------------------------------------------------------------------
@@ -84,10 +99,7 @@ class Extender:
         start = time.perf_counter()
         result = self.scheduler.filter(pod, args.names, time.monotonic())
         if result.event is not None:
-            seconds = time.perf_counter() - start
-            self.metrics.observe_plan(result.event.outcome, seconds)
-            self._log_decision(result.event, seconds)
-            self.changed(result.event.group)
+            self._decided(result.event, time.perf_counter() - start)
         if result.group is not None and (result.event is not None or not result.nodes):
             self._seen(result.group)  # not on the steered path, which is hot
         self._fail_dropped(BIND_PLAN_RELEASED)
@@ -107,16 +119,136 @@ class Extender:
         return wire.encode_priorities(self.scheduler.prioritize(self._pod(args), args.names))
 
     def preempt(self, args: wire.PreemptArgs) -> bytes:
-        """Gang members: no victims (preempting for one pod cannot seat a gang). Plain pods:
-        kube-scheduler's own choice, unchanged."""
-        if self.scheduler.group_of(args.pod_key) is not None:
-            return wire.encode_victims({})
-        return wire.encode_victims(args.victims)
+        """Gang members: no victims for kube-scheduler (preempting for one pod cannot seat a
+        gang); topogang preempts for the whole gang instead, evicting its own victims. Plain
+        pods: kube-scheduler's own choice, unchanged."""
+        key = args.pod_key
+        if self.scheduler.pod(key) is None:  # the request can be ahead of our watch
+            with contextlib.suppress(InvalidObject):
+                self.scheduler.observe_pod(parse_pod(args.pod))
+        if self.scheduler.group_of(key) is None:
+            # a pod naming a gang that cannot be resolved yet is no plain pod either
+            return wire.encode_victims({} if self.scheduler.waiting(key) is not None else args.victims)
+        start = time.perf_counter()
+        event = self.scheduler.preempt(key, time.monotonic())
+        if event is not None:
+            self._decided(event, time.perf_counter() - start)
+            if event.outcome == "planned":  # room was there after all: the members come to take it
+                self._wake_members(event.group)
+        return wire.encode_victims({})
+
+    def _decided(self, event: PlanEvent, seconds: float) -> None:
+        self.metrics.observe_plan(event.outcome, seconds)
+        self._log_decision(event, seconds)
+        self.changed(event.group)
+        if event.preemption is not None:
+            self._preempting(event)
+
+    # -- preemption ------------------------------------------------------------------------------
+
+    def _preempting(self, event: PlanEvent) -> None:
+        """A gang's preemption plan was made: evict its victims, say so on them and on the gang."""
+        p = event.preemption
+        assert p is not None
+        self.metrics.preemptions.inc()
+        self.metrics.preemption_victims.inc(len(p.pods))
+        victims = [pod for key in p.pods if (pod := self.scheduler.pod(key)) is not None]
+        for pod in victims:
+            self._emit(pod, "Preempted", f"Preempted by {event.group} for {p.domain}", "Normal")
+        for member in self._unbound_members(event.group):
+            self._emit(member, "Preempting", event.reason, "Normal")
+        self._spawn(self._evict_all(event.group, victims), "eviction")
+
+    async def _evict_all(self, group: str, victims: Sequence[PodInfo]) -> None:
+        """Evict every victim; those a PodDisruptionBudget protects now are tried again until they
+        go or the room held for the gang is released."""
+        left = list(victims)
+        while left:
+            outcomes = await asyncio.gather(
+                *(self.actions.evict(p.namespace, p.name, p.uid) for p in left), return_exceptions=True
+            )
+            blocked = []
+            for pod, outcome in zip(left, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    log.warning("eviction failed", group=group, pod=pod.key, error=str(outcome))
+                    blocked.append(pod)
+                elif outcome == BLOCKED:
+                    blocked.append(pod)
+            nom = self.scheduler.nomination(group)
+            left = [p for p in blocked if nom is not None and p.key in nom.pending]
+            if left:
+                log.info("eviction blocked", group=group, pods=[p.key for p in left][:10], retry_s=EVICT_RETRY)
+                await asyncio.sleep(EVICT_RETRY)
+
+    def _changed_object(self, kind: str, key: object) -> None:
+        """A victim pod changed or went: wake its gang's members soon if it was the last. A node
+        came or changed, or a pod went: wake the members parked for want of room (at most once a
+        second)."""
+        if kind == "node" or (kind == "pod" and isinstance(key, str) and self.scheduler.pod(key) is None):
+            self._room_changed()  # a node came or changed, or a pod went: there may be room
+            if kind == "node":
+                return
+        if kind != "pod" or self._wake_soon or not isinstance(key, str) or not self.scheduler.is_victim(key):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._wake_soon = True
+        loop.call_soon(self._wake_preempted)
+
+    def _wake_preempted(self) -> None:
+        self._wake_soon = False
+        for group in self.scheduler.take_preempted():
+            log.info("victims gone", group=group)
+            self.changed(group)
+            self._wake_members(group)
+
+    def _room_changed(self) -> None:
+        # kube-scheduler requeues its parked pods on a node event, and may retry them before our
+        # watch has seen that node: refused again, they would wait for the next event or the
+        # 5-minute flush. Once we have seen the node, we requeue them ourselves.
+        if self._room_wake is not None or not self._refused:
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop (a test of the core alone)
+            self._room_wake = asyncio.get_running_loop().call_later(ROOM_WAKE_DELAY, self._wake_parked)
+
+    def _wake_parked(self) -> None:
+        self._room_wake = None
+        short = [p for p in self._refused if (g := self.scheduler.group_of(p)) is not None and self._wants_room(g)]
+        for p in short:
+            self._refused.pop(p, None)
+        if short:
+            names = [(k.namespace, k.name) for k in map(GroupKey.parse, short)]
+            self._spawn(self.actions.wake(names, self.scheduler.next_generation()), "wake")
+
+    def _wants_room(self, group: str) -> bool:
+        reason = self.scheduler.reason(group)
+        return isinstance(reason, Shortfall) and reason.kind in (NO_DOMAIN, NO_CAPACITY)
+
+    def _unbound_members(self, group: str) -> list[PodInfo]:
+        pods = (self.scheduler.pod(k) for k in self.scheduler.members(group))
+        return [p for p in pods if p is not None and p.node_name is None]
+
+    def _wake_members(self, group: str) -> None:
+        """Requeue every unbound member of GROUP: room is waiting for them."""
+        parked = self._unbound_members(group)
+        for p in parked:
+            self._refused.pop(p.key, None)
+        if parked:
+            pods = [(p.namespace, p.name) for p in parked]
+            self._spawn(self.actions.wake(pods, self.scheduler.next_generation()), "wake")
 
     # -- bind ------------------------------------------------------------------------------------
 
     async def bind(self, args: wire.BindArgs) -> bytes:
         key = args.pod_key
+        cached = self.scheduler.pod(key)
+        if cached is not None and args.uid and cached.uid and cached.uid != args.uid:
+            # The default binder's uid precondition: a call for a pod since replaced binds nothing.
+            log.info("bind refused", pod=key, node=args.node, reason="uid changed", uid=args.uid, now=cached.uid)
+            self.metrics.bind_failed(BIND_REJECTED)
+            return wire.encode_binding(f"topogang: pod {key} is now another pod (uid {cached.uid}, not {args.uid})")
         decision = self.scheduler.bind(key, args.node, time.monotonic())
         if decision.action == REJECT:
             log.info("bind refused", pod=key, node=args.node, reason=decision.error)
@@ -180,6 +312,8 @@ class Extender:
             await self.actions.bind(pod.namespace, pod.name, pod.uid, node)
         except Exception as exc:  # an API error: this pod's call fails, kube-scheduler retries it
             self.metrics.bind_failed(BIND_API_ERROR)
+            if getattr(exc, "status", None) in BIND_HOPELESS:
+                self.scheduler.forget_pod(pod_key)  # no retry can bind it: its room goes back
             return f"topogang: binding {pod_key} to {node} failed: {exc}"
         self.scheduler.observe_pod(replace(pod, node_name=node))
         return ""
@@ -216,10 +350,16 @@ class Extender:
 
     def expire(self) -> None:
         """The periodic sweep: plans that stopped progressing, and memory of pods and gangs gone."""
-        for group, waiting in self.scheduler.expire(time.monotonic()).items():
+        now = time.monotonic()
+        for group, waiting in self.scheduler.expire(now).items():
             reason = self.scheduler.reason_text(group)
             log.warning("plan expired", group=group, waiting=len(waiting), reason=reason)
             self.changed(group)
+        for nom in self.scheduler.expire_preemptions(now):
+            self.metrics.preemption_timeouts.inc()
+            log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reason_text(nom.group))
+            self.changed(nom.group)
+        self._wake_preempted()
         self._fail_dropped(BIND_PLAN_RELEASED)
         for key in [k for k in self._refused if self.scheduler.pod(k) is None]:
             del self._refused[key]
@@ -236,6 +376,7 @@ class Extender:
             timer.cancel()
         self._gates.clear()
         self.scheduler.release_all(Released(R_NOT_LEADER))
+        self.scheduler.drop_preemptions()
         self._fail_dropped(BIND_NOT_LEADER)
         for waiter in self._waiting.values():
             if not waiter.done():
@@ -312,7 +453,10 @@ class Extender:
     def _log_decision(self, event: PlanEvent, seconds: float) -> None:
         fields = event.fields()
         fields["plan_ms"] = round(seconds * 1000, 2)
-        if event.outcome != "pending":
+        if event.outcome == "preempting":
+            self._pending_logged.pop(event.group, None)
+            log.info("gang preempting", **fields)
+        elif event.outcome != "pending":
             self._pending_logged.pop(event.group, None)
             log.info("gang placed", **fields)
         elif self._pending_logged.get(event.group) != event.reason:

@@ -9,6 +9,9 @@ a group name).
   topogang_gang_wait_seconds                             histogram  first member seen -> the whole minimum bound
   topogang_binds_failed_total{reason}                    counter    bind calls answered with an error
   topogang_bind_gate_timeouts_total                      counter    gangs whose bind gate closed before the minimum came
+  topogang_preemptions_total                             counter    preemption plans started (victims chosen, room held)
+  topogang_preemption_victim_pods_total                  counter    pods chosen as victims by those plans
+  topogang_preemption_timeouts_total                     counter    preemptions released because victims did not leave
   topogang_reservations                                  gauge      pods holding reserved room (planned, not bound)
   topogang_podgroups{phase}                              gauge      gangs by phase (the leader's last status of each)
   topogang_podgroup_status_writes_total{result}          counter    PodGroup status writes: ok, failed
@@ -17,7 +20,7 @@ a group name).
   topogang_leader                                        gauge      1 while this replica holds the Lease
   topogang_leader_transitions_total                      counter    times this replica became the leader
 
-The first five are recorded as things happen; the rest are read when Prometheus scrapes, from
+The first eight are recorded as things happen; the rest are read when Prometheus scrapes, from
 the objects that own them, so nothing on the filter path does more than one histogram
 observation (about a microsecond).
 """
@@ -122,6 +125,19 @@ class Metrics:
         self.gate_timeouts = Counter(
             "topogang_bind_gate_timeouts_total",
             "Gangs whose bind gate timed out before the whole minimum reached bind (the plan was released).",
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "topogang_preemptions_total",
+            "Preemption plans started for gangs that could not be placed (victims chosen, their room held).",
+            registry=r,
+        )
+        self.preemption_victims = Counter(
+            "topogang_preemption_victim_pods_total", "Pods chosen as victims by preemption plans.", registry=r
+        )
+        self.preemption_timeouts = Counter(
+            "topogang_preemption_timeouts_total",
+            "Preemptions whose victims did not all leave in time (the room held was released).",
             registry=r,
         )
         self._requests: dict[tuple[str, int], Histogram] = {}

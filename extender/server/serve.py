@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
@@ -30,9 +31,10 @@ from extender.kube.leader_label import LeaderLabel
 from extender.kube.lease import LeaderElector, LeaseConfig
 from extender.kube.podgroups import PodGroupWriter
 from extender.server import metrics as m
-from extender.server.app import create_app
+from extender.server.app import LEADING, METRICS, create_app, create_health_app
 from extender.server.extender import Extender
 from extender.server.settings import Settings, SettingsError, settings_from
+from extender.server.tls import TlsError, reload_on_change, server_context
 
 log = structlog.get_logger("topogang")
 EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progress
@@ -41,7 +43,9 @@ EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progr
 async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     """The application, wired to the cluster; its cleanup context runs the cache and sweeps."""
     client = await KubeClient.connect(settings.kubeconfig)
-    scheduler = GangScheduler(ClusterState(), plan_ttl=settings.plan_ttl)
+    scheduler = GangScheduler(
+        ClusterState(), plan_ttl=settings.plan_ttl, preemption_timeout=settings.preemption_timeout
+    )
     cache = ClusterCache(client, scheduler)
     actions = KubeActions(client)
     extender = Extender(scheduler, actions, bind_timeout=settings.bind_timeout)
@@ -63,7 +67,7 @@ async def build(settings: Settings) -> tuple[web.Application, ClusterCache]:
     def leading() -> bool:
         return elector.leading if elector is not None else True
 
-    app = create_app(extender, lambda: cache.ready, settings.prefix, leading=leading)
+    app = create_app(extender, lambda: cache.ready, settings.prefix, leading=leading, max_body=settings.max_body)
     _watch(extender, scheduler, writer, cache, elector, leading)
 
     async def lead() -> None:
@@ -147,16 +151,25 @@ def _watch(
     )
 
 
-async def serve(settings: Settings, started: asyncio.Event | None = None) -> None:
-    """Serve until SIGINT or SIGTERM."""
-    app, _ = await build(settings)
+async def serve(
+    settings: Settings, context: ssl.SSLContext | None = None, started: asyncio.Event | None = None
+) -> None:
+    """Serve until SIGINT or SIGTERM: mTLS with CONTEXT, plain HTTP without (--insecure-http)."""
+    app, cache = await build(settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    await web.TCPSite(runner, settings.host, settings.port, ssl_context=context).start()
+    health = None
+    if settings.health is not None:
+        leading = app[LEADING]
+        health = web.AppRunner(create_health_app(app[METRICS], lambda: cache.ready, leading=leading), access_log=None)
+        await health.setup()
+        await web.TCPSite(health, *settings.health).start()
     log.info(
         "serving",
         listen=f"{settings.host}:{settings.port}",
+        transport="mtls" if context is not None else "insecure-http",
+        **({"health_listen": "{}:{}".format(*settings.health)} if settings.health else {}),
         prefix=settings.prefix,
         bind_timeout=settings.bind_timeout,
         leader_elect=settings.leader_elect,
@@ -166,6 +179,9 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> Non
             else {}
         ),
     )
+    reloads = None
+    if context is not None and settings.tls is not None:
+        reloads = asyncio.create_task(reload_on_change(context, settings.tls), name="TLS reload")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -176,6 +192,10 @@ async def serve(settings: Settings, started: asyncio.Event | None = None) -> Non
         await stop.wait()
     finally:
         log.info("stopping")
+        if reloads is not None:
+            reloads.cancel()
+        if health is not None:
+            await health.cleanup()
         await runner.cleanup()
 
 
@@ -185,6 +205,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except SettingsError as exc:
         print(f"topogang serve: {exc}", file=sys.stderr)
         return 2
+    try:
+        context = server_context(settings.tls) if settings.tls is not None else None
+    except TlsError as exc:
+        print(f"topogang serve: {exc}", file=sys.stderr)
+        return 2
     logs.configure(settings.log_level, settings.log_format)
-    asyncio.run(serve(settings))
+    asyncio.run(serve(settings, context))
     return 0

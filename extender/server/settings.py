@@ -7,7 +7,22 @@ bind gate timeout   --bind-timeout    TOPOGANG_BIND_TIMEOUT   25 (seconds; keep 
                                                               extender httpTimeout, 30s in
                                                               scheduler-config/)
 plan lifetime       --plan-ttl        TOPOGANG_PLAN_TTL       300 (seconds without progress)
+preemption timeout  --preemption-timeout  TOPOGANG_PREEMPTION_TIMEOUT  60 (seconds for a gang's
+                                                              victims to leave before the room
+                                                              held for it is released)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
+request body limit  --max-body        TOPOGANG_MAX_BODY       64 (MiB; see server/limits.py)
+
+Transport: mTLS (kube-scheduler presents a client certificate) unless plain HTTP is asked for:
+serving cert, key   --tls-cert, --tls-key  TOPOGANG_TLS_CERT, TOPOGANG_TLS_KEY  (PEM files)
+clients' CA         --client-ca       TOPOGANG_CLIENT_CA      (PEM; a client certificate from
+                                                              this CA is required)
+plain HTTP          --insecure-http   TOPOGANG_INSECURE_HTTP  false (local runs only)
+probes              --health-listen   TOPOGANG_HEALTH_LISTEN  off; HOST:PORT of a plain-HTTP
+                                                              listener with only /healthz,
+                                                              /synced, /readyz and /metrics, for
+                                                              the kubelet's probes (which
+                                                              present no client certificate)
 
 Leader election (two replicas; only the Lease holder plans, binds and writes PodGroups):
 on or off           --leader-elect    TOPOGANG_LEADER_ELECT   true in-cluster, false with a
@@ -31,11 +46,13 @@ from __future__ import annotations
 import argparse
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from extender import logs
+from extender.server.limits import DEFAULT_MAX_BODY_MIB
+from extender.server.tls import TlsFiles
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -52,6 +69,7 @@ class Settings:
     kubeconfig: str | None = None  # None: in-cluster
     bind_timeout: float = 25.0
     plan_ttl: float = 300.0
+    preemption_timeout: float = 60.0
     log_level: str = "info"
     log_format: str = "auto"
     leader_elect: bool = False
@@ -63,6 +81,10 @@ class Settings:
     identity: str = ""
     pod_name: str | None = None  # the pod the leader labels; None: not in a pod
     pod_namespace: str | None = None
+    tls: TlsFiles | None = None  # None: plain HTTP, only with insecure_http
+    insecure_http: bool = False
+    health: tuple[str, int] | None = None  # the plain-HTTP probe listener, when asked for
+    max_body: int = DEFAULT_MAX_BODY_MIB * 2**20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +99,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bind-timeout", metavar="SECONDS", help="longest a bind waits for its gang (TOPOGANG_BIND_TIMEOUT; 25)"
     )
     parser.add_argument("--plan-ttl", metavar="SECONDS", help="release a plan idle this long (TOPOGANG_PLAN_TTL; 300)")
+    parser.add_argument(
+        "--preemption-timeout",
+        metavar="SECONDS",
+        help="how long a gang's victims may take to leave (TOPOGANG_PREEMPTION_TIMEOUT; 60)",
+    )
     parser.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)")
     parser.add_argument("--log-format", metavar="FORMAT", help="json, console or auto (TOPOGANG_LOG_FORMAT; auto)")
     parser.add_argument(
@@ -88,9 +115,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lease-namespace", metavar="NS", help="the Lease's namespace (TOPOGANG_LEASE_NAMESPACE; the pod's own)"
     )
     parser.add_argument("--lease-name", metavar="NAME", help="the Lease's name (TOPOGANG_LEASE_NAME; topogang)")
-    parser.add_argument("--lease-duration", metavar="SECONDS", help="(TOPOGANG_LEASE_DURATION; 15)")
-    parser.add_argument("--lease-renew-deadline", metavar="SECONDS", help="(TOPOGANG_LEASE_RENEW_DEADLINE; 10)")
-    parser.add_argument("--lease-retry-period", metavar="SECONDS", help="(TOPOGANG_LEASE_RETRY_PERIOD; 2)")
+    parser.add_argument(
+        "--lease-duration", metavar="SECONDS", help="how long a Lease holds unrenewed (TOPOGANG_LEASE_DURATION; 15)"
+    )
+    parser.add_argument(
+        "--lease-renew-deadline",
+        metavar="SECONDS",
+        help="the leader steps down after failing to renew this long (TOPOGANG_LEASE_RENEW_DEADLINE; 10)",
+    )
+    parser.add_argument(
+        "--lease-retry-period",
+        metavar="SECONDS",
+        help="between renewals and between attempts (TOPOGANG_LEASE_RETRY_PERIOD; 2)",
+    )
+    parser.add_argument("--tls-cert", metavar="PATH", help="PEM serving certificate (TOPOGANG_TLS_CERT)")
+    parser.add_argument("--tls-key", metavar="PATH", help="PEM key of --tls-cert (TOPOGANG_TLS_KEY)")
+    parser.add_argument(
+        "--client-ca",
+        metavar="PATH",
+        help="PEM CA of the clients: a client certificate it signed is required (TOPOGANG_CLIENT_CA)",
+    )
+    parser.add_argument(
+        "--insecure-http",
+        metavar="BOOL",
+        nargs="?",
+        const="true",
+        help="serve plain HTTP without TLS, for local runs (TOPOGANG_INSECURE_HTTP; false)",
+    )
+    parser.add_argument(
+        "--health-listen",
+        metavar="HOST:PORT",
+        help="plain-HTTP listener for probes: /healthz /synced /readyz /metrics only (TOPOGANG_HEALTH_LISTEN; off)",
+    )
+    parser.add_argument(
+        "--max-body",
+        metavar="MIB",
+        help=f"largest request body, in MiB; larger is a 413 (TOPOGANG_MAX_BODY; {DEFAULT_MAX_BODY_MIB})",
+    )
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -111,17 +172,17 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
             raise SettingsError(f"{name} ({env}): expected a positive number of seconds, got {text!r}")
         return value
 
-    listen = pick(args.listen, "TOPOGANG_LISTEN") or "0.0.0.0:8888"
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise SettingsError(f"--listen (TOPOGANG_LISTEN): expected HOST:PORT such as 0.0.0.0:8888, got {listen!r}")
+    host, port = _address("--listen (TOPOGANG_LISTEN)", pick(args.listen, "TOPOGANG_LISTEN") or "0.0.0.0:8888")
     settings = Settings(
-        host=host.strip("[]") or "0.0.0.0",
-        port=int(port_text),
+        host=host,
+        port=port,
         prefix=pick(args.url_prefix, "TOPOGANG_URL_PREFIX") or "/topogang",
         kubeconfig=pick(args.kubeconfig, "TOPOGANG_KUBECONFIG", "KUBECONFIG"),
         bind_timeout=seconds("--bind-timeout", args.bind_timeout, "TOPOGANG_BIND_TIMEOUT", 25.0),
         plan_ttl=seconds("--plan-ttl", args.plan_ttl, "TOPOGANG_PLAN_TTL", 300.0),
+        preemption_timeout=seconds(
+            "--preemption-timeout", args.preemption_timeout, "TOPOGANG_PREEMPTION_TIMEOUT", 60.0
+        ),
         log_level=pick(args.log_level, "TOPOGANG_LOG_LEVEL") or "info",
         log_format=pick(args.log_format, "TOPOGANG_LOG_FORMAT") or "auto",
     )
@@ -145,6 +206,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         pod_name=environ.get("POD_NAME") or None,
         pod_namespace=environ.get("POD_NAMESPACE") or None,
     )
+    settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
     ):
@@ -157,6 +219,49 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     if settings.log_format not in ("json", "console", "auto"):
         raise SettingsError("--log-format (TOPOGANG_LOG_FORMAT): expected json, console or auto")
     return settings
+
+
+def _address(name: str, text: str) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise SettingsError(f"{name}: expected HOST:PORT such as 0.0.0.0:8888, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port_text)
+
+
+TLS_FLAGS = (
+    ("--tls-cert", "TOPOGANG_TLS_CERT"),
+    ("--tls-key", "TOPOGANG_TLS_KEY"),
+    ("--client-ca", "TOPOGANG_CLIENT_CA"),
+)
+
+
+def _transport(settings: Settings, args: argparse.Namespace, pick: Callable[..., str | None]) -> Settings:
+    """mTLS, or plain HTTP when asked for explicitly; the probe listener; the body limit."""
+    files = [pick(getattr(args, flag[2:].replace("-", "_")), env) for flag, env in TLS_FLAGS]
+    insecure_text = pick(args.insecure_http, "TOPOGANG_INSECURE_HTTP") or "false"
+    if insecure_text.lower() not in ("true", "false", "1", "0"):
+        raise SettingsError(f"--insecure-http (TOPOGANG_INSECURE_HTTP): expected true or false, got {insecure_text!r}")
+    insecure = insecure_text.lower() in ("true", "1")
+    given = [f"{flag} ({env})" for (flag, env), path in zip(TLS_FLAGS, files, strict=True) if path]
+    if insecure and given:
+        raise SettingsError(f"--insecure-http: plain HTTP and {', '.join(given)} exclude each other; choose one")
+    if not insecure and len(given) < len(TLS_FLAGS):
+        missing = [f"{flag} ({env})" for (flag, env), path in zip(TLS_FLAGS, files, strict=True) if not path]
+        raise SettingsError(
+            f"{', '.join(missing)}: expected a file; topogang serves mTLS (--tls-cert, --tls-key and "
+            "--client-ca together), or plain HTTP only with --insecure-http for a local run"
+        )
+    cert, key, ca = files
+    tls = TlsFiles(cert, key, ca) if cert and key and ca else None
+    health_text = pick(args.health_listen, "TOPOGANG_HEALTH_LISTEN")
+    health = _address("--health-listen (TOPOGANG_HEALTH_LISTEN)", health_text) if health_text else None
+    mib_text = pick(args.max_body, "TOPOGANG_MAX_BODY")
+    mib = DEFAULT_MAX_BODY_MIB
+    if mib_text is not None:
+        if not mib_text.isdigit() or int(mib_text) <= 0:
+            raise SettingsError(f"--max-body (TOPOGANG_MAX_BODY): expected a positive number of MiB, got {mib_text!r}")
+        mib = int(mib_text)
+    return replace(settings, tls=tls, insecure_http=insecure, health=health, max_body=mib * 2**20)
 
 
 def _own_namespace() -> str:

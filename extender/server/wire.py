@@ -196,9 +196,11 @@ def decode_victims(body: bytes) -> tuple[str, dict[str, Any]]:
     if not isinstance(victims, dict):
         raise WireError("ExtenderPreemptionArgs.NodeNameToVictims: expected a map of node name to victims")
     out: dict[str, Any] = {}
-    for node, v in victims.items():
-        pods = (_field(v, "Pods") or []) if isinstance(v, dict) else []
-        uids = [{"UID": (p.get("metadata") or {}).get("uid", "")} for p in pods if isinstance(p, dict)]
+    for node, raw in victims.items():
+        v = raw if isinstance(raw, dict) else {}
+        pods = _field(v, "Pods")
+        metas = [p.get("metadata") for p in pods if isinstance(p, dict)] if isinstance(pods, list) else []
+        uids = [{"UID": m.get("uid", "")} for m in metas if isinstance(m, dict)]
         out[node] = {"Pods": uids, "NumPDBViolations": _field(v, "NumPDBViolations") or 0}
     return key, out
 
@@ -207,10 +209,13 @@ def decode_victims(body: bytes) -> tuple[str, dict[str, Any]]:
 class PreemptArgs:
     pod_key: str
     victims: dict[str, Any]  # node -> MetaVictims, as kube-scheduler proposes them
+    pod: Mapping[str, Any]  # the Pod as kube-scheduler sent it
 
 
 def decode_preempt(body: bytes) -> PreemptArgs:
-    return PreemptArgs(*decode_victims(body))
+    key, victims = decode_victims(body)
+    pod = _field(_loads(body, "ExtenderPreemptionArgs"), "Pod")
+    return PreemptArgs(key, victims, pod if isinstance(pod, dict) else {})
 
 
 def encode_victims(victims: Mapping[str, Any]) -> bytes:

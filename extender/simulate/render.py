@@ -9,6 +9,7 @@ import orjson
 from extender.model.keys import GroupKey
 from extender.model.node import NodeInfo
 from extender.model.topology import TopologySpec
+from extender.placement import DomainRef
 from extender.simulate.runner import SimResult
 
 
@@ -33,6 +34,15 @@ def to_json(result: SimResult) -> str:
                 "message": g.message,
             }
             for g in result.groups
+        ],
+        "preempted": [
+            {
+                "namespace": GroupKey.parse(v.pod).namespace,
+                "name": GroupKey.parse(v.pod).name,
+                "preemptedBy": v.by,
+                "domain": str(v.domain),
+            }
+            for v in result.preempted
         ],
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
@@ -59,6 +69,15 @@ def to_text(result: SimResult) -> str:
         out += [*_table(rows), ""]
     if placed:
         out += _picture(result, {p.node: p for p in placed if p.node})
+    if result.preempted:
+        out.append(f"Preempted ({len(result.preempted)}):")
+        by: dict[tuple[str, DomainRef], list[str]] = defaultdict(list)
+        for v in result.preempted:
+            by[(v.by, v.domain)].append(v.pod)
+        for (gang, domain), names in by.items():
+            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            out.append(f"  {shown}: by {gang} for {domain}")
+        out.append("")
     if pending:
         out.append(f"Pending ({len(pending)}):")
         by_reason: dict[str, list[str]] = defaultdict(list)

@@ -6,6 +6,10 @@ its own filters (readiness, taints, selectors, resources against bound and assum
 then topogang's filter, prioritize and bind. A pod waiting at the bind gate is *assumed* on its
 node, as kube-scheduler assumes it. Passes repeat while anything moves, as kube-scheduler
 retries unschedulable pods when the cluster changes. No clock: time advances one tick a call.
+
+A gang member that no node takes goes through kube-scheduler's preemption, which asks topogang:
+when topogang chooses victims for the gang, they are evicted at once (their pods deleted, as a
+grace period of 0 would) and listed in the result. Plain pods never preempt here.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
-from extender.grouping import can_synthesize, synthesize
+from extender.grouping import Family, can_synthesize, synthesize
 from extender.model.errors import InvalidObject
+from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
+from extender.placement import DomainRef
 from extender.simulate.loader import InputError, Loaded
 
 TICK = 0.001  # seconds of simulated time per scheduling call
@@ -39,6 +45,13 @@ class PodOutcome:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Preempted:
+    pod: str  # namespace/name of the victim
+    by: str  # the gang it made room for
+    domain: DomainRef
+
+
 @dataclass
 class SimResult:
     pods: list[PodOutcome]
@@ -46,6 +59,7 @@ class SimResult:
     events: list[PlanEvent]
     state: ClusterState
     warnings: list[str] = field(default_factory=list)
+    preempted: list[Preempted] = field(default_factory=list)
 
 
 class Simulation:
@@ -55,6 +69,7 @@ class Simulation:
         self.order: dict[str, int] = {}  # pod -> the order read
         self.running: set[str] = set()  # pods that were already bound in the input
         self.warnings: list[str] = []
+        self.preempted: list[Preempted] = []
         self._load(objects)
 
     # -- input ----------------------------------------------------------------------------------
@@ -74,7 +89,7 @@ class Simulation:
         for obj in objects:
             meta = obj.body.get("metadata") or {}
             name, ns = meta.get("name"), meta.get("namespace") or "default"
-            if not can_synthesize(obj.api_version, obj.kind) or f"{obj.kind} {ns}/{name}" in with_pods:
+            if not can_synthesize(obj.api_version, obj.kind) or Family(obj.kind, GroupKey(ns, str(name))) in with_pods:
                 continue
             try:
                 made = synthesize(obj.body)
@@ -120,10 +135,15 @@ class Simulation:
                 candidates, why = self._scheduler_filter(pod, assumed)
                 if not candidates:
                     reasons[key] = why
+                    event = self.scheduler.preempt(key, now)  # kube-scheduler's PostFilter asks
+                    if event is not None:
+                        events.append(event)
+                        moved = self._evict(event) or moved
                     continue
                 result = self.scheduler.filter(pod, candidates, now)
                 if result.event is not None:
                     events.append(result.event)
+                    moved = self._evict(result.event) or moved
                 if not result.nodes:
                     reasons[key] = result.reason or "no node"
                     continue
@@ -145,6 +165,17 @@ class Simulation:
             for key in self.scheduler.gate_timeout(group, 0):
                 reasons[key] = self.scheduler.reason_text(group, "bind gate timed out")
         return self._result(events, reasons)
+
+    def _evict(self, event: PlanEvent) -> bool:
+        """The victims of a preemption plan leave at once; True when some did."""
+        p = event.preemption
+        if p is None:
+            return False
+        for key in p.pods:
+            if key in self.state.pods:
+                self.scheduler.delete_pod(key)
+                self.preempted.append(Preempted(key, event.group, p.domain))
+        return bool(p.pods)
 
     def _queue(self) -> list[str]:
         """kube-scheduler's PrioritySort: priority, then age, then the order read. A gang's
@@ -231,7 +262,7 @@ class Simulation:
                 )
             )
         groups = [self.scheduler.status(g) for g in scheduler.groups()]
-        return SimResult(pods, groups, events, self.state, self.warnings)
+        return SimResult(pods, groups, events, self.state, self.warnings, self.preempted)
 
 
 def gated(pod: PodInfo) -> str:

@@ -1,0 +1,77 @@
+"""Preempting: what the scheduler does for a gang that cannot be placed.
+
+attempt   search for victims (`find_preemption`), at most once per `retry` seconds per gang and
+          only when the cluster changed since a search that found nothing; on success the
+          plan's pods are reserved on their nodes at once (the nomination) and the victims are
+          the caller's to evict.
+gone      a pod left: when it was a gang's last victim, the gang is ready to be planned.
+settle    a ready gang's reservations are given back just before it is planned for real,
+          into the room its victims left.
+expire    nominations whose victims did not go in time are released.
+"""
+
+from __future__ import annotations
+
+from extender.core.cluster import ClusterState
+from extender.core.membership import Membership
+from extender.core.nomination import Nomination, Nominations
+from extender.core.preemption import find_preemption
+from extender.placement import NoPreemption, Preemption
+
+RETRY = 5.0  # seconds between two searches for one gang that found nothing
+
+
+class Preempting:
+    def __init__(self, state: ClusterState, membership: Membership, *, timeout: float, retry: float = RETRY) -> None:
+        self.state = state
+        self.membership = membership
+        self.nominations = Nominations(timeout)
+        self.retry = retry
+        self._tried: dict[str, tuple[int, float]] = {}  # group -> (state version, when) of a fruitless search
+        self.last: dict[str, NoPreemption] = {}  # group -> why its last search found no victims
+
+    def attempt(self, group: str, now: float) -> Nomination | NoPreemption | None:
+        """Search victims for GROUP; None when a recent search already found none."""
+        tried = self._tried.get(group)
+        if tried is not None and (tried[0] == self.state.version or now - tried[1] < self.retry):
+            return None
+        result = find_preemption(self.state, self.membership, group, exclude=self.nominations.evicting())
+        if isinstance(result, NoPreemption):
+            self._tried[group] = (self.state.version, now)
+            self.last[group] = result
+            return result
+        self._tried.pop(group, None)
+        self.last.pop(group, None)
+        return self._hold(result, now)
+
+    def _hold(self, preemption: Preemption, now: float) -> Nomination:
+        gone = {p for p in preemption.pods if p not in self.state.pods or self.state.pods[p].node_name is None}
+        nom = self.nominations.start(preemption, now, gone)
+        for pod, node in nom.reserved.items():
+            self.state.reserve(pod, node, self.state.pods[pod].requests)
+        return nom
+
+    def gone(self, pod: str) -> str | None:
+        """POD left the cluster (deleted or finished); the group it was the last victim for."""
+        return self.nominations.gone(pod)
+
+    def settle(self, group: str) -> Nomination | None:
+        """Give back a nomination's reservations (its gang is about to be planned for real)."""
+        nom = self.nominations.drop(group)
+        if nom is not None:
+            for pod in nom.reserved:
+                self.state.unreserve(pod)
+        return nom
+
+    def expire(self, now: float) -> list[Nomination]:
+        late = self.nominations.expired(now)
+        for nom in late:
+            for pod in nom.reserved:
+                self.state.unreserve(pod)
+        return late
+
+    def forget(self, group: str) -> None:
+        """The gang is gone or placed: nothing to hold or remember for it."""
+        self.settle(group)
+        self._tried.pop(group, None)
+        self.last.pop(group, None)

@@ -1,0 +1,114 @@
+"""From the cluster state to what the victim search reads: running workloads and priorities.
+
+Every bound pod that still runs belongs to one workload: its gang (a victim whole, the pods
+beyond the gang's minimum alone first) or, for a pod of no gang, itself. A gang's priority is
+its view's (the highest of its pods' and its PodGroup's `priorityClassName`); a gang with a
+member whose `preemptionPolicy` is Never never preempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+
+from extender.core.cluster import ClusterState
+from extender.core.exclusivity import snapshot_for
+from extender.core.membership import GroupView, Membership
+from extender.model.pod import PodInfo
+from extender.placement import (
+    Budget,
+    Gang,
+    NoPreemption,
+    PreemptionResult,
+    RunningPod,
+    Workload,
+    find_victims,
+    meets_minimum,
+)
+
+NEVER = "Never"
+
+
+def may_preempt(state: ClusterState, view: GroupView) -> bool:
+    pods = [state.pods[k] for k in view.pods if k in state.pods]
+    return not any(p.preemption_policy == NEVER for p in pods)
+
+
+def running_workloads(
+    state: ClusterState, membership: Membership, skip: str | None = None, exclude: AbstractSet[str] = frozenset()
+) -> list[Workload]:
+    """Every running workload but `skip` (the preemptor) and those with a pod in `exclude` (being
+    evicted for another gang), gangs whole, plain pods alone."""
+    by_group: dict[str, list[PodInfo]] = {}
+    out: list[Workload] = []
+    for pod in state.pods.values():
+        if not pod.uses_capacity or pod.deleting or pod.node_name is None:
+            continue
+        group = membership.group_of(pod.key)
+        if group is None:
+            if pod.key not in exclude:
+                out.append(Workload(pod.key, state.pod_priority(pod), (_running(pod),), gang=False))
+        elif group != skip:
+            by_group.setdefault(group, []).append(pod)
+    for group, pods in sorted(by_group.items()):
+        if exclude and any(p.key in exclude for p in pods):
+            continue
+        view = membership.view(group)
+        gang = view.built.gang if view.built is not None else None
+        running = tuple(_running(p) for p in sorted(pods, key=lambda p: p.key))
+        out.append(Workload(group, view.priority, running, _elastic(gang, running)))
+    return out
+
+
+def _running(pod: PodInfo) -> RunningPod:
+    assert pod.node_name is not None
+    started = pod.started if pod.started is not None else (pod.created or 0.0)
+    return RunningPod(pod.key, pod.node_name, pod.requests, started)
+
+
+def _elastic(gang: Gang | None, pods: tuple[RunningPod, ...]) -> frozenset[str]:
+    """Pods the gang can lose while the rest keeps its minimum, the youngest first. Any subset of
+    them can go: the minimum holds for every superset of what is left."""
+    if gang is None:
+        return frozenset()
+    left = {p.key for p in pods}
+    spare: set[str] = set()
+    for p in sorted(pods, key=lambda p: (-p.started, p.key)):
+        left.discard(p.key)
+        if meets_minimum(gang, left):
+            spare.add(p.key)
+        else:
+            left.add(p.key)
+    return frozenset(spare)
+
+
+def find_preemption(
+    state: ClusterState,
+    membership: Membership,
+    group: str,
+    budgets: tuple[Budget, ...] = (),
+    exclude: AbstractSet[str] = frozenset(),
+) -> PreemptionResult:
+    """Victims whose eviction lets GROUP's minimum fit, or why there are none. Pods in `exclude`
+    are being evicted for someone else already."""
+    view = membership.view(group)
+    gang = view.built.gang if view.built is not None else None
+    if gang is None:
+        return NoPreemption(group, "the gang is not valid")
+    if not may_preempt(state, view):
+        return NoPreemption(group, "preemptionPolicy Never: the gang waits instead of preempting")
+    snapshot = snapshot_for(state, membership, group, gang)
+    workloads = running_workloads(state, membership, group, exclude)
+    return find_victims(snapshot, gang, view.priority, workloads, budgets or budgets_of(state, workloads))
+
+
+def budgets_of(state: ClusterState, workloads: list[Workload]) -> tuple[Budget, ...]:
+    """The cluster's PodDisruptionBudgets over the pods that could be victims."""
+    if not state.budgets:
+        return ()
+    out = []
+    candidates = [state.pods[p.key] for w in workloads for p in w.pods if p.key in state.pods]
+    for budget in state.budgets.values():
+        guarded = frozenset(p.key for p in candidates if budget.selects(p.namespace, p.labels))
+        if guarded:
+            out.append(Budget(budget.key, budget.allowed, guarded))
+    return tuple(out)

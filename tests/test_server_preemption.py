@@ -1,0 +1,120 @@
+"""Preemption through the extender: kube-scheduler's preempt call for a gang member starts the
+gang's own preemption (victims evicted by topogang, Events, metrics), answers no victims, and
+wakes the members when the last victim is gone. The API server's side is recorded here;
+e2e/test_preemption.py runs it against the real one.
+
+Cluster: tests/test_core_preemption.py's (a zone of three racks of four 8-GPU nodes; `two` on
+racks r1 and r2, `one` on rack r3, both priority 10; `urgent`, priority 1000, needs one rack).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import pytest
+
+from extender.core.scheduler import GangScheduler
+from extender.server.app import create_app
+from extender.server.extender import Extender
+from tests.builders import pod
+from tests.test_core_preemption import cluster
+from tests.test_server_app import Recorder, call
+
+
+class Evictions(Recorder):
+    def __init__(self, blocked: set[str] | None = None) -> None:
+        super().__init__()
+        self.evicted: list[str] = []
+        self.blocked = blocked or set()
+
+    async def evict(self, namespace: str, name: str, uid: str) -> str:
+        key = f"{namespace}/{name}"
+        if key in self.blocked:
+            return "blocked"
+        self.evicted.append(key)
+        return "evicted"
+
+    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
+        self.events.append((involved["name"], f"{reason}: {message}"))
+
+
+def preempt_args(name: str) -> bytes:
+    body = {"metadata": {"name": name, "namespace": "default"}}
+    return orjson.dumps({"Pod": body, "NodeNameToMetaVictims": {"z1-b1-r3-n1": {"Pods": [{"UID": "x"}]}}})
+
+
+async def start(aiohttp_client: Any, actions: Evictions) -> tuple[Any, GangScheduler, Extender]:
+    state, _ = cluster()
+    scheduler = GangScheduler(state, preemption_timeout=30)
+    for i in range(4):
+        scheduler.observe_pod(pod(f"urgent-{i}", group="urgent"))
+    extender = Extender(scheduler, actions, bind_timeout=5)
+    client = await aiohttp_client(create_app(extender, lambda: True, "/topogang"))
+    return client, scheduler, extender
+
+
+@pytest.mark.asyncio
+async def test_a_gang_members_preempt_call_evicts_the_gangs_victims(aiohttp_client: Any) -> None:
+    actions = Evictions()
+    client, scheduler, extender = await start(aiohttp_client, actions)
+    assert await call(client, "preempt", preempt_args("urgent-0")) == {"NodeNameToMetaVictims": {}}
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert sorted(actions.evicted) == [f"default/one-{i}" for i in range(4)]
+    assert ("one-0", "Preempted: Preempted by default/urgent for rack z1/b1/r3") in actions.events
+    assert any(
+        name == "urgent-1" and text.startswith("Preempting: preempting in rack") for name, text in actions.events
+    )
+    assert extender.metrics.preemptions._value.get() == 1
+    assert extender.metrics.preemption_victims._value.get() == 4
+    # a plain pod keeps kube-scheduler's victims
+    state = scheduler.state
+    state.upsert_pod(pod("plain"))
+    victims = {"z1-b1-r1-n1": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}
+    body = orjson.dumps(
+        {"Pod": {"metadata": {"name": "plain", "namespace": "default"}}, "NodeNameToMetaVictims": victims}
+    )
+    assert await call(client, "preempt", body) == {"NodeNameToMetaVictims": victims}
+    # the victims go: the members are woken
+    for i in range(4):
+        scheduler.delete_pod(f"default/one-{i}")
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert sorted(actions.woken) == [("default", f"urgent-{i}") for i in range(4)]
+
+
+@pytest.mark.asyncio
+async def test_a_victim_under_a_budget_is_tried_again_until_the_room_is_released(
+    aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("extender.server.extender.EVICT_RETRY", 0.01)
+    actions = Evictions(blocked={"default/one-2"})
+    client, _, _ = await start(aiohttp_client, actions)
+    await call(client, "preempt", preempt_args("urgent-0"))
+    await asyncio.sleep(0.05)
+    assert sorted(actions.evicted) == ["default/one-0", "default/one-1", "default/one-3"]
+    actions.blocked.clear()
+    await asyncio.sleep(0.05)
+    assert "default/one-2" in actions.evicted
+
+
+@pytest.mark.asyncio
+async def test_a_member_unknown_to_the_cache_yet_gets_no_pod_by_pod_victims(aiohttp_client: Any) -> None:
+    client, scheduler, _ = await start(aiohttp_client, Evictions())
+    newcomer = {
+        "metadata": {"name": "late-0", "namespace": "default", "annotations": {"pod-group-name": "urgent"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+    }
+    victims = {"z1-b1-r1-n1": {"Pods": [{"UID": "x"}], "NumPDBViolations": 0}}
+    body = orjson.dumps({"Pod": newcomer, "NodeNameToMetaVictims": victims})
+    assert await call(client, "preempt", body) == {"NodeNameToMetaVictims": {}}
+    assert scheduler.membership.group_of("default/late-0") == "default/urgent"
+    unknown_group = {
+        **newcomer,
+        "metadata": {**newcomer["metadata"], "name": "x", "annotations": {"pod-group-name": "nope"}},
+    }
+    body = orjson.dumps({"Pod": unknown_group, "NodeNameToMetaVictims": victims})
+    assert await call(client, "preempt", body) == {"NodeNameToMetaVictims": {}}  # a gang-to-be
