@@ -1,6 +1,6 @@
 """Grouping time of one Job cut into N segment SubGroups (segment-size 1), N doubling.
 
-    python bench/grouping_scale.py                 # N = 2,500 .. 20,000
+    python bench/grouping_scale.py                 # N = 2,500 .. 19,999 (segments; the limit is 20,000 SubGroups)
     python bench/grouping_scale.py --sizes 1000 2000
 
 Prints, for each N, the median of `group_pods` (one pod; the tree comes from the Job's spec) and
@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from extender.grouping import ObjectIndex, group_pods
+from extender.model.limits import MAX_SUBGROUPS
 from extender.model.pod import PodInfo, parse_pod
 from extender.model.podgroup import PodGroupSpec
 from extender.model.topology import parse_topology
@@ -58,7 +59,7 @@ def _median_ms(run: Callable[[], object], repeat: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2500, 5000, 10000, 20000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2500, 5000, 10000, MAX_SUBGROUPS - 1])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     pod, previous = _pod(), None

@@ -44,10 +44,12 @@ import yaml
 from e2e.controlplane import Component, ControlPlane, SchedulerSwitch
 from e2e.controlplane.plane import free_ports
 from e2e.topogang import SHIPPED_CONFIG, Topogang, extender_pki
-from extender.grouping.resource_interface import index_resource_interfaces
+from extender.grouping.grouper import Link
+from extender.grouping.resource_interface import ResourceInterface, group_with, index_resource_interfaces
 from extender.kube.leader_label import LEADER_LABEL
 from extender.kube.resources import WATCHED
 from extender.model.errors import InvalidObject
+from extender.model.pod import OwnerRef
 from extender.model.podgroup import parse_podgroup
 from extender.model.podgroup_body import podgroup_spec_body
 from extender.model.topology import parse_topology
@@ -350,7 +352,7 @@ MISTAKES = [
             "spec.minMember in body should be greater than or equal to 0", True),
     Mistake("minmember-not-a-number", podgroup({"minMember": "two"}),
             ".spec.minMember: expected numeric (int or float), got string", True),
-    Mistake("misspelt-field", podgroup({"minMembers": 2}), ".spec.minMembers: field not declared in schema", None),
+    Mistake("misspelt-field", podgroup({"minMembers": 2}), ".spec.minMembers: field not declared in schema", True),
     Mistake("parent-does-not-exist", podgroup({"subGroups": [{"name": "a", "parent": "nowhere"}]}),
             "a SubGroup's parent must name another SubGroup of this PodGroup", True),
     Mistake("own-parent", podgroup({"subGroups": [{"name": "a", "parent": "a"}]}),
@@ -459,6 +461,47 @@ async def test_make_cluster_installs_the_crds_and_a_topology_of_its_nodes_labels
     want = [labels.zone, labels.block, labels.rack, HOSTNAME_LABEL]
     assert [lv["nodeLabel"] for lv in body["spec"]["levels"]] == want
     parse_topology(body)
+
+
+# Misspelt fields: kubectl's strict field validation (client-side apply, the default
+# --validate=strict) and server-side apply both refuse them, because the schemas are structural;
+# topogang's parsers refuse the same objects, naming the field, when they come from elsewhere
+# (an older CRD, a simulation input).
+TYPOS = [
+    ("podgroup", podgroup({"minMember": 1, "topologyConstraints": {"global": {"requiredTopologyLevl": "rack"}}}),
+     "spec.topologyConstraints.global.requiredTopologyLevl"),
+    ("topology", topology({"levels": [{"nodeLabel": "example.com/topology-rack", "alais": "rack"}]}),
+     "spec.levels[0].alais"),
+    ("resourceinterface",
+     resource_interface({"targetGVK": GVK, "gangScheduling": {"podGroups": [{"requiredTopologyLevl": "rack"}]}}),
+     "spec.gangScheduling.podGroups[0].requiredTopologyLevl"),
+]  # fmt: skip
+
+
+def topogang_refusal(doc: dict[str, Any]) -> str:
+    """What topogang says about DOC (a PodGroup, Topology or ResourceInterface)."""
+    if doc["kind"] == "ResourceInterface":
+        link = Link(OwnerRef("ray.io/v1", "RayCluster", "rc", "u", True), "default", {"spec": {}})
+        draft = group_with(ResourceInterface("bad", "ray.io/v1", "RayCluster", doc), link)
+        assert draft is not None
+        return "; ".join(str(e) for e in draft.errors)
+    parse = parse_podgroup if doc["kind"] == "PodGroup" else parse_topology
+    with pytest.raises(InvalidObject) as caught:
+        parse(doc)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(("doc", "field"), [t[1:] for t in TYPOS], ids=[t[0] for t in TYPOS])
+def test_a_misspelt_field_is_refused_by_strict_validation_and_by_topogang(
+    control_plane: ControlPlane, installed: Installed, doc: dict[str, Any], field: str
+) -> None:
+    client_side = kubectl(control_plane, "apply", "--validate=strict", "--dry-run=server", "-f", "-", stdin=dump([doc]))
+    assert client_side.returncode != 0, f"accepted: {doc}"
+    assert f'unknown field "{field}"' in client_side.stderr, client_side.stderr
+    server_side = dry_run(control_plane, [doc])
+    assert server_side.returncode != 0, f"accepted: {doc}"
+    assert f"{field}: field not declared in schema" in server_side.stderr, server_side.stderr
+    assert f"{field}: unknown field" in topogang_refusal(doc)
 
 
 # -- RBAC ----------------------------------------------------------------------------------------------------

@@ -238,7 +238,7 @@ BROKEN: list[tuple[str, dict[str, Any], list[str]]] = [
         ri(podClassifier={"matchExpressions": [{"key": "ray.io/group", "operator": "In", "valuePath": "$wg"}]}),
         [
             f"ResourceInterface raycluster: {WORKERS}.podClassifier.matchExpressions[0].valuePath:"
-            " expression '$wg' resolves to {'groupName': 'cpu', 'replicas': 2, 'template': {'metadat..., expected a"
+            ' expression \'$wg\' resolves to {"groupName": "cpu", "replicas": 2, "template": {"metadat..., expected a'
             " label value"
         ],
     ),

@@ -1,5 +1,6 @@
-"""Grouping is linear in the number of SubGroups: 20,000 segments are grouped in work
-proportional to 20,000, counted as reads of `SubGroupSpec.parent` (how the tree is walked)."""
+"""Grouping is linear in the number of SubGroups: a gang of 20,000 SubGroups (the limit: a Job's
+own and 19,999 segments) is grouped in work proportional to 20,000, counted as reads of
+`SubGroupSpec.parent` (how the tree is walked)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import Any
 import pytest
 
 from extender.grouping import ObjectIndex, group_pods
+from extender.model.limits import MAX_SUBGROUPS
 from extender.model.podgroup import SubGroupSpec
 from tests.grouping_builders import job, owned_pod
 
-SEGMENTS = 20_000
+SEGMENTS = MAX_SUBGROUPS - 1  # the most a valid gang can have: the Job's own SubGroup counts too
 READS_PER_SUBGROUP = 10  # a walk of the tree reads each SubGroup's parent a few times, not n times
 
 
@@ -52,7 +54,7 @@ def _group_segments(segments: int) -> int:
     return len(g.podgroup.subgroups)
 
 
-def test_grouping_20000_segments_reads_each_subgroup_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_grouping_20000_subgroups_reads_each_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
     budget = READS_PER_SUBGROUP * (SEGMENTS + 1)
     reads = _count_parent_reads(monkeypatch, budget)
     assert _group_segments(SEGMENTS) == SEGMENTS + 1  # the Job's SubGroup and its segments

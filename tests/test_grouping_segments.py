@@ -333,8 +333,9 @@ def test_unknown_owner_without_index_label_ignores_segments() -> None:
     g = only(group(pods=pods))
     assert render(g) == ["ml/trainer-t1 sub=1", "  trainer min=4"]
     assert g.warnings == (
-        "Pod ml/t1-0: kai.scheduler/segment-size, kai.scheduler/segment-topology-required-placement ignored:"
-        " this kind has no default pod index label; set kai.scheduler/pod-index-label",
+        "Trainer ml/t1 (read from its Pod ml/t1-0): kai.scheduler/segment-size,"
+        " kai.scheduler/segment-topology-required-placement ignored: this kind has no default pod index label;"
+        " set kai.scheduler/pod-index-label",
     )
 
 

@@ -179,7 +179,7 @@ BAD = [
     ),
     pytest.param(
         {"subGroups": "a,b"},
-        ["PodGroup ml/pg: spec.subGroups: expected a list, got str"],
+        ["PodGroup ml/pg: spec.subGroups: expected a list, got a string"],
         id="subgroups-not-list",
     ),
     pytest.param(

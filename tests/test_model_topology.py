@@ -81,7 +81,7 @@ def test_hostname_level_is_implied_and_kept_last() -> None:
             {"levels": [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": "r"}]},
             "Topology t: spec.levels[0].nodeLabel: kubernetes.io/hostname must be the last (finest) level",
         ),
-        ({"levels": "zone,rack"}, "Topology t: spec.levels: expected a list, got str"),
+        ({"levels": "zone,rack"}, "Topology t: spec.levels: expected a list, got a string"),
     ],
 )
 def test_bad_topologies(spec: dict[str, object], want: str) -> None:

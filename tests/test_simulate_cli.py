@@ -29,7 +29,8 @@ def test_story_2_json_lists_every_new_pod_with_group_subgroup_and_node(capsys: p
     assert isinstance(pods, list)
     assert len(pods) == 19  # the five running inference pods are not listed
     worker = next(p for p in pods if p["name"] == "distributed-training-worker-5")
-    assert set(worker) == {"namespace", "name", "labels", "podGroup", "subGroup", "node"}
+    assert set(worker) == {"namespace", "name", "labels", "podGroup", "subGroup", "node", "reason"}
+    assert worker["reason"] is None
     assert (worker["namespace"], worker["podGroup"], worker["subGroup"]) == ("ml", "distributed-training", "worker-1")
     racks = {}
     for p in pods:
@@ -38,7 +39,13 @@ def test_story_2_json_lists_every_new_pod_with_group_subgroup_and_node(capsys: p
     assert all(len(r) == 1 for r in racks.values()), racks
     assert {r.split("-")[1] for rs in racks.values() for r in rs} == {"z1"}
     assert doc["podGroups"] == [
-        {"namespace": "ml", "name": "distributed-training", "phase": "Scheduled", "message": "19 pod(s) bound"}
+        {
+            "namespace": "ml",
+            "name": "distributed-training",
+            "phase": "Scheduled",
+            "reason": "Scheduled",
+            "message": "19 pod(s) bound",
+        }
     ]
 
 

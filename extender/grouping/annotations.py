@@ -19,6 +19,7 @@ from extender.grouping import names as n
 from extender.grouping.grouper import Part
 from extender.grouping.values import ann_field, level, positive_int
 from extender.model.errors import FieldError
+from extender.model.limits import MAX_SEGMENTS, beyond
 from extender.model.podgroup import TopologyConstraint
 
 
@@ -133,6 +134,11 @@ def _kai_segments(
         return None
     if size is None:
         return None
+    segments = -(-part.replicas // size)
+    if segments > MAX_SEGMENTS:
+        what = f"cuts the {part.replicas:,} replicas of {part.name} into {segments:,} segments; {beyond(MAX_SEGMENTS)}"
+        errors.append(FieldError(obj, ann_field(where, n.KAI_SEGMENT_SIZE), what))
+        return None
     used = [a for a in (n.KAI_SEGMENT_REQUIRED, n.KAI_SEGMENT_PREFERRED) if a in ann]
     c = None
     if required or preferred:
@@ -203,6 +209,14 @@ def _kueue_slices(part: Part, obj: str, index_label: str, offset: int, errors: l
             return None
         layers.append(Layer(size, TopologyConstraint(required=required, field=f_req)))
     if len(errors) > before:
+        return None
+    slices = sum(-(-part.replicas // layer.size) for layer in layers)
+    if slices > MAX_SEGMENTS:
+        field_ = ann_field(
+            where, next(a for a in (n.KUEUE_SLICE_CONSTRAINTS, n.KUEUE_SLICE_SIZE, n.KUEUE_SLICE_REQUIRED) if a in ann)
+        )
+        what = f"cuts the {part.replicas:,} replicas of {part.name} into {slices:,} slices; {beyond(MAX_SEGMENTS)}"
+        errors.append(FieldError(obj, field_, what))
         return None
     return Layout(part, "slice", tuple(layers), index_label, offset)
 

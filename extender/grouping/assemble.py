@@ -21,11 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from extender.grouping import names as n
-from extender.grouping.annotations import Layer, Layout, layout_of, merge, placement
+from extender.grouping.annotations import Layer, Layout, anns_field, layout_of, merge, placement
 from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.result import Grouping
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
+from extender.model.limits import MAX_GANG_PODS, MAX_SUBGROUPS, beyond
 from extender.model.podgroup import PodGroupSpec, SubGroupSet, SubGroupSpec, TopologyConstraint, validate_structure
 
 __all__ = ["assemble"]
@@ -70,8 +71,25 @@ class _Tree:
     layouts: dict[str, Layout] = field(default_factory=dict)  # part name -> its segment layout
 
 
-def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree) -> None:
-    """One SubGroup per part, with its placement, and its segment SubGroups below it."""
+def _checks(draft: GangDraft, tree: _Tree) -> bool:
+    """The workload-wide checks: segment annotations on the workload itself (KAI and Kueue read
+    them from PodTemplates only: say so rather than drop them), and the gang's size; True when
+    the gang has more pods than MAX_GANG_PODS."""
+    stray = [
+        a for a in (*n.KAI_SEGMENT_ANNOTATIONS, n.KUEUE_SLICE_SIZE, n.KUEUE_SLICE_REQUIRED) if a in draft.annotations
+    ]
+    if stray:
+        where = "segments and slices are cut per replica type: put them on its PodTemplate"
+        tree.warnings.append(f"{draft.obj}: {anns_field('', stray)} ignored: {where}")
+    total = sum(p.replicas for p in draft.parts)
+    if total > MAX_GANG_PODS:
+        tree.errors.append(FieldError(draft.obj, "spec", f"the gang has {total:,} pods; {beyond(MAX_GANG_PODS)}"))
+    return total > MAX_GANG_PODS
+
+
+def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree, oversized: bool) -> None:
+    """One SubGroup per part, with its placement, and its segment SubGroups below it (none for
+    an oversized gang)."""
     placed_targets: set[str] = set()
     for part in draft.parts:
         obj = part.template_obj or draft.obj
@@ -89,6 +107,8 @@ def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree) -> None:
             tree.constraints[target] = merge(tree.constraints.get(target), c, obj, tree.errors) or c
         placed_targets.add(target)
         layout = layout_of(part, obj, topology, tree.errors, tree.warnings)
+        if oversized:  # no segments cut: they would take memory for a gang that is Invalid anyway
+            layout = Layout(part, index_label=layout.index_label, offset=layout.offset)
         tree.layouts[part.name] = layout
         if layout.layers:
             seg: list[SubGroupSpec] = []
@@ -168,7 +188,7 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     # only PodSet.
     workload = placement(ann, draft.obj, "", None, tree.errors)
     global_constraint = merge(draft.global_constraint, workload, draft.obj, tree.errors)
-    _add_parts(draft, topology, tree)
+    _add_parts(draft, topology, tree, _checks(draft, tree))
     podset_groups = _podset_groups(draft, tree)
 
     subgroup_of: dict[str, str] = {}
@@ -179,6 +199,9 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
             subgroup_of[m.pod.key] = leaf
 
     subgroups = tree.subgroups
+    if len(subgroups) > MAX_SUBGROUPS:
+        too_many = f"the gang has {len(subgroups):,} SubGroups; {beyond(MAX_SUBGROUPS)}"
+        tree.errors.append(FieldError(draft.obj, "spec", too_many))
     top = [s for s in subgroups if s.parent is None]
     namespace, _, name = draft.key.partition("/")
     pg = PodGroupSpec(

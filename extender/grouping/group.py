@@ -30,6 +30,7 @@ from extender.grouping.values import annotations_of, controller_ref
 from extender.model.errors import FieldError
 from extender.model.keys import GroupKey
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
+from extender.model.limits import MAX_GANG_PODS, beyond
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
 
@@ -130,7 +131,8 @@ def _fallback(top: Link, pods: list[PodInfo]) -> GangDraft:
     if template is not None:
         part = Part(top.ref.kind.lower(), len(pods), len(pods), annotations_of(template), "spec.template")
     else:  # no template: the pods carry the template's annotations
-        part = Part(top.ref.kind.lower(), len(pods), len(pods), dict(first.annotations), "", f"Pod {first.key}")
+        obj = f"{top.label} (read from its Pod {first.key})"
+        part = Part(top.ref.kind.lower(), len(pods), len(pods), dict(first.annotations), "", obj)
     workload = annotations_of(top.obj) if top.obj is not None else {}
     return GangDraft(top.key(), top.label, top.label, top.ref, workload, [part], uid=top.ref.uid)
 
@@ -257,7 +259,7 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
     claims.unmatched()
     out = _Groups()
     for key, ps in sorted(explicit.items()):
-        out.add(Grouping(key=key, podgroup=podgroups[key], source=f"PodGroup {key}"), [p.key for p in ps])
+        out.add(_explicit(key, podgroups[key], len(ps)), [p.key for p in ps])
     for (dkey, gang_key), ms in claims.members.items():
         if not ms:
             continue
@@ -273,6 +275,13 @@ def group_pods(pods: Sequence[PodInfo], objects: ObjectLookup, podgroups: Mappin
         owned = [ClaimedPod(p, top.ref.kind.lower()) for p in ps]
         out.add(assemble(_fallback(top, ps), owned), [p.key for p in ps])
     return GroupingResult(out.groups, out.pod_group, claims.waiting, tuple(warnings))
+
+
+def _explicit(key: str, podgroup: PodGroupSpec, pods: int) -> Grouping:
+    if pods <= MAX_GANG_PODS:
+        return Grouping(key=key, podgroup=podgroup, source=f"PodGroup {key}")
+    error = FieldError(f"PodGroup {key}", "metadata.name", f"{pods:,} pods name it; {beyond(MAX_GANG_PODS)}")
+    return Grouping(key=key, podgroup=None, errors=(error,), source=f"PodGroup {key}")
 
 
 def _ri_grouper(ri: ResourceInterface) -> Grouper:

@@ -39,18 +39,36 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import jq
-
 from extender.grouping.grouper import Claim, GangDraft, Link, Part, WorkloadDraft
+from extender.grouping.jq_budget import RUNNER, Budget, JqFailed, JqRunner, OverBudget, encode
 from extender.grouping.values import annotations_of
-from extender.model.errors import FieldError
+from extender.model.errors import ErrorList, FieldError
+from extender.model.limits import MAX_SUBGROUPS, beyond
 from extender.model.pod import PodInfo
 from extender.model.podgroup import SubGroupSpec, TopologyConstraint
+from extender.model.raw import json_type, literal, unknown_fields
 
 _VARIABLE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _BUILTIN_VARIABLES = frozenset({"ENV", "__loc__", "__prog_args"})
 _UINT = re.compile(r"^[0-9]+$")
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Equals", "NotEquals")
+
+# The fields of each part of a ResourceInterface: anything else is reported, so that a typo
+# (`requiredTopologyConstraintPath`) makes the gangs Invalid instead of dropping a constraint.
+OBJECT_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+SPEC_FIELDS = frozenset({"targetGVK", "gangScheduling"})
+GVK_FIELDS = frozenset({"group", "version", "kind"})
+GANG_FIELDS = frozenset({"podGroups"})
+_SCOPE_FIELDS = {
+    "minReplicas",
+    "minReplicasPath",
+    "requiredTopologyConstraintsPath",
+    "preferredTopologyConstraintsPath",
+}
+PODGROUP_FIELDS = frozenset({"name", "subgroups", *_SCOPE_FIELDS})
+ENTRY_FIELDS = frozenset({"componentName", "foreach", "podClassifier", "subgroups", *_SCOPE_FIELDS})
+CLASSIFIER_FIELDS = frozenset({"matchLabels", "matchExpressions"})
+EXPRESSION_FIELDS = frozenset({"key", "operator", "values", "valuePath"})
 
 
 @dataclass(frozen=True)
@@ -125,21 +143,39 @@ class _Leaf:
 class _Evaluator:
     """Runs one ResourceInterface's expressions on one owner object, recording every failure."""
 
-    def __init__(self, ri: ResourceInterface, root: Mapping[str, Any]) -> None:
+    def __init__(self, ri: ResourceInterface, root: Mapping[str, Any], runner: JqRunner = RUNNER) -> None:
         self.obj = f"ResourceInterface {ri.name}"
-        self.root = root
+        self.root = encode(root)
+        self.runner = runner
+        self.budget = Budget()  # every expression on this object together
         self.errors: list[FieldError] = []
+        self.subgroups = 0  # made so far, against MAX_SUBGROUPS
 
     def fail(self, where: str, message: str) -> None:
         self.errors.append(FieldError(self.obj, where, message))
 
+    def known(self, body: Any, fields: frozenset[str], where: str) -> None:
+        """Report the keys of `body` that are not among `fields`."""
+        if isinstance(body, Mapping):
+            found = ErrorList(self.obj)
+            unknown_fields(body, fields, where, found)
+            self.errors.extend(found.errors)
+
     def run(self, expr: str, scope: Mapping[str, Any], where: str, written: str | None = None) -> list[Any] | None:
         try:
-            return list(jq.compile(expr, args=dict(scope)).input_value(self.root).all())
-        except ValueError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            self.fail(where, f"expression {written or repr(expr)} failed: {first}")
-            return None
+            return self.runner.evaluate(expr, dict(scope), self.root, self.budget)
+        except JqFailed as exc:
+            self.fail(where, f"expression {written or repr(expr)} failed: {exc}")
+        except OverBudget as exc:
+            self.fail(where, f"expression {written or repr(expr)} {exc}")
+        return None
+
+    def another_subgroup(self, where: str) -> bool:
+        """Count one more SubGroup; False (reported once) past MAX_SUBGROUPS."""
+        self.subgroups += 1
+        if self.subgroups == MAX_SUBGROUPS + 1:
+            self.fail(where, f"makes more than {MAX_SUBGROUPS:,} SubGroups; {beyond(MAX_SUBGROUPS)}")
+        return self.subgroups <= MAX_SUBGROUPS
 
     def one(self, expr: str, scope: Mapping[str, Any], where: str) -> tuple[bool, Any]:
         """(ok, value): the expression's single result, None when it yields nothing."""
@@ -177,7 +213,7 @@ class _Evaluator:
 
     def foreach(self, expr: Any, scope: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
         if not isinstance(expr, str) or not expr.strip():
-            self.fail(where, f"expected a jq expression such as '.spec.items[] as $item', got {expr!r}")
+            self.fail(where, f"expected a jq expression such as '.spec.items[] as $item', got {literal(expr)}")
             return []
         names = [v for v in dict.fromkeys(_VARIABLE.findall(expr)) if v not in scope and v not in _BUILTIN_VARIABLES]
         if not names:
@@ -251,11 +287,12 @@ def _classifier(
     if raw is None:
         return out
     if not isinstance(raw, Mapping):
-        ev.fail(where, f"expected an object with matchLabels and/or matchExpressions, got {raw!r}")
+        ev.fail(where, f"expected an object with matchLabels and/or matchExpressions, got {literal(raw)}")
         return out
+    ev.known(raw, CLASSIFIER_FIELDS, where)
     labels = raw.get("matchLabels") or {}
     if not isinstance(labels, Mapping):
-        ev.fail(f"{where}.matchLabels", f"expected a map of label to value, got {labels!r}")
+        ev.fail(f"{where}.matchLabels", f"expected a map of label to value, got {literal(labels)}")
         labels = {}
     for key, raw_value in labels.items():
         ok, value = ev.value(raw_value, scope, f"{where}.matchLabels[{key}]")
@@ -264,16 +301,17 @@ def _classifier(
             out.append((str(key), "Equals", frozenset({text})))
     exprs = raw.get("matchExpressions") or []
     if not isinstance(exprs, list):
-        ev.fail(f"{where}.matchExpressions", f"expected a list, got {exprs!r}")
+        ev.fail(f"{where}.matchExpressions", f"expected a list, got {literal(exprs)}")
         exprs = []
     for i, item in enumerate(exprs):
         at = f"{where}.matchExpressions[{i}]"
         if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
-            ev.fail(at, f"expected {{key, operator, values or valuePath}}, got {item!r}")
+            ev.fail(at, f"expected {{key, operator, values or valuePath}}, got {literal(item)}")
             continue
+        ev.known(item, EXPRESSION_FIELDS, at)
         op = item.get("operator")
         if op not in OPERATORS:
-            ev.fail(f"{at}.operator", f"expected one of {', '.join(OPERATORS)}, got {op!r}")
+            ev.fail(f"{at}.operator", f"expected one of {', '.join(OPERATORS)}, got {literal(op)}")
             continue
         values: set[str] = set()
         if op not in ("Exists", "DoesNotExist"):
@@ -288,7 +326,7 @@ def _classifier(
             else:
                 raw_values = item.get("values")
                 if not isinstance(raw_values, list) or not raw_values:
-                    ev.fail(f"{at}.values", f"operator {op} needs values or valuePath, got {raw_values!r}")
+                    ev.fail(f"{at}.values", f"operator {op} needs values or valuePath, got {literal(raw_values)}")
                     continue
                 values.update(str(v) for v in raw_values)
             if not values:
@@ -307,8 +345,7 @@ def _label_value(ev: _Evaluator, value: Any, where: str, written: str) -> str | 
 
 
 def short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return literal(value, limit)
 
 
 def _entries(
@@ -322,22 +359,26 @@ def _entries(
 ) -> int:
     """Expand subgroup entries below `parent` into the draft; return how many SubGroups."""
     if not isinstance(raw, list):
-        ev.fail(where, f"expected a list of subgroups, got {raw!r}")
+        ev.fail(where, f"expected a list of subgroups, got {literal(raw)}")
         return 0
     made = 0
     for i, entry in enumerate(raw):
         at = f"{where}[{i}]"
         if not isinstance(entry, Mapping):
-            ev.fail(at, f"expected an object, got {entry!r}")
+            ev.fail(at, f"expected an object, got {literal(entry)}")
             continue
+        ev.known(entry, ENTRY_FIELDS, at)
         scopes = [dict(scope)] if entry.get("foreach") is None else ev.foreach(entry["foreach"], scope, f"{at}.foreach")
         for s in scopes:
+            if not ev.another_subgroup(at):
+                return made
             ok, name = ev.value(entry.get("componentName"), s, f"{at}.componentName")
             if not ok:
                 continue
             if not isinstance(name, str) or not name:
                 written = entry.get("componentName")
-                ev.fail(f"{at}.componentName", f"{written!r} resolves to {short(name)}, expected a SubGroup name")
+                what = f"{literal(written)} resolves to {short(name)}, expected a SubGroup name"
+                ev.fail(f"{at}.componentName", what)
                 continue
             made += 1
             counted, minimum = _count(ev, entry, s, at)
@@ -363,27 +404,39 @@ def _entries(
     return made
 
 
-def group_with(ri: ResourceInterface, link: Link) -> WorkloadDraft | None:
+def _known_fields(ev: _Evaluator, body: Mapping[str, Any]) -> None:
+    ev.known(body, OBJECT_FIELDS, "")
+    spec = body.get("spec")
+    ev.known(spec, SPEC_FIELDS, "spec")
+    if isinstance(spec, Mapping):
+        ev.known(spec.get("targetGVK"), GVK_FIELDS, "spec.targetGVK")
+        ev.known(spec.get("gangScheduling"), GANG_FIELDS, "spec.gangScheduling")
+
+
+def group_with(ri: ResourceInterface, link: Link, runner: JqRunner = RUNNER) -> WorkloadDraft | None:
     """The gangs `ri` defines for the owner object; None hands it off (no podGroups)."""
     root = link.obj or {}
     spec = ri.body.get("spec")
     gang_scheduling = spec.get("gangScheduling") if isinstance(spec, Mapping) else None
     pod_groups = gang_scheduling.get("podGroups") if isinstance(gang_scheduling, Mapping) else None
-    if not pod_groups:
+    ev = _Evaluator(ri, root, runner)
+    _known_fields(ev, ri.body)
+    if not pod_groups and not ev.errors:
         return None
-    ev = _Evaluator(ri, root)
+    pod_groups = pod_groups or [{}]  # a misspelt field: one gang, Invalid, says which
     source = f"{link.label} via ResourceInterface {ri.name}"
     gangs: dict[str, GangDraft] = {}
     leaves: list[_Leaf] = []
     if not isinstance(pod_groups, list):
-        ev.fail("spec.gangScheduling.podGroups", f"expected a list, got {type(pod_groups).__name__}")
+        ev.fail("spec.gangScheduling.podGroups", f"expected a list, got {json_type(pod_groups)}")
         pod_groups = [{}]
     for i, pg in enumerate(pod_groups):
         where = f"spec.gangScheduling.podGroups[{i}]"
         entry: Mapping[str, Any] = pg if isinstance(pg, Mapping) else {}
+        ev.known(entry, PODGROUP_FIELDS, where)
         pg_name = entry.get("name")
         if len(pod_groups) > 1 and (not isinstance(pg_name, str) or not pg_name):
-            ev.fail(f"{where}.name", f"several podGroups need a name each, got {pg_name!r}")
+            ev.fail(f"{where}.name", f"several podGroups need a name each, got {literal(pg_name)}")
             pg_name = str(i)
         key = link.key() if len(pod_groups) == 1 else link.key(f"-{pg_name}")
         draft = GangDraft(key, source, link.label, link.ref, annotations_of(root), uid=link.ref.uid)

@@ -12,8 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.model.errors import FieldError
+from extender.model.limits import MAX_WORKLOAD_PODS, beyond
 
 JSON = dict[str, Any]
+
+
+class TooManyPods(Exception):
+    """The workload would have more pods than MAX_WORKLOAD_PODS (the error is in `Synthesis.errors`)."""
 
 
 @dataclass(frozen=True)
@@ -41,12 +46,21 @@ class Synthesis:
         self.errors: list[FieldError] = []
         self.pods: list[JSON] = []
         self.owners: list[JSON] = []
+        self.expected = 0  # pods announced so far, checked before they are made
         spec = workload.get("spec")
         self.spec: Mapping[str, Any] = spec if isinstance(spec, Mapping) else {}
         if not self.name:
             self.errors.append(FieldError(self.obj, "metadata.name", "expected a non-empty string"))
         if not isinstance(spec, Mapping):
             self.errors.append(FieldError(self.obj, "spec", "expected an object"))
+
+    def expect(self, pods: int, field: str) -> None:
+        """Count `pods` more before making them; past MAX_WORKLOAD_PODS, stop with an error."""
+        self.expected += pods
+        if self.expected > MAX_WORKLOAD_PODS:
+            why = f"would make {self.expected:,} pods or more; {beyond(MAX_WORKLOAD_PODS)}"
+            self.errors.append(FieldError(self.obj, field, why))
+            raise TooManyPods
 
     def named(self, items: Sequence[Any], key: str, where: str) -> Iterator[tuple[int, str, Mapping[str, Any], str]]:
         """The items of a list that carry a non-empty `key` as (position, field path, item, name);

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.grouping.kinds import SYNTHESIZERS
-from extender.grouping.synthesis import Synthesis, Synthesized
+from extender.grouping.synthesis import Synthesis, Synthesized, TooManyPods
 from extender.model.errors import FieldError, InvalidObject
 
 
@@ -48,8 +48,11 @@ def synthesize(workload: Mapping[str, Any], default_namespace: str = "default") 
             f"topogang cannot create the pods of {out.kind} {out.api_version}; give them in the input (it can: {kinds})"
         )
         raise InvalidObject([FieldError(out.obj, "kind", msg)])
-    if not out.errors:
-        make(out)
+    try:
+        if not out.errors:
+            make(out)
+    except TooManyPods:  # the error is in out.errors
+        pass
     if out.errors:
         raise InvalidObject(out.errors)
     return Synthesized(tuple(out.pods), tuple(out.owners))

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.model.errors import FieldError
+from extender.model.limits import MAX_REPLICAS, beyond
 from extender.model.pod import OwnerRef, PodInfo
+from extender.model.raw import json_type, literal
 
 _LEVEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$")
 _UINT = re.compile(r"^[0-9]+$")
@@ -32,7 +34,7 @@ def level(value: str | None, obj: str, field: str, errors: list[FieldError]) -> 
     if value is None:
         return None
     if not _LEVEL.match(value):
-        errors.append(FieldError(obj, field, f"expected a topology level such as a node label, got {value!r}"))
+        errors.append(FieldError(obj, field, f"expected a topology level such as a node label, got {literal(value)}"))
         return None
     return value
 
@@ -46,22 +48,29 @@ def positive_int(value: object, obj: str, field: str, errors: list[FieldError]) 
     elif isinstance(value, str) and _UINT.match(value.strip()):
         number = int(value)
     else:
-        errors.append(FieldError(obj, field, f"expected a positive integer, got {value!r}"))
+        errors.append(FieldError(obj, field, f"expected a positive integer, got {literal(value)}"))
         return None
     if number < 1:
-        errors.append(FieldError(obj, field, f"expected a positive integer, got {value!r}"))
+        errors.append(FieldError(obj, field, f"expected a positive integer, got {literal(value)}"))
         return None
     return number
 
 
 def count(body: Mapping[str, Any], key: str, default: int, obj: str, where: str, errors: list[FieldError]) -> int:
-    """A non-negative integer spec field (replicas, parallelism...), `default` when absent."""
+    """A non-negative integer spec field (replicas, parallelism...), `default` when absent.
+
+    Above MAX_REPLICAS it is an error and `default` is returned, so nothing sized by it is built.
+    """
     value = body.get(key)
     if value is None:
         return default
+    field = f"{where}.{key}" if where else key
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if value > MAX_REPLICAS:
+            errors.append(FieldError(obj, field, f"is {value:,}; {beyond(MAX_REPLICAS)}"))
+            return min(default, MAX_REPLICAS)
         return value
-    errors.append(FieldError(obj, f"{where}.{key}" if where else key, f"expected an integer >= 0, got {value!r}"))
+    errors.append(FieldError(obj, field, f"expected an integer >= 0, got {literal(value)}"))
     return default
 
 
@@ -71,9 +80,7 @@ def mapping_at(body: Mapping[str, Any], key: str, obj: str, where: str, errors: 
         return {}
     if isinstance(value, Mapping):
         return value
-    errors.append(
-        FieldError(obj, f"{where}.{key}" if where else key, f"expected an object, got {type(value).__name__}")
-    )
+    errors.append(FieldError(obj, f"{where}.{key}" if where else key, f"expected an object, got {json_type(value)}"))
     return {}
 
 
@@ -83,7 +90,7 @@ def list_at(body: Mapping[str, Any], key: str, obj: str, where: str, errors: lis
         return []
     if isinstance(value, list):
         return value
-    errors.append(FieldError(obj, f"{where}.{key}" if where else key, f"expected a list, got {type(value).__name__}"))
+    errors.append(FieldError(obj, f"{where}.{key}" if where else key, f"expected a list, got {json_type(value)}"))
     return []
 
 

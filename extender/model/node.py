@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from extender.model.quantity import QuantityError, parse_quantity
+from extender.model.quantity import QuantityError, parse_nonnegative
 from extender.model.raw import JSON, identify, mapping, opt_bool, opt_str, seq, str_map
 from extender.model.selectors import Taint, parse_taints
 
@@ -33,14 +33,19 @@ def parse_node(body: JSON) -> NodeInfo:
     spec = mapping(body.get("spec"), "spec", errors)
     status = mapping(body.get("status"), "status", errors)
     allocatable: dict[str, int] = {}
-    raw_alloc = status.get("allocatable")
-    if raw_alloc is None:
-        raw_alloc = status.get("capacity")  # hand-written nodes often give only capacity
-    for resource, value in mapping(raw_alloc, "status.allocatable", errors).items():
+    source = "allocatable" if status.get("allocatable") is not None else "capacity"
+    # hand-written nodes often give only capacity
+    for resource, value in mapping(status.get(source), f"status.{source}", errors).items():
         try:
-            allocatable[str(resource)] = parse_quantity(value)
+            allocatable[str(resource)] = parse_nonnegative(value)
         except QuantityError as exc:
-            errors.add(f"status.allocatable.{resource}", str(exc))
+            errors.add(f"status.{source}.{resource}", str(exc))
+    if source == "allocatable":  # capacity is not used then, but a negative one is still wrong
+        for resource, value in mapping(status.get("capacity"), "status.capacity", errors).items():
+            try:
+                parse_nonnegative(value)
+            except QuantityError as exc:
+                errors.add(f"status.capacity.{resource}", str(exc))
     allocatable.setdefault("pods", 110_000)  # the kubelet's default maxPods
     ready = True
     conditions = seq(status.get("conditions"), "status.conditions", errors)

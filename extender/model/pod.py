@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from extender.model.errors import ErrorList
-from extender.model.quantity import QuantityError, parse_quantity
+from extender.model.quantity import QuantityError, parse_nonnegative
 from extender.model.raw import JSON, identify, mapping, opt_int, opt_str, seq, str_map
 from extender.model.selectors import (
     NodeSelectorTerm,
@@ -85,7 +85,7 @@ def _resource_list(raw: object, field: str, errors: ErrorList) -> dict[str, int]
     out: dict[str, int] = {}
     for name, value in mapping(raw, field, errors).items():
         try:
-            out[str(name)] = parse_quantity(value)
+            out[str(name)] = parse_nonnegative(value)
         except QuantityError as exc:
             errors.add(f"{field}.{name}", str(exc))
     return out

@@ -15,10 +15,34 @@ from functools import cached_property
 
 from extender.model.errors import ErrorList
 from extender.model.labels import TOPOLOGY_ANNOTATION
+from extender.model.limits import MAX_SUBGROUPS, beyond
 from extender.model.pod import _timestamp
-from extender.model.raw import JSON, identify, mapping, opt_bool, opt_int, opt_str, seq, str_map
+from extender.model.raw import JSON, identify, mapping, opt_bool, opt_int, opt_str, seq, str_map, unknown_fields
 
 PODGROUP_API_VERSIONS = frozenset({"scheduling.topogang.io/v1alpha1", "scheduling.run.ai/v2alpha2"})
+KAI_API_VERSION = "scheduling.run.ai/v2alpha2"
+
+# The fields each part of a PodGroup may have; anything else is reported (a typo would otherwise
+# drop a constraint without a word). KAI's v2alpha2 has a few more that topogang does not use.
+OBJECT_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+SPEC_FIELDS = frozenset(
+    {
+        "minMember",
+        "minSubGroup",
+        "queue",
+        "priorityClassName",
+        "markUnschedulable",
+        "schedulingBackoff",
+        "topologyConstraint",
+        "topologyConstraints",
+        "subGroups",
+    }
+)
+KAI_ONLY_SPEC_FIELDS = frozenset({"preemptibility", "parallelism", "completions", "backoffLimit"})
+SUBGROUP_FIELDS = frozenset({"name", "parent", "minMember", "minSubGroup", "topologyConstraint"})
+CONSTRAINT_FIELDS = frozenset({"requiredTopologyLevel", "preferredTopologyLevel", "topology"})
+CONSTRAINTS_FIELDS = frozenset({"global", "subGroups", "subGroupSets"})
+SET_FIELDS = frozenset({"subGroups", "constraint"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +118,7 @@ class PodGroupSpec:
 
 def _constraint(raw: object, where: str, errors: ErrorList) -> TopologyConstraint | None:
     body = mapping(raw, where, errors)
+    unknown_fields(body, CONSTRAINT_FIELDS, where, errors)
     if not body:
         return None
     c = TopologyConstraint(
@@ -113,17 +138,18 @@ def _count(raw: object, where: str, errors: ErrorList) -> int | None:
     return value
 
 
-def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSpec:
-    """Parse and check a PodGroup; raise InvalidObject listing every problem with its field."""
-    meta, name, namespace, errors = identify(body, "PodGroup", default_namespace)
-    api_version = str(body.get("apiVersion") or "scheduling.topogang.io/v1alpha1")
-    spec = mapping(body.get("spec"), "spec", errors)
-
+def _subgroups(spec: JSON, errors: ErrorList) -> tuple[list[SubGroupSpec], dict[str, TopologyConstraint]]:
+    """spec.subGroups, and the constraints written inline on them (KAI's v2alpha2 spelling)."""
     subgroups: list[SubGroupSpec] = []
     inline_constraints: dict[str, TopologyConstraint] = {}
-    for i, item in enumerate(seq(spec.get("subGroups"), "spec.subGroups", errors)):
+    raw_subgroups = seq(spec.get("subGroups"), "spec.subGroups", errors)
+    if len(raw_subgroups) > MAX_SUBGROUPS:  # not even read: the gang is Invalid anyway
+        errors.add("spec.subGroups", f"has {len(raw_subgroups):,} SubGroups; {beyond(MAX_SUBGROUPS)}")
+        raw_subgroups = []
+    for i, item in enumerate(raw_subgroups):
         where = f"spec.subGroups[{i}]"
         sg = mapping(item, where, errors)
+        unknown_fields(sg, SUBGROUP_FIELDS, where, errors)
         sg_name = opt_str(sg.get("name"), f"{where}.name", errors)
         if not sg_name:
             errors.add(f"{where}.name", "expected a non-empty SubGroup name")
@@ -140,8 +166,22 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
         inline = _constraint(sg.get("topologyConstraint"), f"{where}.topologyConstraint", errors)
         if inline is not None:
             inline_constraints[sg_name] = inline
+    return subgroups, inline_constraints
+
+
+def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSpec:
+    """Parse and check a PodGroup; raise InvalidObject listing every problem with its field."""
+    meta, name, namespace, errors = identify(body, "PodGroup", default_namespace)
+    api_version = str(body.get("apiVersion") or "scheduling.topogang.io/v1alpha1")
+    spec = mapping(body.get("spec"), "spec", errors)
+    unknown_fields(body, OBJECT_FIELDS, "", errors)
+    kai = KAI_ONLY_SPEC_FIELDS if api_version == KAI_API_VERSION else frozenset()
+    unknown_fields(spec, SPEC_FIELDS | kai, "spec", errors)
+
+    subgroups, inline_constraints = _subgroups(spec, errors)
 
     tc = mapping(spec.get("topologyConstraints"), "spec.topologyConstraints", errors)
+    unknown_fields(tc, CONSTRAINTS_FIELDS, "spec.topologyConstraints", errors)
     global_constraint = _constraint(tc.get("global"), "spec.topologyConstraints.global", errors)
     singular = _constraint(spec.get("topologyConstraint"), "spec.topologyConstraint", errors)
     if singular is not None:
@@ -161,6 +201,7 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
     for i, item in enumerate(seq(tc.get("subGroupSets"), "spec.topologyConstraints.subGroupSets", errors)):
         where = f"spec.topologyConstraints.subGroupSets[{i}]"
         body_set = mapping(item, where, errors)
+        unknown_fields(body_set, SET_FIELDS, where, errors)
         names = tuple(str(n) for n in seq(body_set.get("subGroups"), f"{where}.subGroups", errors))
         c = _constraint(body_set.get("constraint"), f"{where}.constraint", errors)
         if c is not None:

@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
+from extender.model.limits import MAX_QUANTITY_MILLI
+from extender.model.raw import literal
+
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {
     "n": Decimal("1e-9"),
@@ -30,30 +33,53 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(value: object) -> int:
-    """Return the quantity in milli-units, rounded up; raise QuantityError when malformed."""
+    """Return the quantity in milli-units, rounded up; raise QuantityError when malformed or
+    past an int64 of milli-units (so "1e999999999" never becomes a billion-digit integer)."""
+    milli = _milli(value)
+    if abs(milli) > MAX_QUANTITY_MILLI:
+        raise QuantityError(f"{literal(value)} is too large: at most {MAX_QUANTITY_MILLI // 1000:,}")
+    return milli
+
+
+def parse_nonnegative(value: object) -> int:
+    """A quantity that cannot be below zero (capacity, allocatable, a request)."""
+    milli = parse_quantity(value)
+    if milli < 0:
+        raise QuantityError(f"expected a quantity >= 0, got {literal(value)}")
+    return milli
+
+
+def _milli(value: object) -> int:
     if isinstance(value, bool):
-        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {value!r}")
+        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {literal(value)}")
     if isinstance(value, int):
         return value * 1000
     if isinstance(value, float):
         value = repr(value)
     if not isinstance(value, str):
-        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {value!r}")
+        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {literal(value)}")
     match = _QUANTITY.match(value.strip())
     if match is None:
-        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {value!r}")
+        raise QuantityError(f"expected a quantity such as '8', '500m' or '16Gi', got {literal(value)}")
     try:
         number = Decimal(match["num"])
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only valid decimals
         raise QuantityError(f"not a number: {value!r}") from exc
     suffix = match["suffix"] or ""
-    if suffix in _BINARY:
-        scaled = number * _BINARY[suffix]
-    elif suffix in _DECIMAL:
-        scaled = number * _DECIMAL[suffix]
-    else:  # exponent form, e.g. "1e3"
-        scaled = number * (Decimal(10) ** int(suffix[1:]))
-    return int((scaled * 1000).to_integral_value(rounding=ROUND_CEILING))
+    too_large = f"{literal(value)} is too large: at most {MAX_QUANTITY_MILLI // 1000:,}"
+    try:
+        if suffix in _BINARY:
+            scaled = number * _BINARY[suffix]
+        elif suffix in _DECIMAL:
+            scaled = number * _DECIMAL[suffix]
+        else:  # exponent form, e.g. "1e3"
+            scaled = number * (Decimal(10) ** int(suffix[1:]))
+        milli = (scaled * 1000).to_integral_value(rounding=ROUND_CEILING)
+    except (ArithmeticError, ValueError):  # decimal overflow, or an exponent of thousands of digits
+        raise QuantityError(too_large) from None
+    if abs(milli) > MAX_QUANTITY_MILLI:  # checked before int(): "1e999999" has a million digits
+        raise QuantityError(too_large)
+    return int(milli)
 
 
 def format_quantity(resource: str, milli: int) -> str:

@@ -6,12 +6,55 @@ once; these helpers keep that conversion short and make every type mismatch a Fi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+import json
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from extender.model.errors import ErrorList
 
 JSON = Mapping[str, Any]
+
+
+def literal(value: object, limit: int = 80) -> str:
+    """A value as YAML or JSON would show it, for messages: 'text', 3, null, true, {"a": 1}."""
+    if isinstance(value, str):
+        text = repr(value)
+    else:
+        try:
+            text = json.dumps(value, separators=(", ", ": "))
+        except (TypeError, ValueError):
+            text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a value's type, for messages: an object, a list, a string, null..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
+
+
+def unknown_fields(body: JSON, known: Collection[str], where: str, errors: ErrorList) -> None:
+    """Report every key of `body` that is not in `known`, as kubectl's strict validation does, so
+    that a typo (`requiredTopologyLevl`) is an error instead of a constraint silently dropped."""
+    for key in body:
+        if key in known:
+            continue
+        field = f"{where}.{key}" if where else str(key)
+        close = difflib.get_close_matches(str(key), list(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(sorted(known))})"
+        errors.add(field, f"unknown field{hint}")
 
 
 def mapping(obj: object, field: str, errors: ErrorList) -> JSON:
@@ -20,7 +63,7 @@ def mapping(obj: object, field: str, errors: ErrorList) -> JSON:
         return {}
     if isinstance(obj, Mapping):
         return obj
-    errors.add(field, f"expected an object, got {type(obj).__name__}")
+    errors.add(field, f"expected an object, got {json_type(obj)}")
     return {}
 
 
@@ -29,7 +72,7 @@ def seq(obj: object, field: str, errors: ErrorList) -> list[Any]:
         return []
     if isinstance(obj, list | tuple):
         return list(obj)
-    errors.add(field, f"expected a list, got {type(obj).__name__}")
+    errors.add(field, f"expected a list, got {json_type(obj)}")
     return []
 
 
@@ -38,7 +81,7 @@ def opt_str(obj: object, field: str, errors: ErrorList) -> str | None:
         return None
     if isinstance(obj, str):
         return obj
-    errors.add(field, f"expected a string, got {obj!r}")
+    errors.add(field, f"expected a string, got {literal(obj)}")
     return None
 
 
@@ -47,7 +90,7 @@ def opt_int(obj: object, field: str, errors: ErrorList) -> int | None:
         return None
     if isinstance(obj, int) and not isinstance(obj, bool):
         return obj
-    errors.add(field, f"expected an integer, got {obj!r}")
+    errors.add(field, f"expected an integer, got {literal(obj)}")
     return None
 
 
@@ -56,7 +99,7 @@ def opt_bool(obj: object, field: str, errors: ErrorList) -> bool | None:
         return None
     if isinstance(obj, bool):
         return obj
-    errors.add(field, f"expected true or false, got {obj!r}")
+    errors.add(field, f"expected true or false, got {literal(obj)}")
     return None
 
 
@@ -69,7 +112,7 @@ def str_map(obj: object, field: str, errors: ErrorList) -> dict[str, str]:
         elif isinstance(value, bool | int | float):  # YAML turns "true" and 4 into non-strings
             out[str(key)] = str(value).lower() if isinstance(value, bool) else str(value)
         else:
-            errors.add(f"{field}.{key}", f"expected a string, got {value!r}")
+            errors.add(f"{field}.{key}", f"expected a string, got {literal(value)}")
     return out
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from extender.model.node import HOSTNAME_LABEL
-from extender.model.raw import JSON, identify, mapping, opt_str, seq
+from extender.model.raw import JSON, identify, mapping, opt_str, seq, unknown_fields
 
 TOPOLOGY_API_VERSIONS = frozenset(
     {
@@ -23,6 +23,10 @@ TOPOLOGY_API_VERSIONS = frozenset(
     }
 )
 NODE_LEVEL_NAMES = ("node", "hostname")
+# The fields of a Topology (the same in topogang's, KAI's and Kueue's): anything else is reported.
+OBJECT_FIELDS = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+SPEC_FIELDS = frozenset({"levels"})
+LEVEL_FIELDS = frozenset({"nodeLabel", "alias"})
 
 
 class LevelError(ValueError):
@@ -105,6 +109,8 @@ def parse_topology(body: JSON) -> TopologySpec:
     """Parse a Topology object; raise InvalidObject naming the field when it cannot be used."""
     _, name, _, errors = identify(body, "Topology")
     spec = mapping(body.get("spec"), "spec", errors)
+    unknown_fields(body, OBJECT_FIELDS, "", errors)
+    unknown_fields(spec, SPEC_FIELDS, "spec", errors)
     raw_levels = seq(spec.get("levels"), "spec.levels", errors)
     if not raw_levels:
         errors.add("spec.levels", "expected at least one level, e.g. [{nodeLabel: example.com/topology-rack}]")
@@ -113,6 +119,7 @@ def parse_topology(body: JSON) -> TopologySpec:
     for i, item in enumerate(raw_levels):
         where = f"spec.levels[{i}]"
         level = mapping(item, where, errors)
+        unknown_fields(level, LEVEL_FIELDS, where, errors)
         label = opt_str(level.get("nodeLabel"), f"{where}.nodeLabel", errors)
         alias = opt_str(level.get("alias"), f"{where}.alias", errors) or None
         if not label:

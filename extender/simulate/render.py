@@ -23,6 +23,7 @@ def to_json(result: SimResult) -> str:
                 "podGroup": GroupKey.parse(p.group).name if p.group else None,
                 "subGroup": p.subgroup,
                 "node": p.node,
+                "reason": p.reason or None,  # why it is pending; null once placed
             }
             for p in result.pods
         ],
@@ -31,6 +32,7 @@ def to_json(result: SimResult) -> str:
                 "namespace": GroupKey.parse(g.key).namespace,
                 "name": GroupKey.parse(g.key).name,
                 "phase": g.phase,
+                "reason": g.reason or None,  # a word for programs: Invalid, GangIncomplete, NoDomain...
                 "message": g.message,
             }
             for g in result.groups

@@ -21,7 +21,7 @@ import numpy as np
 
 from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
-from extender.core.decisions import BIND, REJECT, WAIT, GroupStatus, PlanEvent
+from extender.core.decisions import BIND, INVALID, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
 from extender.grouping import Family, can_synthesize, synthesize
@@ -70,6 +70,7 @@ class Simulation:
         self.running: set[str] = set()  # pods that were already bound in the input
         self.warnings: list[str] = []
         self.preempted: list[Preempted] = []
+        self.invalid: list[GroupStatus] = []  # workloads whose pods could not be made
         self._load(objects)
 
     # -- input ----------------------------------------------------------------------------------
@@ -93,6 +94,11 @@ class Simulation:
                 continue
             try:
                 made = synthesize(obj.body)
+            except InvalidObject as exc:  # this workload is Invalid; the others are simulated
+                key = str(GroupKey(ns, f"{str(obj.kind).lower()}-{name}"))
+                self.invalid.append(GroupStatus(key, INVALID, f"{obj.source}: {exc}", reason=R_INVALID))
+                continue
+            try:
                 for owner in made.owners:
                     apply_object(self.scheduler, owner)
                 for body in made.pods:
@@ -203,15 +209,20 @@ class Simulation:
         ledger = UsageLedger(table)
         for key, node in assumed.items():
             ledger.add(node, self.state.pods[key].requests)
-        short = []
-        for resource, need in pod.requests.items():
+        eligible = mask.copy()
+        short: list[str] = []
+        for resource, need in sorted(pod.requests.items()):
             free = table.alloc(resource) - self.state.bound.used(resource) - ledger.used(resource)
             ok = free >= need
-            if not ok[mask].any():
-                short.append(resource)
+            # as kube-scheduler counts: each eligible node that lacks this resource, whatever else it lacks
+            lacking = int(np.count_nonzero(eligible & ~ok))
+            if lacking:
+                short.append(f"{lacking} insufficient {resource}")
             mask &= ok
         names = [table.nodes[i].name for i in np.flatnonzero(mask)]
-        why = f"0/{len(table)} nodes are available" + (f": insufficient {', '.join(short)}" if short else "")
+        ineligible = len(table) - int(np.count_nonzero(eligible))
+        parts = short + ([f"{ineligible} not eligible (taints, selectors, readiness)"] if ineligible else [])
+        why = f"0/{len(table)} nodes are available" + (f": {', '.join(parts)}" if parts else "")
         return names, why
 
     def _pick(self, pod: PodInfo, nodes: list[str], scores: list[tuple[str, int]]) -> str:
@@ -261,7 +272,7 @@ class Simulation:
                     "" if pod.node_name else reasons.get(key, ""),
                 )
             )
-        groups = [self.scheduler.status(g) for g in scheduler.groups()]
+        groups = [self.scheduler.status(g) for g in scheduler.groups()] + self.invalid
         return SimResult(pods, groups, events, self.state, self.warnings, self.preempted)
 
 

@@ -70,6 +70,7 @@ def job_pods(
     replicas = job_replicas(job_spec, out.obj, where, out.errors)
     template_body = mapping_at(job_spec, "template", out.obj, where, out.errors)
     indexed = job_spec.get("completionMode") == "Indexed"
+    out.expect(replicas, f"{where}.parallelism")
     uid = str(job_ref["uid"])
     for i in range(replicas):
         labels = {

@@ -26,6 +26,7 @@ from extender.grouping.values import ann_field, annotations_of, count, label_fie
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import SubGroupSpec, TopologyConstraint
+from extender.model.raw import literal
 
 NAME = "jobset.sigs.k8s.io/jobset-name"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -48,7 +49,7 @@ def group_jobset(link: Link) -> WorkloadDraft:
         rjob = raw if isinstance(raw, dict) else {}
         name = rjob.get("name")
         if not isinstance(name, str) or not name:
-            errors.append(FieldError(obj, f"{where}.name", f"expected a non-empty name, got {name!r}"))
+            errors.append(FieldError(obj, f"{where}.name", f"expected a non-empty name, got {literal(name)}"))
             continue
         replicas = count(rjob, "replicas", 1, obj, where, errors)
         job_template = mapping_at(rjob, "template", obj, where, errors)

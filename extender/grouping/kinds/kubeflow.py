@@ -123,6 +123,7 @@ def _synthesize(out: Synthesis, field: str, operator: str) -> None:
             job_spec = {"parallelism": replicas, "completions": replicas, "template": template_body}
             job_pods(out, launcher, job_ref, job_spec, where, labels)
             continue
+        out.expect(replicas, f"{where}.replicas")
         for i in range(replicas):
             index = i + 1 if launcher_as_worker and lower == "worker" else i
             labels = {**base, REPLICA_INDEX: str(index)}

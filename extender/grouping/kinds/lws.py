@@ -237,6 +237,7 @@ def synthesize_lws(out: Synthesis) -> None:
     if sgs is not None:
         size_ann[SUBGROUP_SIZE] = str(sgs)
     leader_sts = out.owner(n.APPS_V1, "StatefulSet", out.name, out.ref(), base, {"replicas": replicas})
+    out.expect(replicas * size, "spec.replicas")
     for g in range(replicas):
         leader_name = f"{out.name}-{g}"
         group = {**base, GROUP_INDEX: str(g), GROUP_KEY: uid_for("group", out.namespace, leader_name)}

@@ -24,6 +24,7 @@ from extender.grouping.synthesis import JSON, Synthesis
 from extender.grouping.values import count, label_field, list_at, mapping_at
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
+from extender.model.raw import literal
 
 RAY_V1 = "ray.io/v1"
 CLUSTER = "ray.io/cluster"
@@ -45,7 +46,7 @@ def cluster_parts(cluster: Mapping[str, Any], obj: str, where: str, errors: list
         wg: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
         name = wg.get("groupName")
         if not isinstance(name, str) or not name:
-            errors.append(FieldError(obj, f"{at}.groupName", f"expected a non-empty name, got {name!r}"))
+            errors.append(FieldError(obj, f"{at}.groupName", f"expected a non-empty name, got {literal(name)}"))
             continue
         if name == HEAD:
             errors.append(FieldError(obj, f"{at}.groupName", f"{name!r} is the head's SubGroup name"))
@@ -120,6 +121,7 @@ def _ray_pods(out: Synthesis, cluster: str, cluster_ref: JSON, cluster_spec: Map
         hosts = max(count(wg, "numOfHosts", 1, out.obj, at, out.errors), 1)
         worker_t = mapping_at(wg, "template", out.obj, at, out.errors)
         labels = {**base, NODE_TYPE: "worker", GROUP: group, IDENTIFIER: f"{cluster}-worker"}
+        out.expect(replicas * hosts, f"{at}.replicas")
         for k in range(replicas * hosts):
             out.pod(f"{cluster}-{group}-worker-{k}", worker_t, cluster_ref, labels)
 
