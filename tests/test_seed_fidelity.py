@@ -8,11 +8,12 @@ and r2 in each, two nodes of 8 GPUs a rack, named z1-b1-r1-n1 .. z1-b3-r2-n2.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 import yaml
 
 from extender.cli import main
@@ -20,6 +21,13 @@ from extender.simulate.loader import load
 from extender.simulate.runner import simulate as run_simulation
 
 ZONE, BLOCK, RACK = "example.com/topology-zone", "example.com/topology-block", "example.com/topology-rack"
+
+
+@pytest.fixture(autouse=True)
+def structlog_defaults() -> Iterator[None]:
+    """`explain` configures logging for its process; the next tests get structlog's defaults."""
+    yield
+    structlog.reset_defaults()
 
 
 def cluster_yaml(
