@@ -22,6 +22,8 @@ PATHS = {  # (apiVersion, kind) -> (path prefix, plural, namespaced)
     ("kubeflow.org/v1", "TFJob"): ("/apis/kubeflow.org/v1", "tfjobs", True),
     ("scheduling.topogang.io/v1alpha1", "PodGroup"): ("/apis/scheduling.topogang.io/v1alpha1", "podgroups", True),
     ("scheduling.topogang.io/v1alpha1", "Topology"): ("/apis/scheduling.topogang.io/v1alpha1", "topologies", False),
+    ("scheduling.run.ai/v2", "Queue"): ("/apis/scheduling.run.ai/v2", "queues", False),
+    ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): ("/apis/kueue.x-k8s.io/v1beta1", "resourceflavors", False),
 }
 
 

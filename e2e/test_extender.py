@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
+from e2e.controlplane import FAKE_NODE_LABEL, ControlPlane, FakeGpuNodes, FakeTopology
 from e2e.scenario import (
     apply_crds,
     create,
@@ -346,3 +346,120 @@ async def test_plain_pods_schedule_as_usual_beside_gangs(
     for name, node in placed.items():
         gpus[node] += 8 if name.startswith("g-") else 2
     assert max(gpus.values()) <= 8
+
+
+# -- seed fidelity: PodGroup fields and Kueue objects that reach the API server -----------------------
+
+PODGROUPS = "/apis/scheduling.topogang.io/v1alpha1/namespaces/{ns}/podgroups"
+
+
+async def podgroup_condition(kube: KubeClient, namespace: str, name: str, kind: str) -> dict[str, Any]:
+    pg = await kube.get(f"{PODGROUPS.format(ns=namespace)}/{name}")
+    return next((c for c in pg.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+async def test_a_queue_that_does_not_exist_keeps_the_gang_pending_until_it_is_created(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (1 node); KAI's Queue API is installed (e2e/crds/queues-flavors.yaml)
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=1)
+    queue = f"team-{namespace}"
+    await create_podgroup(kube, namespace, "queued", {"minMember": 1, "queue": queue})
+    await create(kube, gpu_pod("queued-0", annotations={"pod-group-name": "queued"}), namespace)
+
+    async def pending_on_queue() -> dict[str, Any] | None:
+        c = await podgroup_condition(kube, namespace, "queued", "Unschedulable")
+        return c if c.get("reason") == "QueueNotFound" else None
+
+    c = await eventually(pending_on_queue, within=60, what="Unschedulable QueueNotFound on the PodGroup")
+    assert f"spec.queue {queue!r} does not exist" in c["message"]
+    assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))
+    await create(kube, {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": queue}})
+    await wait_all_bound(kube, namespace, 1)
+
+
+async def test_scheduling_backoff_and_mark_unschedulable(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (1 node): 2 pods of 8 GPUs never fit
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=1)
+    spec = {"minMember": 2, "schedulingBackoff": 1, "markUnschedulable": False}
+    await create_podgroup(kube, namespace, "quiet", spec)
+    for i in range(2):
+        await create(kube, gpu_pod(f"quiet-{i}", annotations={"pod-group-name": "quiet"}), namespace)
+
+    async def marked() -> dict[str, Any] | None:
+        c = await podgroup_condition(kube, namespace, "quiet", "UnschedulableOnNodePool")
+        return c if c.get("status") == "True" else None
+
+    c = await eventually(marked, within=60, what="UnschedulableOnNodePool on the PodGroup")
+    assert c["reason"] == "NoCapacity"
+    listed = await kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    reasons = {e.get("reason") for e in listed.get("items", []) if e.get("regarding", {}).get("kind") == "Pod"}
+    assert "GangNotScheduled" not in reasons
+
+
+async def test_pods_admitted_to_a_resource_flavor_use_its_topology(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (2 nodes), z0-b1-r0 (2 nodes). A second Topology exists, so a PodGroup naming
+    #   none is ambiguous unless its pods' ResourceFlavor names one.
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    await fake_gpu_nodes.add(zone=0, block=1, rack=0, count=2)
+    blocks = {**TOPOLOGY, "metadata": {"name": f"blocks-{namespace}"}}
+    blocks["spec"] = {"levels": [{"nodeLabel": ZONE}, {"nodeLabel": BLOCK}]}
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": f"tas-{namespace}"},
+        "spec": {"nodeLabels": {FAKE_NODE_LABEL: "true"}, "topologyName": blocks["metadata"]["name"]},
+    }
+    await create(kube, blocks)
+    await create(kube, flavor)
+    try:
+        spec = {"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": "block"}}}
+        await create_podgroup(kube, namespace, "flavored", spec, topology=None)
+        for i in range(2):
+            body = gpu_pod(f"flavored-{i}", annotations={"pod-group-name": "flavored"})
+            body["spec"]["nodeSelector"] = {FAKE_NODE_LABEL: "true"}
+            await create(kube, body, namespace)
+        placed = await wait_all_bound(kube, namespace, 2)
+        blocks_used = set()
+        for node in placed.values():
+            labels = (await kube.get(f"/api/v1/nodes/{node}"))["metadata"]["labels"]
+            blocks_used.add(labels[BLOCK])
+        assert len(blocks_used) == 1  # the flavor's Topology held them in one block
+    finally:
+        await kube.delete(f"/apis/kueue.x-k8s.io/v1beta1/resourceflavors/{flavor['metadata']['name']}")
+        await kube.delete(f"/apis/scheduling.topogang.io/v1alpha1/topologies/{blocks['metadata']['name']}")
+
+
+async def test_a_coarser_subgroup_constraint_is_a_warning_in_the_podgroup_status(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (2 nodes)
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    spec = {
+        "minMember": 1,
+        "subGroups": [{"name": "a", "minMember": 2}],
+        "topologyConstraints": {
+            "global": {"requiredTopologyLevel": RACK},
+            "subGroups": {"a": {"requiredTopologyLevel": BLOCK}},
+        },
+    }
+    await create_podgroup(kube, namespace, "nested", spec)
+    for i in range(2):
+        labels = {"kai.scheduler/subgroup-name": "a"}
+        await create(kube, gpu_pod(f"nested-{i}", labels=labels, annotations={"pod-group-name": "nested"}), namespace)
+    await wait_all_bound(kube, namespace, 2)
+    want = (
+        f"spec.topologyConstraints.subGroups.a.requiredTopologyLevel={BLOCK!r} cannot take effect: it is coarser"
+        f" than spec.topologyConstraints.global.requiredTopologyLevel={RACK!r} above it"
+    )
+
+    async def warned() -> str | None:
+        pg = await kube.get(f"{PODGROUPS.format(ns=namespace)}/nested")
+        message = str(pg.get("status", {}).get("message", ""))
+        return message if want in message else None
+
+    await eventually(warned, within=60, what="the warning in the PodGroup's status message")

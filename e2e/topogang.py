@@ -37,7 +37,11 @@ from e2e.controlplane.pki import ClientIdentity, make_pki
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CONFIG = ROOT / "scheduler-config" / "extender.yaml"
-CRDS = [*sorted((ROOT / "manifests" / "base" / "crds").glob("*.yaml")), ROOT / "e2e" / "crds" / "workloads.yaml"]
+CRDS = [
+    *sorted((ROOT / "manifests" / "base" / "crds").glob("*.yaml")),
+    ROOT / "e2e" / "crds" / "workloads.yaml",
+    ROOT / "e2e" / "crds" / "queues-flavors.yaml",
+]
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ subGroupSize, including the shift of worker indexes when the leader requests no 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -144,3 +145,23 @@ def test_exclusive_topology_conflicting_with_kai_required_placement() -> None:
         " required 'zone' conflicts with 'block'"
         " from metadata.annotations[leaderworkerset.sigs.k8s.io/exclusive-topology]"
     ]
+
+
+@pytest.mark.parametrize("policy", [None, "LeaderExcluded"])
+def test_pods_carry_the_subgroup_key_the_lws_webhook_sets_and_group_cleanly(policy: str | None) -> None:
+    # the webhook's value: sha1("<leader pod name>/<subgroup index>"), the same on every pod of a subgroup
+    workload = lws(2, 9, annotations=SUBGROUP, sub_group_size=4, policy_type=policy)
+    pods, _ = pods_of(workload)
+    result = group(workload)
+    for p in pods:
+        index = p.labels.get("leaderworkerset.sigs.k8s.io/subgroup-index")
+        leader = p.name if p.labels["leaderworkerset.sigs.k8s.io/worker-index"] == "0" else p.name.rsplit("-", 1)[0]
+        if index is None:  # the leader outside every subgroup (LeaderExcluded)
+            assert policy == "LeaderExcluded"
+            assert "leaderworkerset.sigs.k8s.io/subgroup-key" not in p.labels
+            continue
+        want = hashlib.sha1(f"{leader}/{index}".encode()).hexdigest()
+        assert p.labels["leaderworkerset.sigs.k8s.io/subgroup-key"] == want
+        g = result.groups[result.pod_group[p.key]]
+        assert g.subgroup_of[p.key] == f"subgroup-{index}"
+    assert all(not g.errors and not g.warnings for g in result.groups.values())

@@ -283,3 +283,21 @@ def test_resource_interfaces_that_target_nothing_are_reported() -> None:
         "ResourceInterface x: ignored: spec.targetGVK is not an object {group, version, kind}",
         "ResourceInterface zz-twin: ignored: ResourceInterface raycluster already targets RayCluster ray.io/v1",
     )
+
+
+def test_pods_no_leaf_matches_make_the_workload_invalid_naming_them() -> None:
+    # only the head is classified: the workers must not form a second gang with the same key
+    head_only = copy.deepcopy(RI)
+    head_only["spec"]["gangScheduling"]["podGroups"][0]["subgroups"] = head_only["spec"]["gangScheduling"]["podGroups"][
+        0
+    ]["subgroups"][:1]
+    result = group(raycluster([("cpu", 2, 2)]), objects=[head_only])
+    g = only(result)
+    assert g.key == "ml/raycluster-rc"
+    assert g.podgroup is None
+    assert errors(g) == [
+        f"Pod ml/rc-cpu-worker-{i}: metadata.labels: matches no podClassifier of RayCluster ml/rc via"
+        " ResourceInterface raycluster (leaves: head)"
+        for i in range(2)
+    ]
+    assert set(result.pod_group.values()) == {"ml/raycluster-rc"}

@@ -215,10 +215,10 @@ TREES: list[tuple[str, dict[str, Any], list[str]]] = [
         ),
         [
             "ml/jobset-js sub=1",
-            "  workers sub=2 preferred=example.com/topology-block",
-            "    workers-0 sub=1",
+            "  workers sub=2",
+            "    workers-0 sub=1 preferred=example.com/topology-block",
             "      workers-0-slice-0 min=4 required=example.com/topology-rack",
-            "    workers-1 sub=1",
+            "    workers-1 sub=1 preferred=example.com/topology-block",
             "      workers-1-slice-0 min=4 required=example.com/topology-rack",
         ],
     ),

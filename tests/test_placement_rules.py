@@ -20,7 +20,7 @@ import pytest
 from extender.model.selectors import Taint
 from extender.placement import ClusterSnapshot, Domain, Plan, Unplaceable, build_gang, plan
 from extender.placement.state import AttemptState
-from tests.builders import GPU, TOPO, grid, node, placed, pod, podgroup, racks_of, run
+from tests.builders import GPU, TOPO, ZONE, grid, node, placed, pod, podgroup, racks_of, run, topology
 
 CLUSTER = grid(zones=1, blocks=2, racks=2, nodes=4)
 
@@ -333,7 +333,19 @@ def test_gang_incomplete_says_how_many_pods_exist() -> None:
     pg = podgroup({"subGroups": [{"name": "w", "minMember": 16}]})
     result = run(CLUSTER, pg, [pod(f"w{i}", subgroup="w") for i in range(3)])
     assert isinstance(result, Unplaceable)
-    assert result.message == "PodGroup default/pg: gang 3/16 pods present"
+    assert result.message == "SubGroup w: 3/16 pods present"
+    alone = run(CLUSTER, podgroup({"minMember": 4}), [pod("p0")])
+    assert isinstance(alone, Unplaceable)
+    assert alone.message == "PodGroup default/pg: gang 1/4 pods present"
+
+
+def test_gang_incomplete_names_the_subgroup_short_of_pods_not_the_total() -> None:
+    # 7 pods exist and the minimum is 5, but they are in the wrong place: b has 1 of its 3
+    pg = podgroup({"subGroups": [{"name": "a", "minMember": 2}, {"name": "b", "minMember": 3}]})
+    pods = [pod(f"a{i}", subgroup="a") for i in range(6)] + [pod("b0", subgroup="b")]
+    result = run(CLUSTER, pg, pods)
+    assert isinstance(result, Unplaceable)
+    assert result.message == "SubGroup b: 1/3 pods present"
 
 
 # -- pods already running, determinism --------------------------------------------------------------------
@@ -480,3 +492,97 @@ def test_a_rolled_back_attempt_leaves_its_counts_and_pins_as_they_were() -> None
     assert [c.tolist() for c in one.counts[0]] == [c.tolist() for c in before]
     assert not one.pins
     assert not one.where
+
+
+# -- siblings: a child that fails after its siblings were placed ----------------------------------
+
+
+def test_a_sibling_that_fails_after_the_others_is_retried_first() -> None:
+    # s0 first takes n0 (the tightest node holding both its pods), which leaves no node for s1's
+    # 8-GPU pod; moving s1 first finds the placement (s1 on n0, one s0 pod on n1).
+    nodes = [node("n0"), node("n1")]
+    spec = {
+        "minMember": 2,
+        "subGroups": [{"name": "s0", "minMember": 1}, {"name": "s1", "minMember": 1}],
+        "topologyConstraints": {"subGroups": {"s0": {"requiredTopologyLevel": "node"}}},
+    }
+    pods = [pod("s0-0", gpus=4, subgroup="s0"), pod("s0-1", gpus=4, subgroup="s0"), pod("s1-0", subgroup="s1")]
+    got = placed(run(nodes, podgroup(spec), pods, used={"n1": {GPU: 4000}}))
+    assert got["default/s1-0"] == "n0"
+    assert set(got) == {"default/s1-0", "default/s0-0"}
+    assert got["default/s0-0"] == "n1"
+
+
+@pytest.mark.parametrize("outer", [None, {"requiredTopologyLevel": "block"}, {"requiredTopologyLevel": "zone"}])
+def test_a_subgroup_preference_outranks_the_parents_compactness(outer: dict[str, str] | None) -> None:
+    # No rack holds all 8 pods, so compactness alone takes the tightest block, b1 (4 + 4 free);
+    # there `a`, which prefers one rack, would span two racks. b2 (6 + 3 free) holds `a` in one.
+    nodes = [node(f"{b}-{r}", "z1", b, r) for b in ("b1", "b2") for r in ("r1", "r2")]
+    used = {"b1-r1": {GPU: 4000}, "b1-r2": {GPU: 4000}, "b2-r1": {GPU: 2000}, "b2-r2": {GPU: 5000}}
+    spec = {
+        "minMember": 2,
+        "subGroups": [{"name": "a", "minMember": 6}, {"name": "b", "minMember": 2}],
+        "topologyConstraints": {"subGroups": {"a": {"preferredTopologyLevel": "rack"}}},
+    }
+    if outer:
+        spec["topologyConstraints"]["global"] = outer
+    pods = [pod(f"a-{i}", gpus=1, subgroup="a") for i in range(6)] + [
+        pod(f"b-{i}", gpus=1, subgroup="b") for i in range(2)
+    ]
+    got = placed(run(nodes, podgroup(spec), pods, used=used))
+    assert {got[f"default/a-{i}"] for i in range(6)} == {"b2-r1"}
+    assert {got["default/b-0"], got["default/b-1"]} == {"b2-r2"}
+
+
+# -- nested constraints -----------------------------------------------------------------------------
+
+
+def test_a_subgroup_constraint_coarser_than_a_required_one_above_it_is_a_warning_naming_both() -> None:
+    spec = {
+        "minMember": 1,
+        "subGroups": [{"name": "a", "minMember": 1}, {"name": "b", "parent": "a", "minMember": 1}],
+        "topologyConstraints": {
+            "global": {"requiredTopologyLevel": "block"},
+            "subGroups": {
+                "a": {"requiredTopologyLevel": "rack"},
+                "b": {"requiredTopologyLevel": "zone", "preferredTopologyLevel": "block"},
+            },
+        },
+    }
+    built = build_gang(podgroup(spec), [pod("b-0", subgroup="b")], {TOPO.name: TOPO})
+    assert built.gang is not None
+    field = "spec.topologyConstraints.subGroups"
+    assert built.warnings == (
+        f"{field}.b.requiredTopologyLevel='zone' cannot take effect: it is coarser than"
+        f" {field}.a.requiredTopologyLevel='rack' above it, which already holds the SubGroup in one rack",
+        f"{field}.b.preferredTopologyLevel='block' cannot take effect: it is coarser than"
+        f" {field}.a.requiredTopologyLevel='rack' above it, which already holds the SubGroup in one rack",
+    )
+    pg = podgroup({**spec, "topologyConstraints": {"subGroups": {"a": {"requiredTopologyLevel": "rack"}}}})
+    assert build_gang(pg, [pod("b-0", subgroup="b")], {TOPO.name: TOPO}).warnings == ()
+
+
+# -- messages ---------------------------------------------------------------------------------------
+
+
+def test_a_level_no_node_carries_says_which_label_is_missing() -> None:
+    rows = topology("rows", ("example.com/topology-row", ZONE))
+    pg = podgroup({"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": "row"}}})
+    result = run(CLUSTER, pg, [pod("p-0"), pod("p-1")], topologies=(rows,))
+    assert isinstance(result, Unplaceable)
+    assert result.message == (
+        "PodGroup default/pg: 2 pods x {cpu: 1, nvidia.com/gpu: 8} in one row;"
+        " no node has label example.com/topology-row"
+    )
+
+
+def test_a_replacement_pod_whose_pinned_domain_is_full_says_so() -> None:
+    pg = podgroup({"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}})
+    running = [pod(f"p-{i}", node_name=f"z1-b1-r1-n{i + 1}") for i in range(3)]
+    rack = [f"z1-b1-r1-n{i}" for i in range(1, 5)]
+    result = run(CLUSTER, pg, [*running, pod("p-3")], used=full(*rack))
+    assert isinstance(result, Unplaceable)
+    assert result.message.startswith(
+        "PodGroup default/pg: 1 pod x {cpu: 1, nvidia.com/gpu: 8} in rack z1/b1/r1, where its running pods hold it;"
+        " it has room for 0"
+    )

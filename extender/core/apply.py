@@ -11,6 +11,8 @@ so both see a cluster the same way:
     PriorityClass             ClusterState.set_priority_class
     PodDisruptionBudget       ClusterState.set_budget (read by preemption only)
     ResourceInterface         ClusterState.set_resource_interface, by name
+    ResourceFlavor (Kueue)    ClusterState.set_flavor, by name
+    Queue (KAI), LocalQueue (Kueue)  ClusterState.set_queue; their CRDs, set_queue_api
     anything else             ClusterState.set_object: the workload owners the grouper reads
 
 Any other object that does not parse raises `InvalidObject` and the view keeps what it had of
@@ -23,9 +25,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.core.cluster import object_key
+from extender.core.queues import KUEUE_LOCAL_QUEUE, QUEUE_CRDS, QUEUE_KINDS, QueueKey
 from extender.core.scheduler import GangScheduler
 from extender.model.budget import parse_budget
 from extender.model.errors import FieldError, InvalidObject
+from extender.model.flavor import RESOURCE_FLAVOR_API_VERSIONS, parse_resource_flavor
 from extender.model.node import parse_node
 from extender.model.pod import parse_pod
 from extender.model.podgroup import PODGROUP_API_VERSIONS, parse_podgroup
@@ -61,6 +65,13 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
         state.set_budget(_namespaced_key(body), parse_budget(body))
     elif kind == "ResourceInterface":
         state.set_resource_interface(object_name(body), body)
+    elif kind == "ResourceFlavor" and api in RESOURCE_FLAVOR_API_VERSIONS:
+        flavor = parse_resource_flavor(body)
+        state.set_flavor(flavor.name, flavor)
+    elif (queue := _queue_key(api, kind, body)) is not None:
+        state.set_queue(queue, True)
+    elif kind == "CustomResourceDefinition" and _name(body) in QUEUE_CRDS:
+        state.set_queue_api(QUEUE_CRDS[_name(body)], True)
     else:
         state.set_object(_owner_key(api, kind, body), body)
     return ()
@@ -84,6 +95,10 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
         state.set_budget(_namespaced_key(body), None)
     elif kind == "ResourceInterface":
         state.set_resource_interface(object_name(body), None)
+    elif kind == "ResourceFlavor" and api in RESOURCE_FLAVOR_API_VERSIONS:
+        state.set_flavor(_name(body), None)
+    elif (queue := _queue_key(api, kind, body)) is not None:
+        state.set_queue(queue, False)
     else:
         state.set_object(_owner_key(api, kind, body), None)
 
@@ -94,6 +109,14 @@ def parse_priority_class(body: JSON) -> int:
         error = FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {value!r}")
         raise InvalidObject([error])
     return value
+
+
+def _queue_key(api: str, kind: str, body: JSON) -> QueueKey | None:
+    """KAI's Queue (cluster-scoped) or Kueue's LocalQueue, as the queue index keys it."""
+    found = f"{api.rpartition('/')[0]}/{kind}"
+    if found not in QUEUE_KINDS:
+        return None
+    return (found, _namespace(body) if found == KUEUE_LOCAL_QUEUE else "", _name(body))
 
 
 def _type_of(body: JSON) -> tuple[str, str]:

@@ -15,6 +15,7 @@ from typing import Any
 from extender.core.usage import PlanningUsage, UsageLedger
 from extender.model.budget import DisruptionBudget
 from extender.model.errors import FieldError
+from extender.model.flavor import ResourceFlavor
 from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
@@ -39,6 +40,9 @@ class ClusterState:
         self.budgets: dict[str, DisruptionBudget] = {}  # PodDisruptionBudgets, by namespace/name
         self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
         self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
+        self.flavors: dict[str, ResourceFlavor] = {}  # Kueue ResourceFlavors by name
+        self.queue_apis: set[str] = set()  # the queue kinds installed (core.queues.QUEUE_KINDS)
+        self.queues: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
         self.reserved_nodes: Counter[str] = Counter()  # node -> pods reserved on it
         self.generation = 0  # bumps when the node set changes
@@ -176,6 +180,29 @@ class ClusterState:
         else:
             self.objects[key] = body
         self._notify("object", key)
+
+    def set_flavor(self, name: str, flavor: ResourceFlavor | None) -> None:
+        if flavor is None:
+            self.flavors.pop(name, None)
+        else:
+            self.flavors[name] = flavor
+        self._notify("flavor", name)
+
+    def set_queue_api(self, kind: str, installed: bool) -> None:
+        """Whether a queue kind's API is installed (an informer's list, or a CRD in the input)."""
+        if installed:
+            self.queue_apis.add(kind)
+        else:
+            self.queue_apis.discard(kind)
+        self._notify("queue", kind)
+
+    def set_queue(self, key: tuple[str, str, str], present: bool) -> None:
+        if present:
+            self.queues.add(key)
+            self.queue_apis.add(key[0])  # an object of the kind: its API is installed
+        else:
+            self.queues.discard(key)
+        self._notify("queue", key)
 
     def set_resource_interface(self, name: str, body: Mapping[str, Any] | None) -> None:
         if body is None:

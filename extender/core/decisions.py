@@ -29,6 +29,7 @@ R_MEMBER_GONE = "MemberGone"  # a pod of the minimum went away before binding; p
 R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
+R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does not have
 R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
 R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
@@ -42,6 +43,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_BIND_TIMEOUT,
         R_PLAN_EXPIRED,
         R_MEMBER_GONE,
+        R_QUEUE_NOT_FOUND,
         R_PREEMPTION_TIMEOUT,
         R_PARTIAL_EVICTED,
     }
@@ -230,6 +232,9 @@ class GroupStatus:
     subgroups: tuple[SubGroupStatus, ...] = ()
     domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
     reason: str = ""  # one of the R_* reasons above, or a Shortfall kind
+    # PodGroup spec.schedulingBackoff 1 (seed 001): a planning attempt failed, so the gang is
+    # marked unschedulable on the node pool; -1 (or unset) never marks it.
+    node_pool_unschedulable: bool = False
 
     @property
     def unschedulable(self) -> bool:

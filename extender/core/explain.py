@@ -9,7 +9,7 @@ out for each pod shape with counts by reason. Built as data here; `render` makes
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from extender.core.decisions import R_WAITING
@@ -75,6 +75,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     view = scheduler.view(group)
     status = scheduler.status(group)
     notes = [*view.warnings, *(f"{pod}: {why}" for pod, why in sorted(view.waiting.items()))]
+    notes += _gated(scheduler, view.pods)
     gang = view.built.gang if view.built is not None else None
     if gang is None or not view.valid:
         return Explanation(group, view.source, status.phase, status.message, notes=tuple(notes))
@@ -148,6 +149,17 @@ def _victims(p: Preemption) -> tuple[str, ...]:
         f"PodDisruptionBudgets; {p.domains_checked} domain(s) checked with {p.plans} plan(s)"
     )
     return tuple(out)
+
+
+def _gated(scheduler: GangScheduler, pods: Iterable[str]) -> list[str]:
+    """Pods kube-scheduler will not schedule yet: their spec.schedulingGates is not empty."""
+    out = []
+    for key in sorted(pods):
+        pod = scheduler.state.pods.get(key)
+        if pod is not None and pod.scheduling_gates and pod.node_name is None:
+            gates = ", ".join(pod.scheduling_gates)
+            out.append(f"{key}: gated by {gates}: kube-scheduler does not schedule it until the gate is removed")
+    return out
 
 
 def _lines(

@@ -18,6 +18,7 @@ from typing import Any
 from extender.core.cluster import ClusterState
 from extender.grouping import PODGROUP, Family, Grouping, family_key, group_pods
 from extender.model.errors import FieldError
+from extender.model.flavor import flavor_topology
 from extender.model.keys import GroupKey
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import PodGroupSpec
@@ -257,13 +258,20 @@ class Membership:
             # joins the gang once its gates are gone. topogang's own gate (gates mode) is the
             # exception: topogang lifts it once the gang is planned, so those pods must count.
             present = [p for p in pods if not p.held]
-            built = build_gang(spec, present, state.topologies, order=grouping.order, subgroup_of=grouping.subgroup_of)
+            built = build_gang(
+                spec,
+                present,
+                state.topologies,
+                order=grouping.order,
+                subgroup_of=grouping.subgroup_of,
+                default_topology=flavor_topology(pods, state.flavors.values()),
+            )
             view = GroupView(
                 group,
                 spec,
                 built,
                 built.errors,
-                warnings=grouping.warnings + _gated(pods),
+                warnings=(*grouping.warnings, *built.warnings, *_gated(pods)),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),

@@ -35,6 +35,7 @@ from extender.core.decisions import (
     R_PARTIAL_EVICTED,
     R_PLAN_EXPIRED,
     R_PLANNED,
+    R_QUEUE_NOT_FOUND,
     R_REPLANNING,
     R_SCHEDULED,
     R_WAITING,
@@ -57,6 +58,7 @@ from extender.core.membership import GroupView, Membership
 from extender.core.nomination import Nomination
 from extender.core.preempting import Preempting
 from extender.core.preemption import find_preemption
+from extender.core.queues import queue_problem
 from extender.grouping import Family
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
@@ -121,6 +123,9 @@ class GangScheduler:
             return _refuse(nodes, f"topogang: PodGroup {group} is invalid: {view.message}", group)
         if pod.key in view.waiting:
             return _refuse(nodes, f"topogang: {view.waiting[pod.key]}", group)
+        blocked, _ = self._queue(view)
+        if blocked is not None:
+            return _refuse(nodes, f"topogang: PodGroup {group}: {blocked}", group)
         nom = self.preempting.nominations.get(group)
         if nom is not None:
             if nom.pending:
@@ -566,7 +571,8 @@ class GangScheduler:
         planned = bound + (len(gp.reserved) if gp else 0)
         domains = dict(gp.plan.domains if gp else self.domains.get(group, {}))
         subgroups = tuple(self._subgroup_status(view, gp))
-        warnings = "; ".join(view.warnings)
+        blocked, queue_warning = self._queue(view)
+        warnings = "; ".join([*view.warnings, *([queue_warning] if queue_warning else [])])
         gang = view.built.gang if view.built is not None else None
         bound_keys = {p.key for p in pods if p.node_name is not None}
         if gang is not None and bound_keys and meets_minimum(gang, bound_keys):
@@ -576,6 +582,8 @@ class GangScheduler:
             missing = len([p for p in gp.gate.minimum if p in gp.reserved])
             message = f"planned; waiting for {missing} pod(s) of the minimum to bind"
             phase, reason = PENDING, R_PLANNED
+        elif blocked is not None:
+            message, phase, reason = f"PodGroup {group}: {blocked}", PENDING, R_QUEUE_NOT_FOUND
         elif (nom := self.preempting.nominations.get(group)) is not None:
             preempting = nom.reason()
             message, phase, reason = preempting.render(), PENDING, preempting.kind
@@ -592,7 +600,10 @@ class GangScheduler:
             message += "; " + "; ".join(f"{k}: {why}" for k, why in sorted(view.waiting.items()))
         if warnings:
             message += f"; {warnings}"
-        return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains, reason)
+        # A planning attempt failed: pods missing is no attempt (KAI does not try an incomplete gang).
+        failed = group in self.reasons and reason == self.reasons[group].kind and reason != R_GANG_INCOMPLETE
+        marked = failed and view.spec is not None and view.spec.scheduling_backoff == 1
+        return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains, reason, marked)
 
     def _view_without_pods(self, group: str) -> GroupView:
         """A PodGroup object no pod has joined yet, as a view with no pods."""
@@ -604,6 +615,12 @@ class GangScheduler:
             return GroupView(group, None, None, errors, source=f"PodGroup {group}")
         built = build_gang(spec, [], self.state.topologies)
         return GroupView(group, spec, built, built.errors, source=f"PodGroup {group}")
+
+    def _queue(self, view: GroupView) -> tuple[str | None, str | None]:
+        spec = view.spec
+        if spec is None or not spec.queue:
+            return None, None
+        return queue_problem(spec.queue, spec.namespace, self.state.queue_apis, self.state.queues)
 
     def _incomplete_message(self, view: GroupView) -> str:
         gang = view.built.gang if view.built else None

@@ -88,38 +88,32 @@ def placement(
     where: str,
     topology: str | None,
     errors: list[FieldError],
-    kueue_too: bool = True,
 ) -> TopologyConstraint | None:
-    """The scope's own constraint from KAI's (and, on PodTemplates, Kueue's) placement annotations."""
+    """The scope's own constraint from KAI's and Kueue's placement annotations, every spelling:
+    two spellings of one attribute must agree, and Kueue's required, preferred and
+    unconstrained exclude one another."""
     used: list[str] = []
-
-    def read(annotation: str) -> str | None:
+    values: dict[str, tuple[str, str]] = {}  # attribute -> (value, the annotation that set it)
+    for annotation, attr in n.PLACEMENT_SPELLINGS:
         value = level(ann.get(annotation), obj, ann_field(where, annotation), errors)
-        if value is not None:
-            used.append(annotation)
-        return value
-
-    required, preferred = read(n.KAI_REQUIRED), read(n.KAI_PREFERRED)
-    if not kueue_too:
-        return _constraint(required, preferred, topology, where, used)
-    kueue = [a for a in (n.KUEUE_REQUIRED, n.KUEUE_PREFERRED, n.KUEUE_UNCONSTRAINED) if a in ann]
-    if len(kueue) > 1:
-        errors.append(FieldError(obj, ann_field(where, kueue[1]), f"set only one of {', '.join(kueue)}"))
-    for kai_value, annotation in ((required, n.KUEUE_REQUIRED), (preferred, n.KUEUE_PREFERRED)):
-        value = read(annotation)
-        if value is not None and kai_value is not None and value != kai_value:
-            other = n.KAI_REQUIRED if annotation == n.KUEUE_REQUIRED else n.KAI_PREFERRED
-            errors.append(
-                FieldError(obj, ann_field(where, annotation), f"{value!r} conflicts with {other}={kai_value!r}")
-            )
-        if value is not None and annotation == n.KUEUE_REQUIRED:
-            required = value
-        elif value is not None:
-            preferred = value
+        if value is None:
+            continue
+        used.append(annotation)
+        first = values.setdefault(attr, (value, annotation))
+        if first[0] != value:
+            msg = f"{value!r} conflicts with {first[1]}={first[0]!r}"
+            errors.append(FieldError(obj, ann_field(where, annotation), msg))
+    kinds = {attr for a, attr in n.KUEUE_SPELLINGS if a in ann}
+    if n.KUEUE_UNCONSTRAINED in ann:
+        kinds.add("unconstrained")
+    if len(kinds) > 1:
+        written = [a for a in (*(a for a, _ in n.KUEUE_SPELLINGS), n.KUEUE_UNCONSTRAINED) if a in ann]
+        errors.append(FieldError(obj, ann_field(where, written[-1]), f"set only one of {', '.join(written)}"))
     unconstrained = ann.get(n.KUEUE_UNCONSTRAINED)
     if unconstrained is not None and unconstrained not in ("true", "false"):
         msg = f"expected true or false, got {unconstrained!r}"
         errors.append(FieldError(obj, ann_field(where, n.KUEUE_UNCONSTRAINED), msg))
+    required, preferred = values.get("required", (None,))[0], values.get("preferred", (None,))[0]
     return _constraint(required, preferred, topology, where, used)
 
 

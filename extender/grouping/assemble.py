@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, anns_field, layout_of, merge, placement
-from extender.grouping.grouper import ClaimedPod, GangDraft
+from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.result import Grouping, SegmentPosition
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
 from extender.model.limits import MAX_GANG_PODS, MAX_SUBGROUPS, beyond
-from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint, validate_structure
+from extender.model.podgroup import PodGroupSpec, SubGroupSet, SubGroupSpec, TopologyConstraint, validate_structure
 
 __all__ = ["assemble"]
 
@@ -95,7 +95,14 @@ def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree, oversized: b
         obj = part.template_obj or draft.obj
         target = part.target or part.name
         own_topology = part.template.get(n.KAI_TOPOLOGY) or None
-        c = placement(part.template, obj, part.where, own_topology, tree.errors)
+        shared = part.template
+        if part.kueue_own:  # Kueue assigns each Job of a JobSet's replicated Job on its own
+            shared = {k: v for k, v in part.template.items() if k not in n.KUEUE_PLACEMENT}
+            own = {k: v for k, v in part.template.items() if k in n.KUEUE_PLACEMENT}
+            c = placement(own, obj, part.where, own_topology, tree.errors)
+            if c is not None:
+                tree.constraints[part.name] = merge(tree.constraints.get(part.name), c, obj, tree.errors) or c
+        c = placement(shared, obj, part.where, own_topology, tree.errors)
         if c is not None and target not in placed_targets:
             tree.constraints[target] = merge(tree.constraints.get(target), c, obj, tree.errors) or c
         placed_targets.add(target)
@@ -112,6 +119,30 @@ def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree, oversized: b
             tree.subgroups.extend(seg)
         else:
             tree.subgroups.append(SubGroupSpec(part.name, part.parent, min_member=part.minimum))
+
+
+def _podset_groups(draft: GangDraft, tree: _Tree) -> tuple[SubGroupSet, ...]:
+    """Kueue's PodSet groups: the parts whose templates share a podset-group-name become one
+    SubGroupSet under their constraint (which, as in Kueue, they must agree on)."""
+    groups: dict[str, list[Part]] = {}
+    for part in draft.parts:
+        name = part.template.get(n.KUEUE_PODSET_GROUP)
+        if name:
+            groups.setdefault(name, []).append(part)
+    sets = []
+    for name, parts in groups.items():
+        if len(parts) < 2:
+            continue
+        constraint: TopologyConstraint | None = None
+        for part in parts:
+            own = tree.constraints.get(part.name)
+            constraint = merge(constraint, own, part.template_obj or draft.obj, tree.errors)
+        names = ", ".join(p.name for p in parts)
+        if constraint is None or constraint.empty:
+            tree.warnings.append(f"{draft.obj}: {n.KUEUE_PODSET_GROUP}={name} ({names}) ignored: no topology request")
+            continue
+        sets.append(SubGroupSet(tuple(p.name for p in parts), constraint))
+    return tuple(sets)
 
 
 def _leaf_of(
@@ -156,9 +187,12 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     tree = _Tree(list(draft.errors), list(draft.warnings), list(draft.parents), dict(draft.constraints))
     ann = draft.annotations
     topology = ann.get(n.KAI_TOPOLOGY) or None
-    workload = placement(ann, draft.obj, "", None, tree.errors, kueue_too=False)
+    # Kueue's names on the workload's metadata constrain it whole, as KAI's do: for a Job, its
+    # only PodSet.
+    workload = placement(ann, draft.obj, "", None, tree.errors)
     global_constraint = merge(draft.global_constraint, workload, draft.obj, tree.errors)
     _add_parts(draft, topology, tree, _checks(draft, tree))
+    podset_groups = _podset_groups(draft, tree)
 
     subgroup_of: dict[str, str] = {}
     order: dict[str, int] = {}
@@ -183,6 +217,7 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         subgroups=tuple(subgroups),
         global_constraint=global_constraint,
         subgroup_constraints=tree.constraints,
+        subgroup_sets=podset_groups,
         uid=draft.uid,
         annotations={n.KAI_TOPOLOGY: topology} if topology else {},
     )

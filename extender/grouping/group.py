@@ -150,6 +150,7 @@ class _Claims:
         self.drafts: dict[_DraftKey, WorkloadDraft | None] = {}
         self.members: dict[tuple[_DraftKey, str], list[ClaimedPod]] = {}
         self.orphans: dict[tuple[str, str, str, str], tuple[Link, list[PodInfo]]] = {}
+        self.declined: dict[str, _DraftKey] = {}  # pod -> the ResourceInterface draft that matched it to no leaf
 
     def handlers(self, link: Link) -> list[tuple[str, Grouper]]:
         out: list[tuple[str, Grouper]] = []
@@ -177,12 +178,41 @@ class _Claims:
                     self.drafts[dkey] = grouper(link)
                 draft = self.drafts[dkey]
                 claim = draft.classify(pod, chain[:i]) if draft is not None else None
+                if claim is None and draft is not None and name.startswith("ResourceInterface"):
+                    self.declined.setdefault(pod.key, dkey)
                 if claim is not None:
                     self.members.setdefault((dkey, claim.gang), []).append(ClaimedPod(pod, claim.part, claim.error))
                     return
         top = chain[-1]
         okey = (top.namespace, *top.gvk, top.ref.name)
         self.orphans.setdefault(okey, (top, []))[1].append(pod)
+
+    def unmatched(self) -> None:
+        """Pods a ResourceInterface matched to no leaf while it took others of the same owner
+        would land in a second gang with the same key: they join its gang as errors instead,
+        which makes the workload Invalid naming them. A lower owner's grouper keeps its pods."""
+        taken = {dkey for dkey, _ in self.members if dkey[0].startswith("ResourceInterface")}
+        moved: list[tuple[_DraftKey, PodInfo]] = []
+        for (dkey, gang), ms in list(self.members.items()):
+            kept = [m for m in ms if not self._moves(m.pod, dkey[1:], taken)]
+            moved += [(self.declined[m.pod.key], m.pod) for m in ms if m not in kept]
+            self.members[(dkey, gang)] = kept
+        for okey, (top, ps) in list(self.orphans.items()):
+            owner = (*top.gvk, top.namespace, top.ref.name)
+            kept_pods = [p for p in ps if not self._moves(p, owner, taken)]
+            moved += [(self.declined[p.key], p) for p in ps if p not in kept_pods]
+            self.orphans[okey] = (top, kept_pods)
+        for dkey, pod in moved:
+            draft = self.drafts[dkey]
+            assert draft is not None
+            leaves = ", ".join(p.name for g in draft.gangs.values() for p in g.parts)
+            why = f"matches no podClassifier of {draft.source} (leaves: {leaves})"
+            claim = ClaimedPod(pod, None, FieldError(f"Pod {pod.key}", "metadata.labels", why))
+            self.members.setdefault((dkey, next(iter(draft.gangs))), []).append(claim)
+
+    def _moves(self, pod: PodInfo, owner: tuple[str, ...], taken: set[_DraftKey]) -> bool:
+        ri = self.declined.get(pod.key)
+        return ri is not None and ri in taken and ri[1:] == owner
 
 
 class _Groups:
@@ -233,10 +263,13 @@ def group_pods(
         if chain and not any(link.gvk in n.PLAIN_OWNERS for link in chain):
             claims.claim(pod, chain)
 
+    claims.unmatched()
     out = _Groups()
     for key, ps in sorted(explicit.items()):
         out.add(_explicit(key, podgroups[key], len(ps)), [p.key for p in ps])
     for (dkey, gang_key), ms in claims.members.items():
+        if not ms:
+            continue
         workload = claims.drafts[dkey]
         assert workload is not None
         gang = workload.gangs.get(gang_key) or GangDraft(
@@ -244,6 +277,8 @@ def group_pods(
         )
         out.add(assemble(gang, ms), [m.pod.key for m in ms])
     for top, ps in claims.orphans.values():
+        if not ps:
+            continue
         owned = [ClaimedPod(p, top.ref.kind.lower()) for p in ps]
         out.add(assemble(_fallback(top, ps), owned), [p.key for p in ps])
     return GroupingResult(out.groups, out.pod_group, claims.waiting, tuple(warnings))

@@ -30,6 +30,7 @@ class Part:
     parent: str | None = None
     target: str | None = None  # the SubGroup the template's own placement goes to (default: this one)
     slice_default: int | None = None  # Kueue podset-slice-size when not written (JobSet: parallelism)
+    kueue_own: bool = False  # Kueue's placement goes to this SubGroup, not `target` (a JobSet's Job)
 
 
 @dataclass

@@ -26,6 +26,21 @@ KUEUE_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
 KUEUE_SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
 KUEUE_MAX_LAYERS = 3
+# PodSets (PodTemplates) that share this name are placed under one constraint, in one domain.
+KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+# Seed 004's own names, read as aliases of the podset-* ones.
+KUEUE_REQUIRE = "kueue.x-k8s.io/require-topology"
+KUEUE_PREFER = "kueue.x-k8s.io/prefer-topology"
+
+# Every spelling of a scope's placement, in the order they are read, with the attribute it sets.
+KUEUE_SPELLINGS = (
+    (KUEUE_REQUIRED, "required"),
+    (KUEUE_REQUIRE, "required"),
+    (KUEUE_PREFERRED, "preferred"),
+    (KUEUE_PREFER, "preferred"),
+)
+PLACEMENT_SPELLINGS = ((KAI_REQUIRED, "required"), (KAI_PREFERRED, "preferred"), *KUEUE_SPELLINGS)
+KUEUE_PLACEMENT = frozenset({*(a for a, _ in KUEUE_SPELLINGS), KUEUE_UNCONSTRAINED})
 
 # -- kinds ---------------------------------------------------------------------------------------------
 APPS_V1 = "apps/v1"

@@ -16,12 +16,13 @@ appears later is picked up by its informer's periodic re-check.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import structlog
 
 from extender.core.apply import apply_object, delete_object
+from extender.core.queues import QUEUE_KINDS
 from extender.core.scheduler import GangScheduler
 from extender.kube.backoff import Backoff
 from extender.kube.client import JSONDict
@@ -72,6 +73,7 @@ class ClusterCache:
                 page_size=page_size,
                 recheck_seconds=recheck_seconds,
                 backoff=Backoff(initial=min(0.5, backoff_cap), cap=backoff_cap),
+                on_installed=self._installed(resource),
             )
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -134,6 +136,17 @@ class ClusterCache:
         }
 
     # -- applying ------------------------------------------------------------------------------------
+
+    def _installed(self, resource: Resource) -> Callable[[bool], None] | None:
+        """For the queue kinds: whether their API exists decides how PodGroup spec.queue is read."""
+        kind = f"{resource.group}/{resource.kind}"
+        if kind not in QUEUE_KINDS:
+            return None
+
+        def tell(installed: bool) -> None:
+            self.scheduler.state.set_queue_api(kind, installed)
+
+        return tell
 
     def _handler(self, resource: Resource) -> Handler:
         def handle(event_type: str, obj: JSONDict) -> None:

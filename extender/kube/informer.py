@@ -68,6 +68,7 @@ class Informer:
         recheck_seconds: float = 30.0,
         backoff: Backoff | None = None,
         rand: Callable[[], float] = random.random,
+        on_installed: Callable[[bool], None] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -85,6 +86,7 @@ class Informer:
         self.resource_version = ""  # the last one seen; "" means list next
         self.version = ""  # the API version being listed and watched
         self.installed: bool | None = None  # None until the first list answers
+        self._on_installed = on_installed  # told when `installed` changes
         self.relists = 0
         self._known: dict[str, Seen] = {}
         self._backoff = backoff or Backoff()
@@ -213,6 +215,8 @@ class Informer:
         if self.installed is False:
             self.log.info("resource installed", version=version)
             self._relist_reason = "installed"
+        if self.installed is not True and self._on_installed is not None:
+            self._on_installed(True)
         self.installed = True
         self.version = version
 
@@ -221,6 +225,8 @@ class Informer:
             self.log.info(
                 "resource not installed", versions=list(self.resource.versions), recheck_seconds=self.recheck_seconds
             )
+        if self.installed is not False and self._on_installed is not None:
+            self._on_installed(False)
         self.installed = False
         self.resource_version = ""
         if self._known:  # it was installed and went away: so did its objects

@@ -14,6 +14,8 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
                  Unschedulable  True while the gang cannot run (GangIncomplete, NoCapacity,
                                 NoDomain, SearchLimit, Invalid, BindTimeout, PlanExpired,
                                 MemberGone); else False (Planned, Waiting, Scheduled)
+                 UnschedulableOnNodePool  spec.schedulingBackoff 1: True once a planning
+                                attempt failed, with its reason; absent otherwise (-1, unset)
 
 Reasons come from the core as data (`GroupStatus.reason`), never from parsing messages.
 `lastTransitionTime` is carried over from PREVIOUS unless the condition's status flips, so a
@@ -37,6 +39,7 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "topogang"
 SCHEDULED_CONDITION = "Scheduled"
 UNSCHEDULABLE_CONDITION = "Unschedulable"
+NODE_POOL_CONDITION = "UnschedulableOnNodePool"  # KAI's, for spec.schedulingBackoff: 1
 MESSAGE_LIMIT = 4096  # characters of a message kept in status and conditions
 
 JSON = dict[str, Any]
@@ -124,6 +127,18 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
             ),
         ],
     }
+    if status.node_pool_unschedulable or NODE_POOL_CONDITION in before:
+        body["conditions"].append(
+            _condition(
+                NODE_POOL_CONDITION,
+                status.node_pool_unschedulable,
+                status.reason,
+                message,
+                before.get(NODE_POOL_CONDITION),
+                now,
+                generation,
+            )
+        )
     if generation:
         body["observedGeneration"] = generation
     if domains:

@@ -152,6 +152,8 @@ class PodGroupWriter:
             self._dirty_pods.add(str(key))
         elif kind == "podgroup":
             self._dirty.add(str(key))
+        elif kind in ("queue", "flavor"):  # may decide any gang's queue check or Topology
+            self._dirty.update(self.phases)
         else:
             return
         self._wake.set()

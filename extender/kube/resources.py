@@ -29,6 +29,11 @@ TOPOLOGIES = (
     _r("kai.scheduler", "v1alpha1", "Topology", "topologies", namespaced=False),
     _r("kueue.x-k8s.io", "v1beta2 v1beta1 v1alpha1", "Topology", "topologies", namespaced=False),
 )
+RESOURCE_FLAVORS = (_r("kueue.x-k8s.io", "v1beta2 v1beta1", "ResourceFlavor", "resourceflavors", namespaced=False),)
+QUEUES = (
+    _r("scheduling.run.ai", "v2", "Queue", "queues", namespaced=False),  # KAI-Scheduler's
+    _r("kueue.x-k8s.io", "v1beta2 v1beta1", "LocalQueue", "localqueues"),
+)
 RESOURCE_INTERFACES = (
     _r("scheduling.topogang.io", "v1alpha1", "ResourceInterface", "resourceinterfaces", namespaced=False),
 )
@@ -45,6 +50,8 @@ WATCHED: tuple[Resource, ...] = (
     *PODGROUPS,
     *TOPOLOGIES,
     *RESOURCE_INTERFACES,
+    *RESOURCE_FLAVORS,
+    *QUEUES,
     *OWNERS,
 )
 
@@ -55,6 +62,8 @@ __all__ = [
     "PODGROUPS",
     "PODS",
     "PRIORITY_CLASSES",
+    "QUEUES",
+    "RESOURCE_FLAVORS",
     "RESOURCE_INTERFACES",
     "TOPOLOGIES",
     "WATCHED",

@@ -98,6 +98,10 @@ class TopologySpec:
         return " > ".join(level.display for level in self.levels)
 
 
+# A preferred level written "auto" (Kueue, seed 004): the finest level of the Topology, from
+# which placement climbs to the first level where one domain holds the scope.
+AUTO_LEVEL = "auto"
+
 NODE_ONLY = TopologySpec("", (TopologyLevel(HOSTNAME_LABEL),))
 
 

@@ -32,6 +32,7 @@ class Candidates:
         self.state = state
         self.demand = demand
         self._parts_of: dict[int, list[Scope]] = {}  # scope -> its constrained parts (see _parts)
+        self._inner: dict[int, list[tuple[Scope, int]]] = {}  # scope id -> descendants with a written preference
 
     def required(self, scope: Scope, region: Domain, level: int) -> Sequence[Domain]:
         """Domains of `level` inside `region` that can hold the scope's minimum, best first."""
@@ -40,12 +41,10 @@ class Candidates:
             return []
         lo, hi, ok = opened
         if scope.rule is not None and scope.rule.exclusive:
-            ok &= self.free_of_others(level, lo, hi)
-        fixed = self.demand.fixed[scope.id]
-        if fixed:  # pods already running pin the constraint to their domain (the most of them)
-            dom = self.tree.levels[level].domain_of_node
-            forced = Counter(int(dom[n]) for n in fixed).most_common(1)[0][0]
-            ok &= np.arange(lo, hi) == forced
+            ok &= self.free_of_others(scope, level, lo, hi)
+        pinned = self.pinned(scope, level)
+        if pinned is not None:
+            ok &= np.arange(lo, hi) == pinned.index
         cand: IntArray = np.flatnonzero(ok) + lo
         if len(cand) == 0:
             return []
@@ -54,10 +53,24 @@ class Candidates:
         rank: IntArray = np.zeros(len(cand), dtype=np.int64)
         if preferred is not None and preferred > level:
             rank = self._preference_rank(scope, level, cand, preferred)
-        return _Domains(level, cand[self._order(scope, level, cand, rank)])
+        inner = self.inner_preferences(scope, level, cand)
+        return _Domains(level, cand[self._order(scope, level, cand, rank, *inner)])
 
-    def preferred(self, scope: Scope, region: Domain, level: int, preferred: int) -> list[Domain]:
-        """The best few domains of `level` inside `region` on the way up from `preferred`."""
+    def pinned(self, scope: Scope, level: int) -> Domain | None:
+        """The domain of `level` the scope's running pods pin its constraint to (where the most
+        of them run), or None when none runs."""
+        fixed = self.demand.fixed[scope.id]
+        if not fixed:
+            return None
+        dom = self.tree.levels[level].domain_of_node
+        return Domain(level, Counter(int(dom[n]) for n in fixed).most_common(1)[0][0])
+
+    def preferred(
+        self, scope: Scope, region: Domain, level: int, preferred: int, implicit: bool = False
+    ) -> list[Domain]:
+        """The best few domains of `level` inside `region` on the way up from `preferred`.
+        `implicit`: the level is compactness, not a written preference, so the preferences of
+        the scope's descendants rank the domains before it does."""
         opened = self._fitting(scope, region, level)
         if opened is None:
             return []
@@ -69,11 +82,30 @@ class Candidates:
         cand: IntArray = np.flatnonzero(ok) + lo
         if len(cand) == 0:
             return []
-        if level == preferred:
-            order = self._order(scope, level, cand)
-        else:
-            order = self._order(scope, level, cand, self._domains_needed(scope, level, cand, preferred))
+        own = [] if level == preferred else [self._domains_needed(scope, level, cand, preferred)]
+        inner = self.inner_preferences(scope, level, cand)
+        primary = [*inner, *own] if implicit else [*own, *inner]
+        order = self._order(scope, level, cand, *primary)
         return [Domain(level, int(i)) for i in cand[order][:MAX_PREFERRED_CANDIDATES]]
+
+    def inner_preferences(self, scope: Scope, level: int, cand: IntArray) -> list[IntArray]:
+        """As a sort key (none when no descendant has a written preference finer than `level`):
+        per candidate, the domains of their preferred levels those descendants would span inside
+        it. A written preference anywhere in the tree outranks compactness when choosing
+        enclosing domains."""
+        total: IntArray | None = None
+        for inner, preferred in self._preferring(scope):
+            if preferred > level and any(self.demand.minimum[inner.id]):
+                needed = self._domains_needed(inner, level, cand, preferred)
+                total = needed if total is None else total + needed
+        return [] if total is None else [total]
+
+    def _preferring(self, scope: Scope) -> list[tuple[Scope, int]]:
+        found = self._inner.get(scope.id)
+        if found is None:
+            found = [(s, s.rule.preferred) for s in scope.walk() if s is not scope and s.rule and s.rule.preferred]
+            self._inner[scope.id] = found
+        return found
 
     def _fitting(self, scope: Scope, region: Domain, level: int) -> tuple[int, int, BoolArray] | None:
         """The opening both searches share: the range of `level` in `region`, and where the
@@ -90,15 +122,25 @@ class Candidates:
                 ok &= self.state.counts[s][level][lo:hi] >= need
         return ok
 
-    def free_of_others(self, level: int, lo: int, hi: int) -> BoolArray:
-        """Domains of `level` in [lo, hi) that host no other gang's pods (exclusive topology)."""
+    def free_of_others(self, scope: Scope, level: int, lo: int, hi: int) -> BoolArray:
+        """Domains of `level` in [lo, hi) that host no pod of another gang nor of another scope
+        of this gang (exclusive topology: a subgroup shares its domain with no sibling either)."""
         busy = self.snapshot.busy
-        if busy is None or not len(busy):
+        own = self._own_elsewhere(scope)
+        if (busy is None or not len(busy)) and not own:
             return np.ones(hi - lo, dtype=np.bool_)
+        mask = np.zeros(len(self.snapshot.table), dtype=np.bool_) if busy is None or not len(busy) else busy.copy()
+        mask[own] = True
         li = self.tree.levels[level]
-        per_domain = np.add.reduceat(busy[self.tree.pos_to_node].astype(np.int64), li.starts)
+        per_domain = np.add.reduceat(mask[self.tree.pos_to_node].astype(np.int64), li.starts)
         free: BoolArray = per_domain[lo:hi] == 0
         return free
+
+    def _own_elsewhere(self, scope: Scope) -> list[int]:
+        """Nodes holding this gang's pods outside `scope`: placed in this attempt, or running."""
+        mine = set(self.demand.fixed[scope.id])
+        running = [n for n in self.demand.fixed[self.demand.root] if n not in mine]
+        return [*self.state.where.values(), *running]
 
     def _order(self, scope: Scope, level: int, cand: IntArray, *primary: IntArray) -> IntArray:
         """Tightest fit first: domains that hold every pod by leftover room, then the rest by

@@ -16,6 +16,7 @@ from extender.placement.gang import Gang, Scope
 class Demand:
     def __init__(self, gang: Gang, index: Mapping[str, int]) -> None:
         self.nshapes = len(gang.shapes)
+        self.root = gang.root.id
         self.fixed: dict[int, list[int]] = {}  # node indices of pods already running
         self.minimum: dict[int, list[int]] = {}  # pods per shape the minimum needs at least
         self.full: dict[int, list[int]] = {}  # pods per shape of every unplaced member

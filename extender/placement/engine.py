@@ -65,10 +65,13 @@ def plan(snapshot: ClusterSnapshot, gang: Gang, *, compact: bool = True) -> Plan
 
 def incomplete(gang: Gang) -> Shortfall | None:
     """Why the pods that exist cannot satisfy the minimum tree whatever the capacity, or None."""
-    if _incomplete(gang.root) is None:
+    missing = _incomplete(gang.root)
+    if missing is None:
         return None
-    present = sum(1 for _ in gang.members())
-    return Shortfall(INCOMPLETE, gang.root.label, _minimum_pods(gang.root), present=present)
+    # The scope that lacks pods, with its own count: a gang can hold more pods than its minimum
+    # and still miss some where they are needed.
+    present = sum(1 for _ in missing.all_members())
+    return Shortfall(INCOMPLETE, missing.label, _minimum_pods(missing), present=present)
 
 
 class _SearchLimit(Exception):
@@ -144,6 +147,12 @@ class _Placer:
             held = self.tree.ancestor(region, level)
             if not self.tree.labeled(held):
                 return False  # the region sits on nodes without this level's label
+            if (
+                rule is not None
+                and rule.exclusive
+                and not self.candidates.free_of_others(scope, level, held.index, held.index + 1)[0]
+            ):
+                return False  # a parent's preference narrowed the region to a domain others hold
             if held.level > required.level:
                 required = held  # the constraint holds the scope tighter than its parents do
         return self.place_scope_in(scope, required, region)
@@ -172,13 +181,14 @@ class _Placer:
         the finest level that holds it) inside `region`, else over the whole region."""
         rule = scope.rule
         preferred = rule.preferred if rule is not None and rule.preferred is not None else None
+        implicit = preferred is None
         if preferred is None and self.compact:
             preferred = self.tree.node_level  # compact by default: the fewest domains below
         if preferred is not None and preferred > region.level and any(self.demand.minimum[scope.id]):
             saved = self.failures.deepest
             required = self.state.pins[scope.id].required
             for level in range(preferred, region.level, -1):
-                for domain in self.candidates.preferred(scope, region, level, preferred):
+                for domain in self.candidates.preferred(scope, region, level, preferred, implicit):
                     self._tick()
                     cp = self.state.checkpoint()
                     self.state.pin(scope.id, required, domain)
@@ -196,10 +206,40 @@ class _Placer:
         return self.place_children(scope, region)
 
     def place_children(self, scope: Scope, region: Domain) -> bool:
-        """Place children until `min_member` of them stand."""
+        """Place children until `min_member` of them stand. Siblings are placed one after the
+        other without backtracking between them, so when a child fails after others took room,
+        the children are placed again with that child first: at most once per child."""
+        order = self._ordered_children(scope)
+        moved: set[int] = set()
+        start = self.state.checkpoint()
+        while True:
+            got, failed = self._place_children_once(scope, region, order)
+            if got >= scope.min_member:
+                return True
+            if failed is None or failed.id in moved or self._like_an_earlier(failed, order):
+                return False
+            moved.add(failed.id)
+            self.state.rollback(start)
+            order = [failed, *(c for c in order if c is not failed)]
+
+    def _like_an_earlier(self, child: Scope, order: Sequence[Scope]) -> bool:
+        """Whether a sibling before `child` asks for the same: then moving `child` first only
+        swaps two equals (segments of one replica type), and the retry cannot help."""
+        d = self.demand
+
+        def sig(c: Scope) -> tuple[object, ...]:
+            r = c.rule
+            rule = None if r is None else (r.required, r.preferred, r.exclusive)
+            return (rule, c.min_member, c.weight, tuple(d.minimum[c.id]), tuple(d.full[c.id]), tuple(d.fixed[c.id]))
+
+        mine = sig(child)
+        return any(sig(c) == mine for c in order[: order.index(child)])
+
+    def _place_children_once(self, scope: Scope, region: Domain, order: Sequence[Scope]) -> tuple[int, Scope | None]:
+        """The weight placed, and the first child that failed after a sibling was placed."""
         required = self.state.pins[scope.id].required
-        got = 0
-        for child in self._ordered_children(scope):
+        got, failed, placed_any = 0, None, False
+        for child in order:
             if got >= scope.min_member:
                 break
             if self.demand.empty_ok[child.id] and not self.demand.fixed[child.id]:
@@ -208,9 +248,12 @@ class _Placer:
             cp = self.state.checkpoint()
             if self.place_scope(child, region, required):
                 got += child.weight
+                placed_any = True
             else:
                 self.state.rollback(cp)
-        return got >= scope.min_member
+                if failed is None and placed_any:
+                    failed = child
+        return got, failed
 
     def _ordered_children(self, scope: Scope) -> list[Scope]:
         """Children with running pods first (they pin domains); when all are needed, the

@@ -65,9 +65,13 @@ class Failures:
         labeled = self.tree.levels[level].labeled[lo:hi]
         exclusive = scope.rule is not None and scope.rule.exclusive
         if exclusive:
-            labeled = labeled & self.candidates.free_of_others(level, lo, hi)
+            labeled = labeled & self.candidates.free_of_others(scope, level, lo, hi)
         counts = self.state.counts
         room = counts[s][level][lo:hi][labeled] if self.demand.nshapes else np.zeros(0, dtype=np.int64)
+        best = int(room.max()) if len(room) else 0
+        pinned = self.candidates.pinned(scope, level)
+        if pinned is not None and self.demand.nshapes:
+            best = int(counts[s][level][pinned.index])
         return Shortfall(
             NO_DOMAIN,
             scope.label,
@@ -76,9 +80,20 @@ class Failures:
             level=self.tree.level_name(level),
             exclusive=exclusive,
             region=self.tree.describe(region) if region.level else None,
-            best=int(room.max()) if len(room) else 0,
+            best=best,
             source=scope.rule.source if scope.rule else "",
+            no_label="" if self.tree.levels[level].labeled[lo:hi].any() else self._label_nobody_has(region, level),
+            pinned=self.tree.describe(pinned) if pinned is not None else None,
         )
+
+    def _label_nobody_has(self, region: Domain, level: int) -> str:
+        """The coarsest node label down to `level` that no node in `region` carries."""
+        labels = [lv.node_label for lv in self.tree.spec.levels[:level]]
+        nodes = [self.snapshot.table.nodes[int(i)] for i in self.tree.nodes_in(region)]
+        for label in labels:
+            if not any(label in n.labels for n in nodes):
+                return label
+        return labels[-1]
 
     def no_capacity(self, leaf: Scope, region: Domain, shape: int, pods: int) -> Shortfall:
         """The leaf's region holds fewer than `pods` more pods of `shape`."""

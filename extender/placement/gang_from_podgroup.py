@@ -18,7 +18,7 @@ from extender.model.errors import FieldError
 from extender.model.labels import SUBGROUP_LABEL, TOPOLOGY_ANNOTATION
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint
-from extender.model.topology import NODE_ONLY, LevelError, TopologySpec
+from extender.model.topology import AUTO_LEVEL, NODE_ONLY, LevelError, TopologySpec
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 
 
@@ -27,6 +27,7 @@ class BuiltGang:
     gang: Gang | None  # None when the PodGroup is invalid
     errors: tuple[FieldError, ...] = ()
     stray: Mapping[str, str] = field(default_factory=dict)  # pod key -> why it is not a member
+    warnings: tuple[str, ...] = ()  # constraints that cannot take effect
 
     @property
     def valid(self) -> bool:
@@ -44,20 +45,22 @@ def build_gang(
     topologies: Mapping[str, TopologySpec],
     order: Mapping[str, int] | None = None,
     subgroup_of: Mapping[str, str] | None = None,
+    default_topology: str | None = None,
 ) -> BuiltGang:
     """Resolve `pg` against `topologies` and attach `pods` (the pods that name this group).
 
     `order` ranks pods within a leaf (the pod index, where the workload has one); `subgroup_of`
     gives the leaf SubGroup of pods the grouper assigned, instead of their SubGroup label.
+    `default_topology` is the Topology when the PodGroup names none (a Kueue ResourceFlavor's).
     """
     errors: list[FieldError] = []
-    topology = _choose_topology(pg, topologies, f"PodGroup {pg.key}", errors)
+    topology = _choose_topology(pg, topologies, f"PodGroup {pg.key}", errors, default_topology)
     builder = _GangBuilder(pg, topology, errors, order or {})
     members, stray = _assign_pods(pg, pods, subgroup_of or {})
     root = builder.root(members)
     if errors or topology is None:
         return BuiltGang(None, tuple(errors), stray)
-    return BuiltGang(Gang(pg.key, root, builder.shapes(), topology), (), stray)
+    return BuiltGang(Gang(pg.key, root, builder.shapes(), topology), (), stray, tuple(builder.warnings))
 
 
 def _assign_pods(
@@ -107,6 +110,8 @@ class _GangBuilder:
         self._ids = iter(range(1 << 30))  # pre-order scope ids
         self._set_of = {name: i for i, s in enumerate(pg.subgroup_sets) for name in s.subgroups}
         self._members: Mapping[str | None, list[PodInfo]] = {}
+        self.warnings: list[str] = []
+        self._outer: _Held | None = None  # the finest required constraint above the scope being built
 
     def shapes(self) -> tuple[Shape, ...]:
         return tuple(self._shapes)
@@ -116,6 +121,7 @@ class _GangBuilder:
         self._members = members
         root_id = next(self._ids)
         rule = self.rule(pg.global_constraint)
+        self._outer = self._holds(rule, pg.global_constraint, None)
         if pg.subgroups:
             children = self.children(None)
             minimum = _first(pg.min_subgroup, pg.min_member, sum(c.weight for c in children))
@@ -133,7 +139,7 @@ class _GangBuilder:
                 levels.append(None)
                 continue
             try:
-                levels.append(self.topology.level(name))
+                levels.append(self._level(name, attr))
             except LevelError as exc:
                 self.errors.append(FieldError(self.obj, f"{c.field}.{key}", str(exc)))
                 levels.append(None)
@@ -143,6 +149,37 @@ class _GangBuilder:
         if required is None and preferred is None:
             return None
         return Rule(required, preferred, c.field, c.exclusive)
+
+    def _holds(self, rule: Rule | None, c: TopologyConstraint | None, outer: _Held | None) -> _Held | None:
+        """The finest required constraint holding the scope's descendants: its own, or `outer`."""
+        if rule is None or rule.required is None or c is None or c.required is None:
+            return outer
+        if outer is not None and outer.level >= rule.required:
+            return outer
+        return _Held(rule.required, c.required, c.field)
+
+    def _enter(self, rule: Rule | None, c: TopologyConstraint | None) -> _Held | None:
+        """Check the scope's constraint against the ones above it, and hold its descendants;
+        return what held the scope, to restore after its children are built."""
+        outer = self._outer
+        if rule is not None and c is not None and outer is not None:
+            for attr, key in (("required", "requiredTopologyLevel"), ("preferred", "preferredTopologyLevel")):
+                level = getattr(rule, attr)
+                if level is not None and level < outer.level:
+                    self.warnings.append(
+                        f"{c.field}.{key}={getattr(c, attr)!r} cannot take effect: it is coarser than"
+                        f" {outer.field}.requiredTopologyLevel={outer.name!r} above it, which already"
+                        f" holds the SubGroup in one {outer.name}"
+                    )
+        self._outer = self._holds(rule, c, outer)
+        return outer
+
+    def _level(self, name: str, attr: str) -> int:
+        topology = self.topology
+        assert topology is not None
+        if attr == "preferred" and name == AUTO_LEVEL and AUTO_LEVEL not in topology.valid_names():
+            return len(topology.levels)  # the finest: placement climbs from there
+        return topology.level(name)
 
     def to_members(self, leaf: str | None) -> tuple[Member, ...]:
         ps = sorted(self._members[leaf], key=lambda p: (self.rank.get(p.key, 0), natural_key(p.name)))
@@ -166,16 +203,21 @@ class _GangBuilder:
                 done_sets.add(i)
                 s = pg.subgroup_sets[i]
                 sid = next(self._ids)
-                inner = tuple(self.subgroup(k) for k in kids if k.name in s.subgroups)
-                label = "SubGroupSet [" + ", ".join(k.name for k in kids if k.name in s.subgroups) + "]"
                 rule = self.rule(s.constraint)
+                outer = self._enter(rule, s.constraint)
+                inner = tuple(self.subgroup(k) for k in kids if k.name in s.subgroups)
+                self._outer = outer
+                label = "SubGroupSet [" + ", ".join(k.name for k in kids if k.name in s.subgroups) + "]"
                 built.append(Scope(sid, label, len(inner), inner, rule=rule, weight=len(inner), key=label))
         return tuple(built)
 
     def subgroup(self, sg: SubGroupSpec) -> Scope:
         sid = next(self._ids)
-        rule = self.rule(self.pg.subgroup_constraints.get(sg.name))
+        written = self.pg.subgroup_constraints.get(sg.name)
+        rule = self.rule(written)
+        outer = self._enter(rule, written)
         children = self.children(sg.name)
+        self._outer = outer
         label = f"SubGroup {sg.name}"
         if children:
             n = sum(c.weight for c in children)
@@ -186,12 +228,25 @@ class _GangBuilder:
         return Scope(sid, label, minimum, members=members, rule=rule, name=sg.name, key=sg.name)
 
 
+@dataclass(frozen=True)
+class _Held:
+    """A required constraint that holds a scope and everything below it in one domain."""
+
+    level: int
+    name: str  # the level as written
+    field: str  # the constraint's field
+
+
 def _first(*values: int | None) -> int:
     return next(v for v in values if v is not None)
 
 
 def _choose_topology(
-    pg: PodGroupSpec, topologies: Mapping[str, TopologySpec], obj: str, errors: list[FieldError]
+    pg: PodGroupSpec,
+    topologies: Mapping[str, TopologySpec],
+    obj: str,
+    errors: list[FieldError],
+    default: str | None = None,
 ) -> TopologySpec | None:
     """One Topology for the whole gang; constraints that name different ones are an error."""
     written = [pg.global_constraint, *pg.subgroup_constraints.values(), *(s.constraint for s in pg.subgroup_sets)]
@@ -199,8 +254,10 @@ def _choose_topology(
     have = ", ".join(sorted(topologies)) or "none"
     chosen: dict[str, str] = {}  # topology name -> the first field that chose it
     for c in constraints:
-        name = c.topology or pg.topology_name
+        name = c.topology or pg.topology_name or default
         where = f"{c.field}.topology" if c.topology else f"metadata.annotations[{TOPOLOGY_ANNOTATION}]"
+        if not c.topology and not pg.topology_name and default:
+            where = "the pods' Kueue ResourceFlavor spec.topologyName"
         if name is None:
             if len(topologies) == 1:
                 name = next(iter(topologies))
@@ -233,6 +290,8 @@ def _choose_topology(
     # No constraint: still use the cluster's topology, so the default compactness follows racks.
     if pg.topology_name is not None and pg.topology_name in topologies:
         return topologies[pg.topology_name]
+    if pg.topology_name is None and default is not None and default in topologies:
+        return topologies[default]
     if len(topologies) == 1:
         return next(iter(topologies.values()))
     return NODE_ONLY

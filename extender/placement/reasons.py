@@ -39,15 +39,23 @@ class Shortfall:
     progress: int = 0  # pods placed when this failed: the deepest failure explains best
     present: int = 0  # for INCOMPLETE: pods that exist
     exclusive: bool = False  # the level had to be free of other gangs' pods
+    no_label: str = ""  # NO_DOMAIN: the level's node label, when no node in the region carries it
+    pinned: str | None = None  # NO_DOMAIN: the domain the scope's running pods hold it to
 
     def render(self) -> str:
         if self.kind == INCOMPLETE:
-            return f"{self.scope}: gang {self.present}/{self.pods} pods present"
+            whole = "gang " if self.scope.startswith("PodGroup ") else ""
+            return f"{self.scope}: {whole}{self.present}/{self.pods} pods present"
         where = f" inside {self.region}" if self.region else ""
         if self.kind == SEARCH_LIMIT:
             return f"{self.scope}: gave up after trying {self.tried} candidate domains{where}"
         need = f"{self.pods} pod{'s' if self.pods != 1 else ''} x {self.shape}"
-        if self.kind == NO_DOMAIN:
+        if self.kind == NO_DOMAIN and self.no_label:
+            there = " there" if where else ""
+            return f"{self.scope}: {need} in one {self.level}{where}; no node{there} has label {self.no_label}"
+        if self.kind == NO_DOMAIN and self.pinned is not None:
+            text = f"{self.scope}: {need} in {self.pinned}, where its running pods hold it; it has room for {self.best}"
+        elif self.kind == NO_DOMAIN:
             free = " free of other gangs' pods" if self.exclusive else ""
             best = f"the best such {self.level}" if self.exclusive else f"the best {self.level}"
             text = f"{self.scope}: {need} in one {self.level}{free}{where}; {best}{' there' if where else ''}"

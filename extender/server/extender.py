@@ -93,6 +93,7 @@ class Extender:
         self._room_wake: asyncio.TimerHandle | None = None
         scheduler.subscribe(self._changed_object)
         self.recovery = Recovery(bind_timeout + recovery_grace)  # gangs found part-bound at start
+        scheduler.subscribe(self._state_changed)
 
     # -- filter and prioritize -------------------------------------------------------------------
 
@@ -122,7 +123,8 @@ class Extender:
             reason = result.reason
             if self._refused.get(pod.key) != reason:
                 self._refused[pod.key] = reason
-                self._emit(pod, "GangNotScheduled", reason, "Warning")
+                if self._marks_unschedulable(result.group):
+                    self._emit(pod, "GangNotScheduled", reason, "Warning")
         return wire.encode_filter(args, result.nodes, result.failed, result.unresolvable)
 
     def decided(self, event: PlanEvent, seconds: float) -> None:
@@ -522,6 +524,31 @@ class Extender:
         key = GroupKey.parse(group)
         involved = {"apiVersion": PODGROUP_API, "kind": "PodGroup", "namespace": key.namespace, "name": key.name}
         self._spawn(self.actions.event(involved, reason, message, kind), "event")
+
+    def _state_changed(self, kind: str, key: object) -> None:
+        """A queue appeared or went away: the pods refused for their gang's queue are parked by
+        kube-scheduler, and nothing else would requeue them soon."""
+        if kind != "queue" or not self._refused:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a test driving the core): nothing parked to wake
+        by_group: dict[str, list[str]] = {}
+        for pod in self._refused:
+            group = self.scheduler.group_of(pod)
+            if group is not None:
+                by_group.setdefault(group, []).append(pod)
+        for group, pods in by_group.items():
+            self._wake(pods, group)
+
+    def _marks_unschedulable(self, group: str | None) -> bool:
+        """PodGroup spec.markUnschedulable: false (seed 001) asks for no unschedulable Events on
+        its pods; kube-scheduler's own FailedScheduling Events are not topogang's to withhold."""
+        if group is None or not self.scheduler.has_pods(group):
+            return True
+        spec = self.scheduler.view(group).spec
+        return spec is None or spec.mark_unschedulable is not False
 
     def _emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}

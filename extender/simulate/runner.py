@@ -135,6 +135,9 @@ class Simulation:
                 pod = self.state.pods[key]
                 if pod.node_name is not None or key in assumed:
                     continue
+                if pod.scheduling_gates:  # kube-scheduler keeps a gated pod out of its queue
+                    reasons[key] = gated(pod)
+                    continue
                 now += TICK
                 candidates, why = self._scheduler_filter(pod, assumed)
                 if not candidates:
@@ -272,6 +275,11 @@ class Simulation:
             )
         groups = [self.scheduler.status(g) for g in scheduler.groups()] + self.invalid
         return SimResult(pods, groups, events, self.state, self.warnings, self.preempted)
+
+
+def gated(pod: PodInfo) -> str:
+    gates = ", ".join(pod.scheduling_gates)
+    return f"not scheduled: spec.schedulingGates holds {gates} (kube-scheduler waits until it is removed)"
 
 
 def simulate(objects: Sequence[Loaded]) -> SimResult:

@@ -1,8 +1,9 @@
 """JobSet: one PodGroup; one SubGroup per replicated Job, with one SubGroup per Job index below.
 
     PodGroup <ns>/jobset-<name>
-    └── <replicatedJob>            the pod template's placement (KAI or Kueue podset-*): all its Jobs
-        ├── <replicatedJob>-0      one Job: minMember = parallelism capped by completions;
+    └── <replicatedJob>            the pod template's KAI placement: all its Jobs
+        ├── <replicatedJob>-0      one Job: minMember = parallelism capped by completions; the
+        │                          template's Kueue podset-* placement (each Job on its own, seed 004);
         └── <replicatedJob>-1      segments / slices of the Job's completion indexes below it
 
 `alpha.jobset.sigs.k8s.io/exclusive-topology` (on the JobSet or on a replicated Job's template)
@@ -74,6 +75,7 @@ def group_jobset(link: Link) -> WorkloadDraft:
                 parent=name,
                 target=name,
                 slice_default=per_job,
+                kueue_own=True,
             )
             draft.parts.append(part)
             if exclusive is not None:

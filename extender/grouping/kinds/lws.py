@@ -20,6 +20,7 @@ Synthesized: LWS -> StatefulSet `<lws>` -> leader Pod `<lws>-<g>`; leader Pod ->
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ SIZE = "leaderworkerset.sigs.k8s.io/size"
 LEADER_NAME = "leaderworkerset.sigs.k8s.io/leader-name"
 SUBGROUP_INDEX = "leaderworkerset.sigs.k8s.io/subgroup-index"
 SUBGROUP_SIZE = "leaderworkerset.sigs.k8s.io/subgroup-size"
+SUBGROUP_KEY = "leaderworkerset.sigs.k8s.io/subgroup-key"
 EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
 LEADER_COUNT = 1  # one leader per group; workers' worker-index starts after it
@@ -61,6 +63,8 @@ _TEMPLATE_ANNOTATIONS = (
     *n.KAI_SEGMENT_ANNOTATIONS,
     n.KUEUE_REQUIRED,
     n.KUEUE_PREFERRED,
+    n.KUEUE_REQUIRE,
+    n.KUEUE_PREFER,
     n.KUEUE_SLICE_REQUIRED,
     n.KUEUE_SLICE_SIZE,
     n.KUEUE_SLICE_CONSTRAINTS,
@@ -88,6 +92,11 @@ def subgroup_index(worker: int, size: int, sgs: int, shift: bool, excluded: bool
     if worker == 0:
         return None if excluded else 0
     return (worker - 1) // sgs if shift or excluded else worker // sgs
+
+
+def subgroup_key(leader: str, index: int) -> str:
+    """The subgroup-key label the LWS pod webhook sets: sha1 of "<leader pod>/<subgroup index>"."""
+    return hashlib.sha1(f"{leader}/{index}".encode(), usedforsecurity=False).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -220,9 +229,9 @@ def synthesize_lws(out: Synthesis) -> None:
     shift = sgs is not None and (not requests_accelerator(leader_t) or ((size - 1) % sgs == 0 and size % sgs != 0))
     base = {NAME: out.name}
 
-    def subgroup(w: int) -> dict[str, str]:
+    def subgroup(leader: str, w: int) -> dict[str, str]:
         i = None if sgs is None else subgroup_index(w, size, sgs, shift, excluded)
-        return {} if i is None else {SUBGROUP_INDEX: str(i)}
+        return {} if i is None else {SUBGROUP_INDEX: str(i), SUBGROUP_KEY: subgroup_key(leader, i)}
 
     size_ann = {SIZE: str(size)}
     if sgs is not None:
@@ -232,14 +241,14 @@ def synthesize_lws(out: Synthesis) -> None:
     for g in range(replicas):
         leader_name = f"{out.name}-{g}"
         group = {**base, GROUP_INDEX: str(g), GROUP_KEY: uid_for("group", out.namespace, leader_name)}
-        leader_labels = {**group, WORKER_INDEX: "0", **subgroup(0)}
+        leader_labels = {**group, WORKER_INDEX: "0", **subgroup(leader_name, 0)}
         leader = out.pod(leader_name, leader_t, leader_sts, leader_labels, size_ann)
         if size == 1:
             continue
         leader_ref = owner_ref("v1", "Pod", leader_name, str(leader["metadata"]["uid"]))
         workers_sts = out.owner(n.APPS_V1, "StatefulSet", leader_name, leader_ref, group, {"replicas": size - 1})
         for w in range(1, size):
-            labels = {**group, WORKER_INDEX: str(w), **subgroup(w)}
+            labels = {**group, WORKER_INDEX: str(w), **subgroup(leader_name, w)}
             out.pod(f"{leader_name}-{w}", worker_t, workers_sts, labels, {**size_ann, LEADER_NAME: leader_name})
 
 
