@@ -115,3 +115,13 @@ def test_other_objects_that_do_not_parse_raise_and_the_view_keeps_the_last_good_
         apply_object(scheduler, body)
     assert [e.field for e in caught.value.errors] == [field]
     assert where(scheduler.state) == before
+
+
+def test_a_priority_class_without_a_value_says_null() -> None:
+    from extender.core.apply import parse_priority_class
+    from extender.model.errors import InvalidObject
+
+    with pytest.raises(InvalidObject) as caught:
+        parse_priority_class({"metadata": {"name": "high"}, "value": None})
+    assert "got null" in str(caught.value)
+    assert "None" not in str(caught.value)

@@ -33,7 +33,7 @@ from extender.model.flavor import RESOURCE_FLAVOR_API_VERSIONS, parse_resource_f
 from extender.model.node import parse_node
 from extender.model.pod import parse_pod
 from extender.model.podgroup import PODGROUP_API_VERSIONS, parse_podgroup
-from extender.model.raw import object_name
+from extender.model.raw import literal, object_name
 from extender.model.topology import TOPOLOGY_API_VERSIONS, parse_topology
 
 JSON = Mapping[str, Any]
@@ -106,7 +106,7 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
 def parse_priority_class(body: JSON) -> int:
     value = body.get("value")
     if not isinstance(value, int) or isinstance(value, bool):
-        error = FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {value!r}")
+        error = FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {literal(value)}")
         raise InvalidObject([error])
     return value
 
