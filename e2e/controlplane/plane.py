@@ -353,9 +353,17 @@ class ControlPlane:
         admin = self._pki.clients["admin"]
         context.load_cert_chain(str(admin.cert), str(admin.key))
         url = f"https://127.0.0.1:{self.ports[name]}{path}"
-        with urllib.request.urlopen(url, timeout=30, context=context) as resp:
-            body: bytes = resp.read()
-        return body
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=30, context=context) as resp:
+                    body: bytes = resp.read()
+                return body
+            except urllib.error.HTTPError as exc:
+                # Just after a start its delegated authorization may still refuse (403) for a moment.
+                if exc.code != 403 or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def api_get(self, path: str) -> Any:
         """GET PATH on the API server as admin; the decoded JSON."""

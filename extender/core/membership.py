@@ -105,10 +105,8 @@ class Membership:
             self._views.pop(str(key), None)
         elif kind == "resource_interface":
             self._all_dirty = True
-        elif kind == "node":
-            pass  # gangs are built from specs and topologies, not from nodes
-        else:  # topologies, priority classes: every tree or priority may change
-            self._views.clear()
+        elif kind != "node":  # topologies, priority classes: every tree or priority may change
+            self._views.clear()  # (a node changes no tree: gangs are built from specs and topologies)
 
     def _sync(self) -> None:
         if self._all_dirty:
