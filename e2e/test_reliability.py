@@ -53,7 +53,9 @@ class Slow:
         namespace = str(meta.get("namespace", "default"))
         key = f"{namespace}/{meta['name']}"
         names = list(args.get("NodeNames") or [])
-        if len(names) == 1 and key not in self.steered:
+        if key in self.steered:
+            return self._pass(names)  # a retry: the delay stands for a new pod's cost, paid once
+        if len(names) == 1:
             self.steered[key] = names[0]
             held = self.hold.get(namespace)
             if held is not None and sum(1 for k in self.steered if k.startswith(f"{namespace}/")) == held[0]:
@@ -61,6 +63,10 @@ class Slow:
                 await held[2]()
                 await asyncio.sleep(held[1])
         await asyncio.sleep(self.delay.get(namespace, 0.0))
+        return self._pass(names)
+
+    @staticmethod
+    def _pass(names: list[str]) -> web.Response:
         reply = {"NodeNames": names, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
         return web.Response(body=orjson.dumps(reply), content_type="application/json")
 

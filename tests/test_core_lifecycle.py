@@ -55,6 +55,23 @@ def test_a_deleted_member_of_the_minimum_releases_the_plan() -> None:
     assert scheduler.status("default/g").message == "PodGroup default/g: gang 2/3 pods present"
 
 
+def test_a_filter_call_that_comes_after_the_deletion_does_not_bring_the_pod_back() -> None:
+    # kube-scheduler sent the call before it saw the deletion; our watch saw it first. Had the
+    # pod come back, its gang would be planned and hold room for a pod that no longer exists.
+    scheduler, keys = setup()
+    late = replace(scheduler.state.pods[keys[0]], uid="uid-g-0")
+    scheduler.observe_pod(late)
+    scheduler.delete_pod(keys[0])
+    result = scheduler.filter(late, NODES, 0.0)
+    assert result.nodes == []
+    assert result.reason == "topogang: pod default/g-0 was deleted"
+    assert keys[0] not in scheduler.state.pods
+    assert not scheduler.state.reservations
+    # The same name created again (a new uid) is a new pod, welcome.
+    scheduler.observe_pod(replace(late, uid="uid-g-0-again"))
+    assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0).nodes
+
+
 def test_a_member_bound_elsewhere_drops_its_reservation_and_counts_as_bound() -> None:
     scheduler, keys = setup()
     scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)

@@ -22,6 +22,9 @@ from extender.model.podgroup import PodGroupSpec
 from extender.model.topology import TopologySpec
 from extender.placement import ClusterSnapshot, NodeTable
 
+# Deletions remembered against late requests: far more than kube-scheduler can have in flight.
+DELETED_UIDS_KEPT = 20_000
+
 ObjectKey = tuple[str, str, str, str]  # (apiVersion group, kind, namespace, name)
 
 
@@ -45,6 +48,9 @@ class ClusterState:
         self.queues: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
         self.reserved_nodes: Counter[str] = Counter()  # node -> pods reserved on it
+        # uids of pods deleted lately, oldest first: a filter call kube-scheduler sent before it
+        # saw a deletion can reach us after our watch did, and must not bring the pod back.
+        self._deleted_uids: dict[str, None] = {}
         self.generation = 0  # bumps when the node set changes
         self.version = 0  # bumps on every change to groups, pods, topologies or owners
         self._table: NodeTable | None = None
@@ -128,10 +134,22 @@ class ClusterState:
     def delete_pod(self, key: str) -> PodInfo | None:
         old = self.pods.pop(key, None)
         if old is not None:
+            self._remember_deleted(old.uid)
             if self._bound is not None and old.uses_capacity and old.node_name:
                 self._bound.add(old.node_name, old.requests, -1)
             self._notify("pod", key)
         return old
+
+    def _remember_deleted(self, uid: str) -> None:
+        if not uid:
+            return
+        self._deleted_uids[uid] = None
+        if len(self._deleted_uids) > DELETED_UIDS_KEPT:
+            del self._deleted_uids[next(iter(self._deleted_uids))]
+
+    def was_deleted(self, pod: PodInfo) -> bool:
+        """Whether POD (by uid) was deleted: a late request about it must not bring it back."""
+        return bool(pod.uid) and pod.uid in self._deleted_uids
 
     # -- reservations ------------------------------------------------------------------------------
 

@@ -107,6 +107,8 @@ class GangScheduler:
 
     def filter(self, pod: PodInfo, nodes: Sequence[str], now: float) -> FilterResult:
         if pod.key not in self.state.pods:
+            if self.state.was_deleted(pod):  # or behind it: never bring a deleted pod back
+                return _refuse(nodes, f"topogang: pod {pod.key} was deleted")
             self.state.upsert_pod(pod)  # the request can be ahead of our watch
         group = self.membership.group_of(pod.key)
         if group is None:
@@ -546,6 +548,10 @@ class GangScheduler:
             else:
                 del gp.reserved[key]
                 self.state.unreserve(key)
+
+    def was_deleted(self, pod: PodInfo) -> bool:
+        """Whether POD was deleted already (a request about it came late)."""
+        return self.state.was_deleted(pod)
 
     def delete_pod(self, key: str) -> None:
         self.forget_pod(key)

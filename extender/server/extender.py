@@ -143,7 +143,10 @@ class Extender:
         key = args.pod_key
         if self.scheduler.pod(key) is None:  # the request can be ahead of our watch
             with contextlib.suppress(InvalidObject):
-                self.scheduler.observe_pod(parse_pod(args.pod))
+                pod = parse_pod(args.pod)
+                if self.scheduler.was_deleted(pod):  # or behind it
+                    return wire.encode_victims({})
+                self.scheduler.observe_pod(pod)
         if self.scheduler.group_of(key) is None:
             # a pod naming a gang that cannot be resolved yet is no plain pod either
             return wire.encode_victims({} if self.scheduler.waiting(key) is not None else args.victims)
