@@ -117,3 +117,28 @@ async def test_a_node_cordoned_while_the_gate_fills_binds_none_and_says_so(aioht
     await asyncio.sleep(0)  # the Event is written in the background
     assert [name for name, message in recorder.events if "no longer fit" in message] == ["g"]
     assert cordoned in recorder.events[0][1]
+
+
+class SlowBinder(Recorder):
+    """Binding POSTs that take a while, as they do on a busy API server."""
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await asyncio.sleep(0.2)
+        await super().bind(namespace, name, uid, node)
+
+
+async def test_a_retry_that_comes_while_its_pods_binding_is_in_flight_shares_it(aiohttp_client: Any) -> None:
+    # pods 0-2 ran out of budget; pod 3 opens the gate and the four Bindings are posted; pod 0's
+    # retry comes meanwhile. It must not post a second Binding (the API server would answer 409
+    # "already assigned", failing the call of a pod that is bound).
+    client, extender, _ = await start(aiohttp_client, bind_timeout=5.0, call_budget=0.05)
+    slow = SlowBinder()
+    extender.actions = slow
+    pods, nodes = await planned_nodes(client, extender)
+    await asyncio.gather(*(call(client, "bind", bind_body(p, nodes[p.key])) for p in pods[:3]))
+    last = asyncio.create_task(call(client, "bind", bind_body(pods[3], nodes[pods[3].key])))
+    await asyncio.sleep(0.05)
+    retry = await call(client, "bind", bind_body(pods[0], nodes[pods[0].key]))
+    assert retry == {"Error": ""}
+    assert await last == {"Error": ""}
+    assert sorted(slow.bound) == sorted(nodes.items())  # four Bindings, not five

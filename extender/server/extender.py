@@ -85,6 +85,7 @@ class Extender:
         self.changed: Callable[[str], None] = _ignore
         self._first_seen: dict[str, float] = {}  # group -> when a member was first filtered (monotonic)
         self._waiting: dict[str, asyncio.Future[str]] = {}  # pod -> its bind's answer
+        self._binding: dict[str, asyncio.Future[str]] = {}  # pod -> its Binding POST in flight
         self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> its gate's silence timer
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
@@ -270,6 +271,12 @@ class Extender:
             log.info("bind refused", pod=key, node=args.node, reason="uid changed", uid=args.uid, now=cached.uid)
             self.metrics.bind_failed(BIND_REJECTED)
             return wire.encode_binding(f"topogang: pod {key} is now another pod (uid {cached.uid}, not {args.uid})")
+        in_flight = self._binding.get(key)
+        if in_flight is not None:  # its gate opened while kube-scheduler was retrying the call
+            error = await asyncio.shield(in_flight)
+            if not error and not self._bound_to(key, args.node):
+                error = f"topogang: the pod was bound to another node, not {args.node}"
+            return wire.encode_binding(error)
         decision = self.scheduler.bind(key, args.node, time.monotonic())
         if decision.action == DONE:
             return wire.encode_binding("")
@@ -359,7 +366,25 @@ class Extender:
             )
         return errors
 
+    def _bound_to(self, pod_key: str, node: str) -> bool:
+        pod = self.scheduler.pod(pod_key)
+        return pod is not None and pod.node_name == node
+
     async def _bind_one(self, pod_key: str, node: str) -> str:
+        """POST one Binding; a bind call for the same pod that comes meanwhile shares its answer."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._binding[pod_key] = future
+        try:
+            error = await self._post_binding(pod_key, node)
+        except BaseException:
+            future.cancel()  # shutting down: whoever shares it is cancelled too
+            raise
+        finally:
+            del self._binding[pod_key]
+        future.set_result(error)
+        return error
+
+    async def _post_binding(self, pod_key: str, node: str) -> str:
         pod = self.scheduler.pod(pod_key)
         if pod is None:
             self.metrics.bind_failed(BIND_POD_GONE)
