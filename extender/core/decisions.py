@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, DomainRef, Preemption, Shortfall
+from extender.placement import (
+    INCOMPLETE,
+    NO_CAPACITY,
+    NO_DOMAIN,
+    SEARCH_LIMIT,
+    DomainRef,
+    Preemption,
+    Repair,
+    Shortfall,
+)
 
 # Phases of a group (PodGroup status.phase).
 PENDING, SCHEDULED, INVALID, FINISHED = "Pending", "Scheduled", "Invalid", "Finished"
@@ -33,6 +42,8 @@ R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does
 R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
 R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
+R_REPAIRING = "Repairing"  # a broken part of a running gang is moving whole; its room is held
+R_UNREPAIRABLE = "Unrepairable"  # a running gang lost pods and no part of it could move in time
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -46,6 +57,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_QUEUE_NOT_FOUND,
         R_PREEMPTION_TIMEOUT,
         R_PARTIAL_EVICTED,
+        R_UNREPAIRABLE,
     }
 )
 
@@ -142,9 +154,45 @@ class PreemptionTimedOut:
         )
 
 
+@dataclass(frozen=True)
+class Repairing:
+    """A broken part of the running gang moves whole: its running pods are being evicted, the
+    room where it goes is held."""
+
+    what: str  # Repair.describe()
+    leaving: int  # moved pods not gone yet
+    kind: str = R_REPAIRING
+
+    def render(self) -> str:
+        left = (
+            f"; {self.leaving} pod(s) still leaving" if self.leaving else "; waiting for the workload to recreate them"
+        )
+        return f"repairing: {self.what}{left}"
+
+
+@dataclass(frozen=True)
+class Unrepairable:
+    """The running gang lost pods whose replacements fit nowhere, and no part of it could move."""
+
+    why: str  # what the last plan said
+    seconds: float
+    evicted: int  # bound pods evicted because the workload asks for it (0: it keeps running)
+    note: str = ""  # a complaint about the workload's policy annotation
+    kind: str = R_UNREPAIRABLE
+
+    def render(self) -> str:
+        then = (
+            f"; its {self.evicted} running pod(s) are evicted so that it can be placed again whole"
+            if self.evicted
+            else ""
+        )
+        note = f"; {self.note}" if self.note else ""
+        return f"no part of the gang could be repaired within {self.seconds:g}s: {self.why}{then}{note}"
+
+
 # Why a group is where it is: a plan refused (Shortfall), a plan dropped, pods left over, a
-# preemption under way or given up.
-Reason = Shortfall | Released | BeyondMinimum | Preempting | PreemptionTimedOut
+# preemption or a repair under way or given up.
+Reason = Shortfall | Released | BeyondMinimum | Preempting | PreemptionTimedOut | Repairing | Unrepairable
 
 
 @dataclass(frozen=True)
@@ -177,7 +225,7 @@ class PlanEvent:
     """One placement decision: the canonical log line of topogang."""
 
     group: str
-    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "invalid"
+    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "repairing", "invalid"
     pods: int  # pods placed by this decision (or needed, when pending)
     nodes: tuple[str, ...] = ()
     domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
@@ -185,6 +233,7 @@ class PlanEvent:
     attempts: int = 0
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
     preemption: Preemption | None = None  # outcome "preempting": the victims and the room they free
+    repair: Repair | None = None  # outcome "repairing": the scopes moved and the pods evicted for it
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"group": self.group, "outcome": self.outcome, "pods": self.pods}
@@ -207,6 +256,14 @@ class PlanEvent:
                 "victim_pods": len(p.pods),
                 "top_priority": p.cost.top_priority,
                 "plans": p.plans,
+            }
+        if self.repair is not None:
+            r = self.repair
+            out["repair"] = {
+                "scopes": list(r.scopes.values()),
+                "from": {k: str(d) for k, d in r.held.items()},
+                "to": {k: str(r.plan.domains[k]) for k in r.scopes if k in r.plan.domains},
+                "evicted": list(r.moved),
             }
         return out
 

@@ -36,6 +36,7 @@ from extender.core.decisions import (
     R_PLAN_EXPIRED,
     R_PLANNED,
     R_QUEUE_NOT_FOUND,
+    R_REPAIRING,
     R_REPLANNING,
     R_SCHEDULED,
     R_WAITING,
@@ -50,7 +51,9 @@ from extender.core.decisions import (
     PreemptionTimedOut,
     Reason,
     Released,
+    Repairing,
     SubGroupStatus,
+    Unrepairable,
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.gate import Gate
@@ -59,6 +62,7 @@ from extender.core.nomination import Nomination
 from extender.core.preempting import Preempting
 from extender.core.preemption import find_preemption
 from extender.core.queues import queue_problem
+from extender.core.repairing import LastRepair, Repairs, unrepairable_policy
 from extender.grouping import Family
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
@@ -66,6 +70,7 @@ from extender.model.podgroup import PodGroupSpec
 from extender.placement import (
     INCOMPLETE,
     DomainRef,
+    Gang,
     Plan,
     PreemptionResult,
     Unplaceable,
@@ -92,11 +97,19 @@ class GroupPlan:
 
 
 class GangScheduler:
-    def __init__(self, state: ClusterState, *, plan_ttl: float = 300.0, preemption_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        *,
+        plan_ttl: float = 300.0,
+        preemption_timeout: float = 60.0,
+        repair_timeout: float = 300.0,
+    ) -> None:
         self.state = state
         self.membership = Membership(state)
         self.plan_ttl = plan_ttl
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
+        self.repairs = Repairs(state, timeout=repair_timeout)
         self.plans: dict[str, GroupPlan] = {}
         self.reasons: dict[str, Reason] = {}  # group -> why it is where it is (pending, left over)
         self.domains: dict[str, Mapping[str, DomainRef]] = {}  # group -> where its last plan put each constrained scope
@@ -133,6 +146,12 @@ class GangScheduler:
             if nom.pending:
                 return _refuse(nodes, f"topogang: {nom.describe()}", group)
             self.preempting.settle(group)  # the victims are gone: plan into the room they left
+        underway = self.repairs.underway.get(group)
+        if underway is not None:
+            whole = view.built is not None and view.built.gang is not None and incomplete(view.built.gang) is None
+            if underway.pending or not whole:
+                return _refuse(nodes, f"topogang: {self._repairing(group)}", group)
+            self.repairs.settle(group)  # the moved part is whole again: plan it into the room held
         event = None
         gp = self.plans.get(group)
         if gp is None or pod.key not in gp.reserved:
@@ -190,10 +209,12 @@ class GangScheduler:
         assert gang is not None, "only valid groups are planned"
         result = plan(snapshot_for(self.state, self.membership, group, gang), gang)
         if isinstance(result, Unplaceable):
-            # Preempting cannot help a gang that misses pods, nor pods beyond a plan's minimum.
-            nominated = None if extend or result.reason.kind == INCOMPLETE else self._preempt(group, now)
-            if nominated is not None:
-                return nominated
+            # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
+            # plan's minimum. A running gang moves a broken part of itself before it preempts.
+            if not extend and result.reason.kind != INCOMPLETE:
+                found = self._repair(group, gang, now) or self._preempt(group, now)
+                if found is not None:
+                    return found
             self._why(group, result.reason)
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
         new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
@@ -209,6 +230,7 @@ class GangScheduler:
             gp.touched = now
             outcome = "extended"
         self.domains[group] = result.domains
+        self.repairs.mended(group)
         if result.unplaced:
             self._why(group, BeyondMinimum(len(result.unplaced)))
         else:
@@ -222,6 +244,54 @@ class GangScheduler:
             attempts=result.attempts,
             levels=result.levels,
         )
+
+    # -- repair ------------------------------------------------------------------------------------
+
+    def _repair(self, group: str, gang: Gang, now: float) -> PlanEvent | None:
+        """GROUP runs, and pods of it do not fit where it runs: move the smallest broken part whole."""
+        found = self.repairs.find(group, gang, now)
+        if found is None:
+            return None
+        self.repairs.start(group, found, now)
+        self._why(group, Repairing(found.describe(), len(found.moved)))
+        p = found.plan
+        return PlanEvent(
+            group,
+            "repairing",
+            len(p.assignments),
+            tuple(p.assignments.values()),
+            p.domains,
+            reason=found.describe(),
+            attempts=p.attempts,
+            levels=p.levels,
+            repair=found,
+        )
+
+    def _repairing(self, group: str) -> str:
+        underway = self.repairs.underway[group]
+        reason = Repairing(underway.repair.describe(), len(underway.pending))
+        self._why(group, reason)
+        return reason.render()
+
+    def expire_repairs(self, now: float) -> list[tuple[str, list[PodInfo]]]:
+        """Gangs no repair mended within the repair timeout: each with the running pods to evict
+        (empty unless its workload asks to be evicted whole)."""
+        out = []
+        for group in self.repairs.given_up(now):
+            if not self.membership.has(group):
+                continue
+            pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
+            evict, note = unrepairable_policy(pods)
+            bound = [p for p in pods if p.node_name is not None and not p.terminal] if evict else []
+            why = self.reasons.get(group)
+            text = why.render() if why is not None and why.kind != R_REPAIRING else "the moved pods did not leave"
+            self._why(group, Unrepairable(text, self.repairs.timeout, len(bound), note))
+            out.append((group, bound))
+        return out
+
+    def last_repair(self, group: str) -> LastRepair | None:
+        """GROUP's last repair (what moved, and when), if any."""
+        return self.repairs.last.get(group)
 
     # -- preemption --------------------------------------------------------------------------------
 
@@ -449,6 +519,8 @@ class GangScheduler:
         for nom in self.preempting.nominations:
             if nom.group not in groups:
                 self.preempting.forget(nom.group)
+        for group in (set(self.repairs.underway) | set(self.repairs.broken) | set(self.repairs.last)) - groups:
+            self.repairs.forget(group)
         return out
 
     # -- what the edges ask ------------------------------------------------------------------------
@@ -537,6 +609,7 @@ class GangScheduler:
 
     def forget_pod(self, key: str) -> None:
         """A pod was deleted (or finished): its reservation goes; an unbound minimum cannot stand."""
+        self.repairs.gone(key)
         if key not in self.state.reservations:  # every pod a plan holds is reserved
             return
         group = self.membership.group_of(key)

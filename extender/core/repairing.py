@@ -1,0 +1,138 @@
+"""Repairs: a running gang lost a pod and its replacement finds no room where the gang runs.
+
+find      search a repair (placement.repair): the smallest scope with a required constraint
+          around the replacement that can move whole inside the domains the rest holds.
+start     the repair's new room is reserved for the gang at once (so no one takes it while the
+          moved pods leave), and the moved scope's running pods are the caller's to evict.
+gone      a pod left; the repair then waits for the gang to be whole again (the workload
+          controller recreates what was evicted).
+settle    the gang is whole: the held room is given back just before the gang is planned for
+          real, into that room.
+broken    no repair was found: when the gang was first found so. Past the repair timeout the
+          gang is given up (its status says so and, when it asks for it, it is evicted whole).
+
+Synchronous and clock-free like the rest of the core: callers pass `now`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from extender.core.cluster import ClusterState
+from extender.model.pod import PodInfo
+from extender.placement import ClusterSnapshot, Gang, Repair, plan_repair
+
+# Where a workload asks to be evicted whole when it cannot be repaired in time (a pod annotation,
+# so that every kind of workload can set it on its pod template).
+ON_UNREPAIRABLE = "scheduling.topogang.io/on-unrepairable"
+EVICT_GANG, KEEP = "EvictGang", "Keep"
+
+
+def unrepairable_policy(pods: list[PodInfo]) -> tuple[bool, str]:
+    """(evict the gang whole?, a complaint about the annotation's value, or "")."""
+    values = {p.annotations[ON_UNREPAIRABLE] for p in pods if ON_UNREPAIRABLE in p.annotations}
+    bad = sorted(v for v in values if v not in (EVICT_GANG, KEEP))
+    if bad:
+        return False, f"annotation {ON_UNREPAIRABLE}: {bad[0]!r} is not {EVICT_GANG} or {KEEP}; kept running"
+    return EVICT_GANG in values, ""
+
+
+@dataclass
+class Underway:
+    repair: Repair
+    started: float
+    pending: set[str]  # moved pods not gone yet
+    held: dict[str, str] = field(default_factory=dict)  # pod -> node reserved for the gang
+
+
+@dataclass(frozen=True)
+class LastRepair:
+    """The last repair of a gang, for its status and `explain`."""
+
+    message: str
+    at: float  # when it started (the caller's clock)
+
+
+class Repairs:
+    def __init__(self, state: ClusterState, *, timeout: float) -> None:
+        self.state = state
+        self.timeout = timeout  # a broken gang no repair mends is given up after this long
+        self.underway: dict[str, Underway] = {}
+        self.broken: dict[str, float] = {}  # group -> when no repair was first found for it
+        self.last: dict[str, LastRepair] = {}
+        self._moved: dict[str, str] = {}  # moved pod -> its group
+        self._tried: dict[str, int] = {}  # group -> the state version a search found nothing in
+
+    def find(self, group: str, gang: Gang, now: float) -> Repair | None:
+        """A repair for GROUP, whose unbound pods do not fit where the gang runs; None when
+        nothing runs (a first placement, not a repair) or no part of the gang can move."""
+        if not any(m.node is not None for m in gang.members()):
+            return None
+        if self._tried.get(group) == self.state.version:
+            return None  # nothing changed since a search found nothing
+        found = plan_repair(gang, self._without)
+        if found is None:
+            self._tried[group] = self.state.version
+            self.broken.setdefault(group, now)
+        else:
+            self._tried.pop(group, None)
+        return found
+
+    def _without(self, pods: Mapping[str, str]) -> ClusterSnapshot:
+        give_back: dict[str, Counter[str]] = {}
+        for pod, node in pods.items():
+            give_back.setdefault(node, Counter()).update(self.state.pods[pod].requests)
+        return self.state.snapshot(give_back)
+
+    def start(self, group: str, repair: Repair, now: float) -> Underway:
+        self.settle(group)
+        self.broken.pop(group, None)
+        pending = {p for p in repair.moved if p in self.state.pods}
+        held = {p: n for p, n in repair.plan.assignments.items() if p in self.state.pods}
+        for pod, node in held.items():
+            self.state.reserve(pod, node, self.state.pods[pod].requests)
+        underway = self.underway[group] = Underway(repair, now, pending, held)
+        for pod in pending:
+            self._moved[pod] = group
+        self.last[group] = LastRepair(repair.describe(), now)
+        return underway
+
+    def gone(self, pod: str) -> None:
+        group = self._moved.pop(pod, None)
+        underway = self.underway.get(group) if group else None
+        if underway is not None:
+            underway.pending.discard(pod)
+
+    def settle(self, group: str) -> Underway | None:
+        """Give back the room held for GROUP's repair (it is about to be planned for real)."""
+        underway = self.underway.pop(group, None)
+        if underway is not None:
+            for pod in underway.held:
+                self.state.unreserve(pod)
+            for pod in underway.pending:
+                self._moved.pop(pod, None)
+        return underway
+
+    def mended(self, group: str) -> None:
+        """GROUP was planned whole again: no longer broken."""
+        self.broken.pop(group, None)
+        self._tried.pop(group, None)
+
+    def forget(self, group: str) -> None:
+        """GROUP is gone."""
+        self.settle(group)
+        self.mended(group)
+        self.last.pop(group, None)
+
+    def given_up(self, now: float) -> list[str]:
+        """Gangs broken for longer than the timeout (removed from the broken list), and repairs
+        whose moved pods did not all leave in that time (their room given back)."""
+        late = [g for g, since in self.broken.items() if now - since > self.timeout]
+        for group in late:
+            del self.broken[group]
+        stuck = [g for g, u in self.underway.items() if u.pending and now - u.started > self.timeout]
+        for group in stuck:
+            self.settle(group)
+        return late + stuck
