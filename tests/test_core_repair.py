@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
 from extender.core.decisions import R_REPAIRING, R_UNREPAIRABLE
+from extender.core.explain import explain, render
 from extender.core.repairing import ON_UNREPAIRABLE
 from extender.core.scheduler import GangScheduler
+from extender.kube.podgroup_status import status_body
 from extender.model.pod import PodInfo
 from tests.builders import TOPO, grid, pod, podgroup
 
@@ -153,3 +156,22 @@ def test_a_bad_policy_value_is_named_and_the_gang_kept_running() -> None:
         "annotation scheduling.topogang.io/on-unrepairable: 'evict' is not EvictGang or Keep"
         in scheduler.status("default/g").message
     )
+
+
+def test_the_last_repair_is_in_the_podgroup_status_and_in_explain() -> None:
+    scheduler, _ = setup()
+    replacement = fail_node(scheduler, "z1-b1-r3-n1", 4)
+    scheduler.filter(replacement, names(scheduler), 0.0)
+    moved = "moving SubGroup seg-2 from rack z1/b1/r3 to rack z1/b1/r5 whole (1 running pod(s) evicted)"
+    status = scheduler.status("default/g")
+    assert status.last_repair == moved
+    body = status_body(status, None, "2026-11-23T18:00:00Z")
+    assert body["lastRepair"] == {"message": moved, "time": "2026-11-23T18:00:00Z"}
+    later = status_body(status, body, "2026-11-23T18:05:00Z")
+    assert later["lastRepair"]["time"] == "2026-11-23T18:00:00Z"  # the same repair keeps its time
+    assert f"  Last repair: {moved}\n" in render([explain(scheduler, "default/g")])
+    # A new leader (or `topogang explain`) learns it from the PodGroup's status.
+    fresh, _ = setup()
+    pg = {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}}
+    apply_object(fresh, {**pg, "spec": {"minMember": 8}, "status": {"lastRepair": body["lastRepair"]}})
+    assert fresh.last_repair_text("default/g") == f"{moved} (at 2026-11-23T18:00:00Z)"

@@ -51,6 +51,7 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
         scheduler.observe_pod(parse_pod(body))
     elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
         key = _namespaced_key(body)
+        _last_repair(scheduler, key, body)
         try:
             state.set_podgroup(key, parse_podgroup(body))
         except InvalidObject as exc:
@@ -75,6 +76,15 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
     else:
         state.set_object(_owner_key(api, kind, body), body)
     return ()
+
+
+def _last_repair(scheduler: GangScheduler, key: str, body: JSON) -> None:
+    """The PodGroup status's lastRepair, for `explain` (written by topogang; read leniently)."""
+    status = body.get("status")
+    last = status.get("lastRepair") if isinstance(status, Mapping) else None
+    if isinstance(last, Mapping) and isinstance(last.get("message"), str):
+        when = last.get("time")
+        scheduler.note_repair(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
 
 
 def delete_object(scheduler: GangScheduler, body: JSON) -> None:

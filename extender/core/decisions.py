@@ -292,6 +292,7 @@ class GroupStatus:
     # PodGroup spec.schedulingBackoff 1 (seed 001): a planning attempt failed, so the gang is
     # marked unschedulable on the node pool; -1 (or unset) never marks it.
     node_pool_unschedulable: bool = False
+    last_repair: str = ""  # what the gang's last repair moved, from where to where
 
     @property
     def unschedulable(self) -> bool:

@@ -51,6 +51,7 @@ class Explanation:
     outcome: str = ""  # the dry run: "fits: ..." or "does not fit: <reason>"
     left_out: Mapping[str, Mapping[Excluded, int]] = field(default_factory=dict)  # shape -> why -> nodes
     notes: tuple[str, ...] = ()  # warnings, pods waiting outside the gang
+    last_repair: str = ""  # what the gang's last repair moved
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
 
 
@@ -77,8 +78,9 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     notes = [*view.warnings, *(f"{pod}: {why}" for pod, why in sorted(view.waiting.items()))]
     notes += _gated(scheduler, view.pods)
     gang = view.built.gang if view.built is not None else None
+    repaired = scheduler.last_repair_text(group)
     if gang is None or not view.valid:
-        return Explanation(group, view.source, status.phase, status.message, notes=tuple(notes))
+        return Explanation(group, view.source, status.phase, status.message, notes=tuple(notes), last_repair=repaired)
     state = scheduler.state
     tree = state.table.tree(gang.topology)
     reserved = scheduler.reserved(group)
@@ -93,6 +95,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
         tuple(lines),
         notes=tuple(notes),
+        last_repair=repaired,
     )
     if all(m.key in node_of for m in gang.members()):
         return replace(base, outcome="nothing to plan: every pod is bound")
@@ -229,6 +232,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"  Nodes left out for pods of {shape}: {shown}")
         for i, text in enumerate(e.preemption):
             out.append(f"  {'Preemption: ' if i == 0 else '    '}{text}")
+        if e.last_repair:
+            out.append(f"  Last repair: {e.last_repair}")
         for note in e.notes:
             out.append(f"  Note: {note}")
         out.append("")

@@ -62,6 +62,7 @@ class Repairs:
         self.underway: dict[str, Underway] = {}
         self.broken: dict[str, float] = {}  # group -> when no repair was first found for it
         self.last: dict[str, LastRepair] = {}
+        self.recorded: dict[str, str] = {}  # group -> the last repair its PodGroup's status tells of
         self._moved: dict[str, str] = {}  # moved pod -> its group
         self._tried: dict[str, int] = {}  # group -> the state version a search found nothing in
 

@@ -289,9 +289,23 @@ class GangScheduler:
             out.append((group, bound))
         return out
 
+    def repair_pending(self, group: str, pod: str) -> bool:
+        """Whether POD must still leave for GROUP's repair under way."""
+        underway = self.repairs.underway.get(group)
+        return underway is not None and pod in underway.pending
+
     def last_repair(self, group: str) -> LastRepair | None:
         """GROUP's last repair (what moved, and when), if any."""
         return self.repairs.last.get(group)
+
+    def note_repair(self, group: str, text: str) -> None:
+        """GROUP's PodGroup status tells of a repair (made by this or an earlier leader)."""
+        self.repairs.recorded[group] = text
+
+    def last_repair_text(self, group: str) -> str:
+        """The last repair of GROUP this replica made, else the one its PodGroup tells of."""
+        live = self.repairs.last.get(group)
+        return live.message if live is not None else self.repairs.recorded.get(group, "")
 
     # -- preemption --------------------------------------------------------------------------------
 
@@ -682,7 +696,20 @@ class GangScheduler:
         # A planning attempt failed: pods missing is no attempt (KAI does not try an incomplete gang).
         failed = group in self.reasons and reason == self.reasons[group].kind and reason != R_GANG_INCOMPLETE
         marked = failed and view.spec is not None and view.spec.scheduling_backoff == 1
-        return GroupStatus(group, phase, message, len(pods), planned, bound, subgroups, domains, reason, marked)
+        repaired = self.repairs.last.get(group)
+        return GroupStatus(
+            group,
+            phase,
+            message,
+            len(pods),
+            planned,
+            bound,
+            subgroups,
+            domains,
+            reason,
+            marked,
+            repaired.message if repaired else "",
+        )
 
     def _view_without_pods(self, group: str) -> GroupView:
         """A PodGroup object no pod has joined yet, as a view with no pods."""

@@ -9,6 +9,7 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
     phase, message, observedGeneration, pods, planned, bound,
     domains      {"PodGroup": "zone z1", "<SubGroup>": "rack z1/b1/r3", ...} once placed
     subGroups    [{name, minMember, pods, planned, bound, domain}]
+    lastRepair   {message, time}: the last repair (a broken part moved whole), kept across leaders
     phase        Pending, Scheduled, Invalid, or Finished once every pod has succeeded or failed
     conditions   Scheduled      True once the minimum is bound (and once finished); else False with why
                  Unschedulable  True while the gang cannot run (GangIncomplete, NoCapacity,
@@ -139,6 +140,13 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
                 generation,
             )
         )
+    if status.last_repair:
+        before_repair = (previous or {}).get("lastRepair") or {}
+        same = isinstance(before_repair, Mapping) and before_repair.get("message") == _message(status.last_repair)
+        when = before_repair.get("time") if same else now
+        body["lastRepair"] = {"message": _message(status.last_repair), "time": when or now}
+    elif previous and isinstance(previous.get("lastRepair"), Mapping):
+        body["lastRepair"] = previous["lastRepair"]  # this replica has not seen a repair: keep the last
     if generation:
         body["observedGeneration"] = generation
     if domains:

@@ -165,6 +165,8 @@ class Extender:
         self.changed(event.group)
         if event.preemption is not None:
             self._preempting(event)
+        if event.repair is not None:
+            self._repairing(event)
 
     # -- preemption ------------------------------------------------------------------------------
 
@@ -179,11 +181,44 @@ class Extender:
             self._emit(pod, "Preempted", f"Preempted by {event.group} for {p.domain}", "Normal")
         for member in self._unbound_members(event.group):
             self._emit(member, "Preempting", event.reason, "Normal")
-        self._spawn(self._evict_all(event.group, victims), "eviction")
+        self._spawn(self._evict_all(event.group, victims, self._nominated_victim(event.group)), "eviction")
 
-    async def _evict_all(self, group: str, victims: Sequence[PodInfo]) -> None:
-        """Evict every victim; those a PodDisruptionBudget protects now are tried again until they
-        go or the room held for the gang is released."""
+    def _nominated_victim(self, group: str) -> Callable[[str], bool]:
+        def wanted(key: str) -> bool:
+            nom = self.scheduler.nomination(group)
+            return nom is not None and key in nom.pending
+
+        return wanted
+
+    # -- repair ------------------------------------------------------------------------------------
+
+    def _repairing(self, event: PlanEvent) -> None:
+        """A broken part of a running gang moves whole: evict its running pods, say so."""
+        r = event.repair
+        assert r is not None
+        self.metrics.repairs.inc()
+        moved = [pod for key in r.moved if (pod := self.scheduler.pod(key)) is not None]
+        for pod in moved:
+            self._emit(pod, "GangRepair", f"Evicted so that {event.group} can {r.describe()}", "Normal")
+        self._emit_group(event.group, "GangRepair", r.describe(), "Warning")
+        self._spawn(
+            self._evict_all(event.group, moved, lambda key: self.scheduler.repair_pending(event.group, key)), "eviction"
+        )
+
+    def _expire_repairs(self, now: float) -> None:
+        """Gangs no repair mended in time: say so; evict those that ask for it, whole."""
+        for group, pods in self.scheduler.expire_repairs(now):
+            why = self.scheduler.reason_text(group)
+            self.metrics.unrepairable.inc()
+            log.warning("gang could not be repaired", group=group, evicting=[p.key for p in pods][:20], reason=why)
+            self._emit_group(group, "Unrepairable", why, "Warning")
+            if pods:
+                self._spawn(self._evict_all(group, pods, lambda _: False), "eviction")
+            self.changed(group)
+
+    async def _evict_all(self, group: str, victims: Sequence[PodInfo], wanted: Callable[[str], bool]) -> None:
+        """Evict every pod given; those a PodDisruptionBudget protects now are tried again while
+        WANTED(pod) says they still must go (the room held for the gang is not released)."""
         left = list(victims)
         while left:
             outcomes = await asyncio.gather(
@@ -196,8 +231,7 @@ class Extender:
                     blocked.append(pod)
                 elif outcome == BLOCKED:
                     blocked.append(pod)
-            nom = self.scheduler.nomination(group)
-            left = [p for p in blocked if nom is not None and p.key in nom.pending]
+            left = [p for p in blocked if wanted(p.key)]
             if left:
                 log.info("eviction blocked", group=group, pods=[p.key for p in left][:10], retry_s=EVICT_RETRY)
                 await asyncio.sleep(EVICT_RETRY)
@@ -448,6 +482,7 @@ class Extender:
             log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reason_text(nom.group))
             self.changed(nom.group)
         self._wake_preempted()
+        self._expire_repairs(now)
         self._fail_dropped(BIND_PLAN_RELEASED)
         self._evict_overdue()
         for key in [k for k in self._refused if self.scheduler.pod(k) is None]:
@@ -585,9 +620,9 @@ class Extender:
     def _log_decision(self, event: PlanEvent, seconds: float) -> None:
         fields = event.fields()
         fields["plan_ms"] = round(seconds * 1000, 2)
-        if event.outcome == "preempting":
+        if event.outcome in ("preempting", "repairing"):
             self._pending_logged.pop(event.group, None)
-            log.info("gang preempting", **fields)
+            log.info(f"gang {event.outcome}", **fields)
         elif event.outcome != "pending":
             self._pending_logged.pop(event.group, None)
             log.info("gang placed", **fields)

@@ -12,6 +12,8 @@ a group name).
   topogang_preemptions_total                             counter    preemption plans started (victims chosen, room held)
   topogang_preemption_victim_pods_total                  counter    pods chosen as victims by those plans
   topogang_preemption_timeouts_total                     counter    preemptions released because victims did not leave
+  topogang_repairs_total                                 counter    running gangs whose broken part was moved whole
+  topogang_unrepairable_total                            counter    broken gangs not mended within the repair timeout
   topogang_reservations                                  gauge      pods holding reserved room (planned, not bound)
   topogang_podgroups{phase}                              gauge      gangs by phase (the leader's last status of each)
   topogang_podgroup_status_writes_total{result}          counter    PodGroup status writes: ok, failed
@@ -20,7 +22,7 @@ a group name).
   topogang_leader                                        gauge      1 while this replica holds the Lease
   topogang_leader_transitions_total                      counter    times this replica became the leader
 
-The first eight are recorded as things happen; the rest are read when Prometheus scrapes, from
+The first ten are recorded as things happen; the rest are read when Prometheus scrapes, from
 the objects that own them, so nothing on the filter path does more than one histogram
 observation (about a microsecond).
 """
@@ -140,6 +142,14 @@ class Metrics:
         self.preemption_timeouts = Counter(
             "topogang_preemption_timeouts_total",
             "Preemptions whose victims did not all leave in time (the room held was released).",
+            registry=r,
+        )
+        self.repairs = Counter(
+            "topogang_repairs_total", "Running gangs whose broken part was moved whole (its pods evicted).", registry=r
+        )
+        self.unrepairable = Counter(
+            "topogang_unrepairable_total",
+            "Running gangs that lost pods and that no repair mended within the repair timeout.",
             registry=r,
         )
         self._requests: dict[tuple[str, int], Histogram] = {}

@@ -46,9 +46,7 @@ async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple
     """The application, wired to the cluster; its cleanup context runs the cache and sweeps (and
     the webhook's listener with GATES: its mode and webhook)."""
     client = await KubeClient.connect(settings.kubeconfig)
-    scheduler = GangScheduler(
-        ClusterState(), plan_ttl=settings.plan_ttl, preemption_timeout=settings.preemption_timeout
-    )
+    scheduler = _scheduler(settings)
     cache = ClusterCache(client, scheduler)
     actions = KubeActions(client)
     extender = _extender(settings, scheduler, actions)
@@ -121,6 +119,15 @@ async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple
 
     app.cleanup_ctx.append(running)
     return app, cache
+
+
+def _scheduler(settings: Settings) -> GangScheduler:
+    return GangScheduler(
+        ClusterState(),
+        plan_ttl=settings.plan_ttl,
+        preemption_timeout=settings.preemption_timeout,
+        repair_timeout=settings.repair_timeout,
+    )
 
 
 def _extender(settings: Settings, scheduler: GangScheduler, actions: KubeActions) -> Extender:

@@ -18,6 +18,11 @@ plan lifetime       --plan-ttl        TOPOGANG_PLAN_TTL       300 (seconds witho
 preemption timeout  --preemption-timeout  TOPOGANG_PREEMPTION_TIMEOUT  60 (seconds for a gang's
                                                               victims to leave before the room
                                                               held for it is released)
+repair timeout      --repair-timeout  TOPOGANG_REPAIR_TIMEOUT  300 (seconds a running gang that
+                                                              lost pods may stay broken, no part
+                                                              of it able to move, before it is
+                                                              declared Unrepairable and, if it
+                                                              asks, evicted whole)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 request body limit  --max-body        TOPOGANG_MAX_BODY       64 (MiB; see server/limits.py)
 
@@ -80,6 +85,7 @@ class Settings:
     recovery_grace: float = 30.0
     plan_ttl: float = 300.0
     preemption_timeout: float = 60.0
+    repair_timeout: float = 300.0
     log_level: str = "info"
     log_format: str = "auto"
     leader_elect: bool = False
@@ -97,83 +103,77 @@ class Settings:
     max_body: int = DEFAULT_MAX_BODY_MIB * 2**20
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (TOPOGANG_LISTEN; 0.0.0.0:8888)")
-    parser.add_argument(
-        "--url-prefix", metavar="PATH", help="path before /filter etc. (TOPOGANG_URL_PREFIX; /topogang)"
-    )
-    parser.add_argument(
-        "--kubeconfig", metavar="PATH", help="kubeconfig (TOPOGANG_KUBECONFIG, KUBECONFIG; else in-cluster)"
-    )
-    parser.add_argument(
+# Every flag of `topogang serve` but --insecure-http: (flag, metavar, help); the help names the
+# environment variable and the default.
+FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--listen", "HOST:PORT", "address to serve on (TOPOGANG_LISTEN; 0.0.0.0:8888)"),
+    ("--url-prefix", "PATH", "path before /filter etc. (TOPOGANG_URL_PREFIX; /topogang)"),
+    ("--kubeconfig", "PATH", "kubeconfig (TOPOGANG_KUBECONFIG, KUBECONFIG; else in-cluster)"),
+    (
         "--bind-timeout",
-        metavar="SECONDS",
-        help="release a gang's plan when no new member reached bind this long (TOPOGANG_BIND_TIMEOUT; 25)",
-    )
-    parser.add_argument(
+        "SECONDS",
+        "release a gang's plan when no new member reached bind this long (TOPOGANG_BIND_TIMEOUT; 25)",
+    ),
+    (
         "--bind-call-budget",
-        metavar="SECONDS",
-        help="longest one bind call waits at the gate; keep it under httpTimeout (TOPOGANG_BIND_CALL_BUDGET; 20)",
-    )
-    parser.add_argument(
+        "SECONDS",
+        "longest one bind call waits at the gate; keep it under httpTimeout (TOPOGANG_BIND_CALL_BUDGET; 20)",
+    ),
+    (
         "--recovery-grace",
-        metavar="SECONDS",
-        help="a gang part-bound at start gets the bind timeout plus this, else its bound pods are evicted"
+        "SECONDS",
+        "a gang part-bound at start gets the bind timeout plus this, else its bound pods are evicted"
         " (TOPOGANG_RECOVERY_GRACE; 30)",
-    )
-    parser.add_argument("--plan-ttl", metavar="SECONDS", help="release a plan idle this long (TOPOGANG_PLAN_TTL; 300)")
-    parser.add_argument(
+    ),
+    ("--plan-ttl", "SECONDS", "release a plan idle this long (TOPOGANG_PLAN_TTL; 300)"),
+    (
         "--preemption-timeout",
-        metavar="SECONDS",
-        help="how long a gang's victims may take to leave (TOPOGANG_PREEMPTION_TIMEOUT; 60)",
-    )
-    parser.add_argument("--log-level", metavar="LEVEL", help="debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)")
-    parser.add_argument("--log-format", metavar="FORMAT", help="json, console or auto (TOPOGANG_LOG_FORMAT; auto)")
-    parser.add_argument(
+        "SECONDS",
+        "how long a gang's victims may take to leave (TOPOGANG_PREEMPTION_TIMEOUT; 60)",
+    ),
+    (
+        "--repair-timeout",
+        "SECONDS",
+        "how long a running gang that lost pods may stay broken before it is Unrepairable"
+        " (TOPOGANG_REPAIR_TIMEOUT; 300)",
+    ),
+    ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
+    ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
+    (
         "--leader-elect",
-        metavar="BOOL",
-        help="elect a leader on a Lease (TOPOGANG_LEADER_ELECT; true in-cluster, false with a kubeconfig)",
-    )
-    parser.add_argument(
-        "--lease-namespace", metavar="NS", help="the Lease's namespace (TOPOGANG_LEASE_NAMESPACE; the pod's own)"
-    )
-    parser.add_argument("--lease-name", metavar="NAME", help="the Lease's name (TOPOGANG_LEASE_NAME; topogang)")
-    parser.add_argument(
-        "--lease-duration", metavar="SECONDS", help="how long a Lease holds unrenewed (TOPOGANG_LEASE_DURATION; 15)"
-    )
-    parser.add_argument(
+        "BOOL",
+        "elect a leader on a Lease (TOPOGANG_LEADER_ELECT; true in-cluster, false with a kubeconfig)",
+    ),
+    ("--lease-namespace", "NS", "the Lease's namespace (TOPOGANG_LEASE_NAMESPACE; the pod's own)"),
+    ("--lease-name", "NAME", "the Lease's name (TOPOGANG_LEASE_NAME; topogang)"),
+    ("--lease-duration", "SECONDS", "how long a Lease holds unrenewed (TOPOGANG_LEASE_DURATION; 15)"),
+    (
         "--lease-renew-deadline",
-        metavar="SECONDS",
-        help="the leader steps down after failing to renew this long (TOPOGANG_LEASE_RENEW_DEADLINE; 10)",
-    )
-    parser.add_argument(
-        "--lease-retry-period",
-        metavar="SECONDS",
-        help="between renewals and between attempts (TOPOGANG_LEASE_RETRY_PERIOD; 2)",
-    )
-    parser.add_argument("--tls-cert", metavar="PATH", help="PEM serving certificate (TOPOGANG_TLS_CERT)")
-    parser.add_argument("--tls-key", metavar="PATH", help="PEM key of --tls-cert (TOPOGANG_TLS_KEY)")
-    parser.add_argument(
-        "--client-ca",
-        metavar="PATH",
-        help="PEM CA of the clients: a client certificate it signed is required (TOPOGANG_CLIENT_CA)",
-    )
+        "SECONDS",
+        "the leader steps down after failing to renew this long (TOPOGANG_LEASE_RENEW_DEADLINE; 10)",
+    ),
+    ("--lease-retry-period", "SECONDS", "between renewals and between attempts (TOPOGANG_LEASE_RETRY_PERIOD; 2)"),
+    ("--tls-cert", "PATH", "PEM serving certificate (TOPOGANG_TLS_CERT)"),
+    ("--tls-key", "PATH", "PEM key of --tls-cert (TOPOGANG_TLS_KEY)"),
+    ("--client-ca", "PATH", "PEM CA of the clients: a client certificate it signed is required (TOPOGANG_CLIENT_CA)"),
+    (
+        "--health-listen",
+        "HOST:PORT",
+        "plain-HTTP listener for probes: /healthz /synced /readyz /metrics only (TOPOGANG_HEALTH_LISTEN; off)",
+    ),
+    ("--max-body", "MIB", f"largest request body, in MiB; larger is a 413 (TOPOGANG_MAX_BODY; {DEFAULT_MAX_BODY_MIB})"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, metavar, help_text in FLAGS:
+        parser.add_argument(flag, metavar=metavar, help=help_text)
     parser.add_argument(
         "--insecure-http",
         metavar="BOOL",
         nargs="?",
         const="true",
         help="serve plain HTTP without TLS, for local runs (TOPOGANG_INSECURE_HTTP; false)",
-    )
-    parser.add_argument(
-        "--health-listen",
-        metavar="HOST:PORT",
-        help="plain-HTTP listener for probes: /healthz /synced /readyz /metrics only (TOPOGANG_HEALTH_LISTEN; off)",
-    )
-    parser.add_argument(
-        "--max-body",
-        metavar="MIB",
-        help=f"largest request body, in MiB; larger is a 413 (TOPOGANG_MAX_BODY; {DEFAULT_MAX_BODY_MIB})",
     )
 
 
@@ -208,6 +208,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         preemption_timeout=seconds(
             "--preemption-timeout", args.preemption_timeout, "TOPOGANG_PREEMPTION_TIMEOUT", 60.0
         ),
+        repair_timeout=seconds("--repair-timeout", args.repair_timeout, "TOPOGANG_REPAIR_TIMEOUT", 300.0),
         log_level=pick(args.log_level, "TOPOGANG_LOG_LEVEL") or "info",
         log_format=pick(args.log_format, "TOPOGANG_LOG_FORMAT") or "auto",
     )
