@@ -175,3 +175,32 @@ def test_the_last_repair_is_in_the_podgroup_status_and_in_explain() -> None:
     pg = {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}}
     apply_object(fresh, {**pg, "spec": {"minMember": 8}, "status": {"lastRepair": body["lastRepair"]}})
     assert fresh.last_repair_text("default/g") == f"{moved} (at 2026-11-23T18:00:00Z)"
+
+
+def test_a_gang_whose_plan_was_just_carried_out_is_repaired_too_and_binds_its_moved_part_together() -> None:
+    # The failure comes before the sweep drops the carried-out plan (its gate opened, nothing left
+    # reserved): the replacement is then planned as an extension, which must not keep it from a
+    # repair, and the moved segment gets a gate of its own.
+    scheduler, _ = setup()
+    for i in range(2 * SEGMENTS):
+        scheduler.observe_pod(replace(member(i), node_name=None))
+    first = scheduler.filter(scheduler.state.pods["default/w-0"], names(scheduler), 0.0)
+    assert first.event is not None
+    assert first.event.outcome == "planned"
+    planned = dict(scheduler.reserved("default/g"))
+    for key, node in planned.items():
+        scheduler.bind(key, node, 0.1)
+        scheduler.observe_pod(replace(scheduler.state.pods[key], node_name=node, phase="Running"))
+    assert scheduler.plans["default/g"].gate.opened
+    [index] = [int(k.rsplit("-", 1)[1]) for k in planned if planned[k].endswith("-n1") and k.endswith(("4", "5"))]
+    replacement = fail_node(scheduler, planned[f"default/w-{index}"], index)
+    result = scheduler.filter(replacement, names(scheduler), 1.0)
+    assert result.event is not None
+    assert result.event.outcome == "repairing"
+    other = f"default/w-{9 - index}"  # the other pod of segment 2
+    scheduler.delete_pod(other)
+    scheduler.observe_pod(member(9 - index, uid="uid-again"))
+    placed = scheduler.filter(replacement, names(scheduler), 2.0)
+    assert placed.event is not None
+    assert placed.event.outcome == "planned"
+    assert scheduler.bind(replacement.key, placed.nodes[0], 2.1).action == "wait"  # the segment's own gate

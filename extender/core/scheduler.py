@@ -211,8 +211,9 @@ class GangScheduler:
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
-            if not extend and result.reason.kind != INCOMPLETE:
-                found = self._repair(group, gang, now) or self._preempt(group, now)
+            if result.reason.kind != INCOMPLETE and (not extend or (gp is not None and gp.gate.opened)):
+                # (a plan carried out whose gang now misses pods of its minimum: a repair, not extra pods)
+                found = self._repair(group, gang, now) or (None if extend else self._preempt(group, now))
                 if found is not None:
                     return found
             self._why(group, result.reason)
@@ -252,6 +253,7 @@ class GangScheduler:
         found = self.repairs.find(group, gang, now)
         if found is None:
             return None
+        self.release(group, Released(R_REPLANNING))  # a plan carried out: the repair gets a gate of its own
         self.repairs.start(group, found, now)
         self._why(group, Repairing(found.describe(), len(found.moved)))
         p = found.plan

@@ -231,6 +231,9 @@ class Extender:
                     blocked.append(pod)
                 elif outcome == BLOCKED:
                     blocked.append(pod)
+            done = [p.key for p in left if p not in blocked]
+            if done:
+                log.info("evicted", group=group, pods=done[:20], count=len(done))
             left = [p for p in blocked if wanted(p.key)]
             if left:
                 log.info("eviction blocked", group=group, pods=[p.key for p in left][:10], retry_s=EVICT_RETRY)
