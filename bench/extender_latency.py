@@ -64,6 +64,9 @@ def _serve(port: int, nodes: int, ready: Any, tls: tuple[str, str, str] | None =
         async def wake(self, pods: Any, generation: int) -> None:
             pass
 
+        async def nominate(self, pods: Any, generation: int) -> None:
+            pass
+
         async def event(self, involved: Any, reason: str, message: str, type: str = "Normal") -> None:
             pass
 

@@ -66,6 +66,18 @@ async def test_wake_sets_the_plan_generation_on_each_pod_and_skips_pods_that_are
     assert pod["metadata"]["annotations"][PLAN_GENERATION_ANNOTATION] == "8"
 
 
+async def test_nominate_sets_the_nominated_node_and_the_plan_generation_in_one_status_write(
+    kube: KubeClient, kube_api: client.ApiClient, namespace: str
+) -> None:
+    # The pods/status endpoint takes metadata changes too: one write steers the pod and requeues it.
+    await pending_pod(kube, kube_api, namespace, "a")
+    actions = KubeActions(kube, concurrency=1)
+    await actions.nominate([(namespace, "a", "some-node"), (namespace, "never-was", "n")], 3)
+    pod = await kube.get(PODS.object_path("v1", "a", namespace))
+    assert pod["status"]["nominatedNodeName"] == "some-node"
+    assert pod["metadata"]["annotations"][PLAN_GENERATION_ANNOTATION] == "3"
+
+
 async def test_events_are_visible_through_the_api_and_repeats_bump_one_series(
     kube: KubeClient, kube_api: client.ApiClient, namespace: str
 ) -> None:

@@ -718,7 +718,8 @@ def test_the_shipped_scheduler_configs_agree(installed: Installed) -> None:
     kubeadm = yaml.safe_load(KUBEADM_CONFIG.read_text())
     for doc in (second, kubeadm):
         assert without_address(doc["extenders"][0]) == without_address(shipped["extenders"][0])
-        assert doc["percentageOfNodesToScore"] == 100
+        assert "percentageOfNodesToScore" not in doc  # adaptive, as shipped: planned pods are nominated
+    assert "percentageOfNodesToScore" not in shipped
     assert [p["schedulerName"] for p in second["profiles"]] == ["topogang-scheduler"]
     assert [p["schedulerName"] for p in kubeadm["profiles"]] == ["default-scheduler"]
     assert second["extenders"][0]["urlPrefix"] == "https://topogang.topogang-system.svc:8888/topogang"

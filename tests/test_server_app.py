@@ -29,6 +29,7 @@ class Recorder:
     def __init__(self) -> None:
         self.bound: list[tuple[str, str]] = []
         self.woken: list[tuple[str, str]] = []
+        self.nominated: list[tuple[str, str, str]] = []
         self.events: list[tuple[str, str]] = []
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -36,6 +37,9 @@ class Recorder:
 
     async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None:
         self.woken.extend(pods)
+
+    async def nominate(self, pods: Sequence[tuple[str, str, str]], generation: int) -> None:
+        self.nominated.extend(pods)
 
     async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
         self.events.append((involved["name"], message))
@@ -314,3 +318,16 @@ async def test_members_parked_for_room_are_woken_when_a_node_comes(setup: Any, m
     scheduler.state.upsert_node(grid(nodes=4)[2])
     await asyncio.sleep(0.1)
     assert sorted(recorder.woken) == [("default", f"g-{i}") for i in range(4)]
+
+
+async def test_with_nomination_a_plan_nominates_every_member_and_steers_one_left_out(setup: Any) -> None:
+    client, scheduler, recorder = await setup()
+    scheduler.nominate = True
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    first = await call(client, "filter", args(pods[0], ["z1-b1-r1-n1"]))
+    plan = dict(scheduler.reserved("default/g"))
+    assert sorted(recorder.nominated) == sorted(
+        ("default", k.split("/")[1], n) for k, n in plan.items() if k != pods[0].key
+    ) + ([] if first["NodeNames"] else [("default", "g-0", plan[pods[0].key])])

@@ -204,6 +204,7 @@ class FilterResult:
     wake: tuple[str, ...] = ()  # pods to requeue now: they have a planned node waiting
     reason: str = ""  # why the nodes left out were left out (refusals give every node one reason)
     group: str | None = None  # the pod's gang (None: a plain pod)
+    steer: str | None = None  # nominate the pod on this node (its planned one, not offered this time)
 
 
 @dataclass(frozen=True)

@@ -104,12 +104,17 @@ class GangScheduler:
         plan_ttl: float = 300.0,
         preemption_timeout: float = 60.0,
         repair_timeout: float = 300.0,
+        nominate: bool = False,
     ) -> None:
         self.state = state
         self.membership = Membership(state)
         self.plan_ttl = plan_ttl
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
         self.repairs = Repairs(state, timeout=repair_timeout)
+        # Planned members are steered with status.nominatedNodeName (kube-scheduler 1.35+ tries
+        # that node first, alone), so its adaptive percentageOfNodesToScore may leave the planned
+        # node out of a call; off, every call must offer it (percentageOfNodesToScore: 100).
+        self.nominate = nominate
         self.plans: dict[str, GroupPlan] = {}
         self.reasons: dict[str, Reason] = {}  # group -> why it is where it is (pending, left over)
         self.domains: dict[str, Mapping[str, DomainRef]] = {}  # group -> where its last plan put each constrained scope
@@ -118,7 +123,8 @@ class GangScheduler:
 
     # -- filter --------------------------------------------------------------------------------
 
-    def filter(self, pod: PodInfo, nodes: Sequence[str], now: float) -> FilterResult:
+    def filter(self, pod: PodInfo, nodes: Sequence[str], now: float, nominated: str | None = None) -> FilterResult:
+        """NOMINATED: the pod's status.nominatedNodeName in this call (kube-scheduler tried it)."""
         if pod.key not in self.state.pods:
             if self.state.was_deleted(pod):  # or behind it: never bring a deleted pod back
                 return _refuse(nodes, f"topogang: pod {pod.key} was deleted")
@@ -160,16 +166,31 @@ class GangScheduler:
             if gp is None or pod.key not in gp.reserved:
                 reason = self.reason_text(group, "no room for this pod beyond its gang's minimum")
                 return _refuse(nodes, f"topogang: {reason}", group, event)
-        node = gp.reserved[pod.key]
-        if node not in nodes or not self._still_fits(node):
-            # kube-scheduler's own filters, or another scheduler, took the planned node: plan the
-            # pods that are not bound yet again.
+        return self._steer(group, gp, pod.key, nodes, now, nominated, event)
+
+    def _steer(
+        self,
+        group: str,
+        gp: GroupPlan,
+        pod_key: str,
+        nodes: Sequence[str],
+        now: float,
+        nominated: str | None,
+        event: PlanEvent | None,
+    ) -> FilterResult:
+        """A planned member: its planned node, or (not offered this time) a nomination there."""
+        node = gp.reserved[pod_key]
+        if not self._still_fits(node) or (node not in nodes and (not self.nominate or nominated == node)):
+            # Another scheduler, or kube-scheduler's own filters (all nodes are offered, or the
+            # node it was nominated to failed them), took the planned node: plan the pods that
+            # are not bound yet again.
             event = self._replan(group, now)
-            gp = self.plans.get(group)
-            if gp is None or gp.reserved.get(pod.key) not in nodes:
+            replanned = self.plans.get(group)
+            again = replanned.reserved.get(pod_key) if replanned is not None else None
+            if replanned is None or again is None or (again not in nodes and (not self.nominate or again == nominated)):
                 reason = self.reason_text(group, f"planned node {node} is no longer feasible")
                 return _refuse(nodes, f"topogang: {reason}", group, event)
-            node = gp.reserved[pod.key]
+            gp, node = replanned, again
         # Only the planned node comes back. The others are not listed: kube-scheduler (1.32+)
         # records unlisted nodes as UnschedulableAndUnresolvable, which is what they are for this
         # pod, and it shows those statuses only if the pod fails, which it will not on this node.
@@ -177,7 +198,12 @@ class GangScheduler:
         # scheduling cycle. Refusals (below and in _refuse) list every node with the reason.
         wake: tuple[str, ...] = ()
         if event is not None and event.outcome in ("planned", "replanned", "extended"):
-            wake = tuple(sorted(p for p in gp.reserved if p != pod.key))
+            wake = tuple(sorted(p for p in gp.reserved if p != pod_key))
+        if node not in nodes:
+            # Left out of kube-scheduler's sample of the nodes: nominate the pod there; its next
+            # attempt tries that node first, alone.
+            refused = _refuse(nodes, f"topogang: steering to its planned node {node}", group, event)
+            return replace(refused, wake=wake, steer=node)
         return FilterResult([node], event=event, wake=wake, group=group)
 
     def _filter_plain(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:

@@ -105,6 +105,25 @@ class KubeActions:
 
         await asyncio.gather(*(one(ns, name) for ns, name in pods))
 
+    async def nominate(self, pods: Sequence[tuple[str, str, str]], generation: int) -> None:
+        """Set status.nominatedNodeName of each (namespace, name, node), with the wake annotation
+        in the same pods/status write (that endpoint takes metadata changes too): kube-scheduler
+        (1.35+) tries a pod's nominated node first, alone, extenders included, and the annotation
+        requeues a pod it had parked (a status change alone would not)."""
+
+        async def one(namespace: str, name: str, node: str) -> None:
+            patch = {
+                "metadata": {"annotations": {PLAN_GENERATION_ANNOTATION: str(generation)}},
+                "status": {"nominatedNodeName": node},
+            }
+            try:
+                await self._write(self.client.patch(PODS.object_path("v1", name, namespace, "status"), patch))
+            except ApiError as exc:
+                if exc.status != 404:
+                    self.log.warning("nominate failed", pod=f"{namespace}/{name}", node=node, error=str(exc))
+
+        await asyncio.gather(*(one(ns, name, node) for ns, name, node in pods))
+
     # -- evict ---------------------------------------------------------------------------------------
 
     async def evict(self, namespace: str, name: str, uid: str) -> str:

@@ -56,6 +56,8 @@ class Actions(Protocol):
 
     async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None: ...
 
+    async def nominate(self, pods: Sequence[tuple[str, str, str]], generation: int) -> None: ...
+
     async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
 
     async def evict(self, namespace: str, name: str, uid: str) -> str: ...
@@ -110,7 +112,7 @@ class Extender:
     def filter(self, args: wire.NodeArgs) -> bytes:
         pod = self._pod(args)
         start = time.perf_counter()
-        result = self.scheduler.filter(pod, args.names, time.monotonic())
+        result = self.scheduler.filter(pod, args.names, time.monotonic(), args.nominated)
         if result.event is not None:
             self._decided(result.event, time.perf_counter() - start)
         if result.group is not None and (result.event is not None or not result.nodes):
@@ -118,7 +120,10 @@ class Extender:
         self._fail_dropped(BIND_PLAN_RELEASED)
         if result.wake:
             self._wake(result.wake, result.group or "")
-        if result.nodes:
+        if result.steer is not None:  # not a refusal: the pod is sent to its planned node
+            generation = self.scheduler.generation(result.group or "")
+            self._spawn(self.actions.nominate([(pod.namespace, pod.name, result.steer)], generation), "nominate")
+        elif result.nodes:
             self._refused.pop(pod.key, None)
         else:
             reason = result.reason
@@ -576,14 +581,21 @@ class Extender:
 
     def _wake(self, pods: Sequence[str], group: str) -> None:
         """Requeue members kube-scheduler parked as unschedulable: an update to the pod itself
-        moves it back to the active queue at once (a new pod elsewhere would not)."""
-        parked = [p for p in pods if p in self._refused]
-        if not parked:
-            return
-        for p in parked:
+        moves it back to the active queue at once (a new pod elsewhere would not). With
+        nomination on, every planned member is also nominated on its planned node, in the same
+        write, so that its next attempt tries that node first, alone."""
+        planned = self.scheduler.reserved(group) if self.scheduler.nominate else {}
+        steer = [(p, planned[p]) for p in pods if p in planned]
+        parked = [p for p in pods if p in self._refused and p not in planned]
+        for p in [*parked, *(p for p, _ in steer)]:
             self._refused.pop(p, None)
-        names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
-        self._spawn(self.actions.wake(names, self.scheduler.generation(group)), "wake")
+        generation = self.scheduler.generation(group)
+        if steer:
+            keys = [(GroupKey.parse(p), node) for p, node in steer]
+            self._spawn(self.actions.nominate([(k.namespace, k.name, n) for k, n in keys], generation), "nominate")
+        if parked:
+            names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
+            self._spawn(self.actions.wake(names, generation), "wake")
 
     def _emit_group(self, group: str, reason: str, message: str, kind: str) -> None:
         """An Event about GROUP's PodGroup (topogang writes one for every gang of a workload)."""

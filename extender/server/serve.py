@@ -127,6 +127,7 @@ def _scheduler(settings: Settings) -> GangScheduler:
         plan_ttl=settings.plan_ttl,
         preemption_timeout=settings.preemption_timeout,
         repair_timeout=settings.repair_timeout,
+        nominate=settings.nominate,
     )
 
 

@@ -18,6 +18,11 @@ plan lifetime       --plan-ttl        TOPOGANG_PLAN_TTL       300 (seconds witho
 preemption timeout  --preemption-timeout  TOPOGANG_PREEMPTION_TIMEOUT  60 (seconds for a gang's
                                                               victims to leave before the room
                                                               held for it is released)
+nomination          --nominate        TOPOGANG_NOMINATE       true (steer planned members with
+                                                              status.nominatedNodeName, which
+                                                              kube-scheduler 1.35+ tries first;
+                                                              false for older ones, configured
+                                                              with percentageOfNodesToScore: 100)
 repair timeout      --repair-timeout  TOPOGANG_REPAIR_TIMEOUT  300 (seconds a running gang that
                                                               lost pods may stay broken, no part
                                                               of it able to move, before it is
@@ -86,6 +91,7 @@ class Settings:
     plan_ttl: float = 300.0
     preemption_timeout: float = 60.0
     repair_timeout: float = 300.0
+    nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     log_level: str = "info"
     log_format: str = "auto"
     leader_elect: bool = False
@@ -136,6 +142,12 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "SECONDS",
         "how long a running gang that lost pods may stay broken before it is Unrepairable"
         " (TOPOGANG_REPAIR_TIMEOUT; 300)",
+    ),
+    (
+        "--nominate",
+        "BOOL",
+        "steer planned gang members with status.nominatedNodeName; false for kube-scheduler before 1.35,"
+        " whose configuration must then set percentageOfNodesToScore: 100 (TOPOGANG_NOMINATE; true)",
     ),
     ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
     ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
@@ -232,6 +244,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         pod_name=environ.get("POD_NAME") or None,
         pod_namespace=environ.get("POD_NAMESPACE") or None,
     )
+    nominate = pick(args.nominate, "TOPOGANG_NOMINATE") or "true"
+    if nominate.lower() not in ("true", "false", "1", "0"):
+        raise SettingsError(f"--nominate (TOPOGANG_NOMINATE): expected true or false, got {nominate!r}")
+    settings = replace(settings, nominate=nominate.lower() in ("true", "1"))
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period

@@ -85,6 +85,13 @@ class NodeArgs:
     def pod_key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def nominated(self) -> str | None:
+        """The pod's status.nominatedNodeName as kube-scheduler saw it for this call."""
+        status = self.pod.get("status")
+        node = status.get("nominatedNodeName") if isinstance(status, dict) else None
+        return node if isinstance(node, str) and node else None
+
 
 def decode_args(body: bytes) -> NodeArgs:
     doc = _loads(body, "ExtenderArgs")

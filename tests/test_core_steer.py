@@ -1,0 +1,71 @@
+"""Steering with status.nominatedNodeName: with an adaptive percentageOfNodesToScore kube-scheduler
+offers a call a sample of the nodes, which may leave a member's planned node out.
+
+Cluster and gang as tests/test_core_lifecycle.py: racks r1 and r2 of 4 nodes, a gang of 3 pods
+of 8 GPUs required on one rack.
+"""
+
+from __future__ import annotations
+
+from extender.core.scheduler import GangScheduler
+from tests.test_core_lifecycle import NODES, planned, setup
+
+
+def steering() -> tuple[GangScheduler, list[str]]:
+    scheduler, keys = setup()
+    scheduler.nominate = True
+    return scheduler, keys
+
+
+def test_a_planned_node_left_out_of_the_sample_is_nominated_and_the_plan_kept() -> None:
+    scheduler, keys = steering()
+    first = scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    plan = planned(scheduler)
+    node = plan[keys[1]]
+    sample = [n for n in NODES if n != node]
+    result = scheduler.filter(scheduler.state.pods[keys[1]], sample, 1.0)
+    assert first.nodes == [plan[keys[0]]]
+    assert result.nodes == []
+    assert result.steer == node
+    assert result.reason == f"topogang: steering to its planned node {node}"
+    assert result.event is None  # no new plan
+    assert planned(scheduler) == plan
+    # Nominated, its next attempt offers that node alone.
+    assert scheduler.filter(scheduler.state.pods[keys[1]], [node], 2.0, nominated=node).nodes == [node]
+
+
+def test_the_first_member_steered_away_from_the_sample_wakes_and_nominates_the_others() -> None:
+    scheduler, keys = steering()
+    result = scheduler.filter(scheduler.state.pods[keys[0]], ["z1-b1-r2-n4"], 0.0)
+    plan = planned(scheduler)
+    if plan[keys[0]] == "z1-b1-r2-n4":  # the sample happened to hold it
+        assert result.nodes == ["z1-b1-r2-n4"]
+    else:
+        assert result.steer == plan[keys[0]]
+    assert result.event is not None
+    assert result.event.outcome == "planned"
+    assert set(result.wake) == set(keys[1:])
+
+
+def test_a_nominated_node_that_kube_scheduler_still_left_out_failed_its_filters_and_is_planned_again() -> None:
+    scheduler, keys = steering()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    node = planned(scheduler)[keys[1]]
+    others = [n for n in NODES if n != node]
+    result = scheduler.filter(scheduler.state.pods[keys[1]], others, 1.0, nominated=node)
+    assert result.event is not None
+    assert result.event.outcome == "replanned"
+    # topogang's view still finds room there (kube-scheduler refused it for a reason topogang does
+    # not model), so the plan is the same: refused, not steered to it again.
+    assert result.steer is None
+    assert result.reason == f"topogang: planned node {node} is no longer feasible"
+
+
+def test_without_nomination_a_node_not_offered_is_planned_again_as_before() -> None:
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    node = planned(scheduler)[keys[1]]
+    result = scheduler.filter(scheduler.state.pods[keys[1]], [n for n in NODES if n != node], 1.0)
+    assert result.steer is None
+    assert result.event is not None
+    assert result.event.outcome == "replanned"
