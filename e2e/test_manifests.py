@@ -511,6 +511,7 @@ WRITES = {
     ("", "pods/binding", "create"),
     ("", "pods/eviction", "create"),
     ("", "pods", "patch"),
+    ("", "pods/status", "patch"),  # steer: status.nominatedNodeName
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
     ("", "events", "create"),
