@@ -80,16 +80,24 @@ async def bound_again(kube: KubeClient, namespace: str, before: dict[str, str], 
         raise
 
 
+async def running_tfjob(
+    kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes, racks: list[tuple[int, int, int]]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Nodes in RACKS (zone, rack, nodes; block 0), then story 2's TFJob, all bound: pod -> node,
+    node -> rack."""
+    nodes = []
+    for zone, rack, count in racks:
+        nodes += await fake_gpu_nodes.add(zone=zone, block=0, rack=rack, count=count)
+    names = await create_tfjob(kube, namespace, zone_required=True)
+    placed = await wait_all_bound(kube, namespace, len(names))
+    return placed, await node_racks(kube, nodes)
+
+
 async def test_a_replacement_goes_to_a_spare_node_of_its_segments_rack_and_nothing_moves(
     topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
 ) -> None:
     #   z0-b0-r0..r3 (5 nodes each): every segment's rack has a spare node
-    nodes = []
-    for rack in range(4):
-        nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=rack, count=5)
-    names = await create_tfjob(kube, namespace, zone_required=True)
-    before = await wait_all_bound(kube, namespace, len(names))
-    rack_of = await node_racks(kube, nodes)
+    before, rack_of = await running_tfjob(kube, namespace, fake_gpu_nodes, [(0, r, 5) for r in range(4)])
     segment_rack = rack_of[before["train-worker-9"]]
     async with operator(kube, namespace):
         await fail_node_under(kube, fake_gpu_nodes, namespace, "train-worker-9", before["train-worker-9"])
@@ -105,13 +113,8 @@ async def test_a_segment_whose_rack_has_no_spare_node_moves_whole_and_the_others
 ) -> None:
     #   z0-b0-r0..r4 (4 nodes each): four racks hold the segments, one is free
     #   z1-b0-r0 (4 nodes): a free rack in another zone, which the job's zone rules out
-    nodes = []
-    for rack in range(5):
-        nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=rack, count=4)
-    nodes += await fake_gpu_nodes.add(zone=1, block=0, rack=0, count=4)
-    names = await create_tfjob(kube, namespace, zone_required=True)
-    before = await wait_all_bound(kube, namespace, len(names))
-    rack_of = await node_racks(kube, nodes)
+    racks = [(0, r, 4) for r in range(5)] + [(1, 0, 4)]
+    before, rack_of = await running_tfjob(kube, namespace, fake_gpu_nodes, racks)
     used = {rack_of[before[f"train-worker-{i}"]] for i in range(16)}
     [free] = {r for r in rack_of.values() if r.startswith("z0")} - used
     async with operator(kube, namespace):
@@ -121,7 +124,7 @@ async def test_a_segment_whose_rack_has_no_spare_node_moves_whole_and_the_others
     others = [f"train-worker-{i}" for i in range(16) if f"train-worker-{i}" not in SEGMENT_2]
     assert {n: after[n] for n in others} == {n: before[n] for n in others}  # same pods, same nodes
     pods_now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await pods(kube, namespace)}
-    assert len(pods_now) == len(names)
+    assert len(pods_now) == len(before)
 
     async def told() -> list[str] | None:
         # (events_about reads both Event APIs, which show the same Event)
