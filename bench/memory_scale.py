@@ -1,7 +1,7 @@
 """topogang's memory at the size of a large cluster: 10,000 nodes and 100,000 pods.
 
 Builds the in-memory view the server keeps (ClusterState, Membership, the GangScheduler) from
-API-shaped objects through `apply_object`, the path the live cache takes: --nodes 8-GPU nodes in
+API-shaped objects through `apply_object`, the path the live cache takes: --nodes 16-GPU nodes in
 zones > blocks > racks, --pods running pods of which 90% belong to gangs (PodGroups of
 --gang-size pods, every member bound) and the rest are plain, each with the labels, owner
 reference and container spec a controller would write. Then it asks what the server asks on
@@ -59,7 +59,8 @@ def node(i: int) -> dict[str, Any]:
         "node.kubernetes.io/instance-type": "gpu-8x",
         "nvidia.com/gpu.product": "H100-SXM",
     }
-    capacity = {GPU: "8", "cpu": "192", "memory": "2Ti", "pods": "110", "ephemeral-storage": "7Ti"}
+    # 16 GPUs, so that 10 running 1-GPU pods a node leave room for the gang planned at the end
+    capacity = {GPU: "16", "cpu": "192", "memory": "2Ti", "pods": "110", "ephemeral-storage": "7Ti"}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -121,7 +122,8 @@ def build(nodes: int, pods: int, gang_size: int) -> GangScheduler:
         apply_object(scheduler, body)
     for i in range(pods):
         gang = f"gang-{i // gang_size}" if i < in_gangs - in_gangs % gang_size else None
-        apply_object(scheduler, orjson.loads(orjson.dumps(pod(i, f"gpu-{(i // 8) % nodes:05d}", gang))))
+        spread = max(1, pods // nodes)  # pods a node
+        apply_object(scheduler, orjson.loads(orjson.dumps(pod(i, f"gpu-{(i // spread) % nodes:05d}", gang))))
     return scheduler
 
 
