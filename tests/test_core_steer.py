@@ -34,16 +34,27 @@ def test_a_planned_node_left_out_of_the_sample_is_nominated_and_the_plan_kept() 
     assert scheduler.filter(scheduler.state.pods[keys[1]], [node], 2.0, nominated=node).nodes == [node]
 
 
-def test_the_first_member_steered_away_from_the_sample_wakes_and_nominates_the_others() -> None:
+def test_the_member_whose_call_plans_the_gang_trades_nodes_with_a_mate_whose_node_was_offered() -> None:
+    # The plan puts the gang on rack r1 (n1, n2, n3 for g-0, g-1, g-2); the call that made it
+    # offered only r1-n3 and r2's nodes. g-0 takes n3 and g-2 takes n1: the same nodes, one
+    # call answered at once instead of a nomination and a retry.
     scheduler, keys = steering()
-    result = scheduler.filter(scheduler.state.pods[keys[0]], ["z1-b1-r2-n4"], 0.0)
-    plan = planned(scheduler)
-    if plan[keys[0]] == "z1-b1-r2-n4":  # the sample happened to hold it
-        assert result.nodes == ["z1-b1-r2-n4"]
-    else:
-        assert result.steer == plan[keys[0]]
+    sample = ["z1-b1-r1-n3", *(n for n in NODES if "-r2-" in n)]
+    result = scheduler.filter(scheduler.state.pods[keys[0]], sample, 0.0)
+    assert result.nodes == ["z1-b1-r1-n3"]
+    assert result.steer is None
     assert result.event is not None
     assert result.event.outcome == "planned"
+    assert sorted(result.event.nodes) == ["z1-b1-r1-n1", "z1-b1-r1-n2", "z1-b1-r1-n3"]
+    assert planned(scheduler) == {keys[0]: "z1-b1-r1-n3", keys[1]: "z1-b1-r1-n2", keys[2]: "z1-b1-r1-n1"}
+    assert {p: n for p, (n, _) in scheduler.state.reservations.items()} == planned(scheduler)
+    assert set(result.wake) == set(keys[1:])
+
+
+def test_with_no_mate_offered_the_member_whose_call_plans_the_gang_is_nominated() -> None:
+    scheduler, keys = steering()
+    result = scheduler.filter(scheduler.state.pods[keys[0]], ["z1-b1-r2-n4"], 0.0)
+    assert result.steer == planned(scheduler)[keys[0]]
     assert set(result.wake) == set(keys[1:])
 
 

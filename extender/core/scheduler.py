@@ -63,6 +63,7 @@ from extender.core.preempting import Preempting
 from extender.core.preemption import find_preemption
 from extender.core.queues import queue_problem
 from extender.core.repairing import LastRepair, Repairs, unrepairable_policy
+from extender.core.steering import kinds, offered_mate
 from extender.grouping import Family
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
@@ -199,12 +200,30 @@ class GangScheduler:
         wake: tuple[str, ...] = ()
         if event is not None and event.outcome in ("planned", "replanned", "extended"):
             wake = tuple(sorted(p for p in gp.reserved if p != pod_key))
+            if node not in nodes:
+                node = self._trade(group, gp, pod_key, nodes)
         if node not in nodes:
             # Left out of kube-scheduler's sample of the nodes: nominate the pod there; its next
             # attempt tries that node first, alone.
             refused = _refuse(nodes, f"topogang: steering to its planned node {node}", group, event)
             return replace(refused, wake=wake, steer=node)
         return FilterResult([node], event=event, wake=wake, group=group)
+
+    def _trade(self, group: str, gp: GroupPlan, pod_key: str, nodes: Sequence[str]) -> str:
+        """The call that planned GROUP was not offered POD_KEY's node: trade nodes with an
+        interchangeable member whose node was offered (steering.py); POD_KEY's node after."""
+        built = self.membership.view(group).built
+        if built is None or built.gang is None:
+            return gp.reserved[pod_key]
+        offered = set(nodes)
+        mate = offered_mate(pod_key, gp.reserved, kinds(built.gang), offered, gp.gate.arrived)
+        if mate is None:
+            return gp.reserved[pod_key]
+        mine, theirs = gp.reserved[pod_key], gp.reserved[mate]
+        gp.reserved[pod_key], gp.reserved[mate] = theirs, mine
+        self.state.reserve(pod_key, theirs, self.state.pods[pod_key].requests)
+        self.state.reserve(mate, mine, self.state.pods[mate].requests)
+        return theirs
 
     def _filter_plain(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
         """Plain pods pass, except onto nodes where they would take a gang's reserved room."""
