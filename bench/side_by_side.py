@@ -8,6 +8,7 @@ times; each is timed by a pod watch from the first create to the last pod bound.
   A   --pods plain 1-GPU pods, kube-scheduler alone (client qps/burst raised)
   A100  the same with percentageOfNodesToScore: 100 (what the shipped configuration sets)
   B   the same pods through topogang, scheduler-config/extender.yaml as shipped
+  Bh  B over plain HTTP (topogang --insecure-http), to measure what TLS costs
   C1  --gangs gangs of --gang-size 1-GPU pods, each required in one domain of --gang-level,
       with Kubernetes' scheduling.k8s.io/v1beta1 PodGroup (gang.minCount,
       schedulingConstraints.topology) and the GenericWorkload and
@@ -112,6 +113,7 @@ class Variant:
     in_tree: bool = False  # pods and PodGroups of scheduling.k8s.io
     gates: bool = False  # topogang in gates mode, its webhook registered
     root: Path = ROOT  # the checkout whose topogang and scheduler-config/extender.yaml are used
+    tls: bool = True  # kube-scheduler calls topogang over mTLS (False: --insecure-http)
 
 
 def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, Variant]:
@@ -148,6 +150,14 @@ def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, 
                 lambda *_: raised({"percentageOfNodesToScore": 100}),
             ),
             Variant("B", "plain pods through topogang (as shipped)", False, scheduler_config, topogang_args=()),
+            Variant(
+                "Bh",
+                "B over plain HTTP (--insecure-http): what TLS costs",
+                False,
+                scheduler_config,
+                topogang_args=(),
+                tls=False,
+            ),
             Variant(
                 "C1",
                 "gangs, in-tree PodGroup + TAS (qps raised)",
@@ -287,6 +297,7 @@ async def run_once(bench: Bench, v: Variant, rep: int) -> dict[str, Any]:
                     ready_within=600,
                     args=args,
                     root=v.root,
+                    tls=v.tls,
                 )
             )
         if v.gates:
