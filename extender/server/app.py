@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
@@ -33,100 +34,145 @@ EXTENDER = web.AppKey("extender", Extender)
 READY: web.AppKey[Callable[[], bool]] = web.AppKey("ready")
 LEADING: web.AppKey[Callable[[], bool]] = web.AppKey("leading")
 METRICS = web.AppKey("metrics", Metrics)
+ROUTES: web.AppKey[Routes] = web.AppKey("routes")
 NOT_LEADER = "topogang: not the leader; this replica only keeps its cache warm (the Service sends calls to the leader)"
 JSON = "application/json"
+TEXT = "text/plain; charset=utf-8"
 MAX_BODY = DEFAULT_MAX_BODY_MIB * 2**20  # why this size: limits.py
 
 log = structlog.get_logger("topogang")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    content_type: str = JSON
 
 
-def _json(body: bytes, status: int = 200) -> web.Response:
-    return web.Response(body=body, status=status, content_type=JSON)
+Verb = Callable[[Extender, bytes], Awaitable[bytes]]
 
 
-def _guarded(verb: str, handler: Handler) -> Handler:
-    """Time the call, refuse it on a follower, turn errors into their JSON answers."""
-
-    async def run(request: web.Request) -> web.StreamResponse:
-        start = time.perf_counter()
-        app = request.app
-        try:
-            if app[LEADING]():
-                response = await handler(request)
-            else:
-                response = _not_leader(verb, app[METRICS])
-        except web.HTTPRequestEntityTooLarge:
-            log.warning("request body too large", path=request.path, limit=request.client_max_size)
-            response = too_large(request.client_max_size, verb)
-        except wire.WireError as exc:
-            log.warning("bad request", path=request.path, error=str(exc))
-            response = _json(wire.encode_error(str(exc)), status=400)
-        except Exception as exc:
-            log.exception("request failed", path=request.path)
-            response = _json(wire.encode_error(f"topogang: internal error: {exc}"), status=500)
-        app[METRICS].observe_request(verb, response.status, time.perf_counter() - start)
-        return response
-
-    return run
-
-
-def _not_leader(verb: str, metrics: Metrics) -> web.Response:
-    if verb == "bind":
-        metrics.bind_failed(BIND_NOT_LEADER)
-    if verb in ("filter", "bind"):
-        return _json(wire.encode_error(NOT_LEADER))  # the result type's own Error field
-    return _json(wire.encode_error(NOT_LEADER), status=503)
-
-
-async def _filter(request: web.Request) -> web.StreamResponse:
-    args = wire.decode_args(await request.read())
+async def _filter(extender: Extender, body: bytes) -> bytes:
+    args = wire.decode_args(body)
     validate.pod("ExtenderArgs.Pod.metadata.", args.namespace, args.name)
-    return _json(request.app[EXTENDER].filter(args))
+    return extender.filter(args)
 
 
-async def _prioritize(request: web.Request) -> web.StreamResponse:
-    args = wire.decode_args(await request.read())
+async def _prioritize(extender: Extender, body: bytes) -> bytes:
+    args = wire.decode_args(body)
     validate.pod("ExtenderArgs.Pod.metadata.", args.namespace, args.name)
-    return _json(request.app[EXTENDER].prioritize(args))
+    return extender.prioritize(args)
 
 
-async def _bind(request: web.Request) -> web.StreamResponse:
-    args = wire.decode_binding(await request.read())
+async def _bind(extender: Extender, body: bytes) -> bytes:
+    args = wire.decode_binding(body)
     validate.dns1123_label("ExtenderBindingArgs.PodNamespace", args.namespace)
     validate.dns1123_subdomain("ExtenderBindingArgs.PodName", args.name, "pod")
     validate.dns1123_subdomain("ExtenderBindingArgs.Node", args.node, "node")
-    return _json(await request.app[EXTENDER].bind(args))
+    return await extender.bind(args)
 
 
-async def _preempt(request: web.Request) -> web.StreamResponse:
-    args = wire.decode_preempt(await request.read())
+async def _preempt(extender: Extender, body: bytes) -> bytes:
+    args = wire.decode_preempt(body)
     namespace, _, name = args.pod_key.partition("/")
     validate.pod("ExtenderPreemptionArgs.Pod.metadata.", namespace, name)
-    return _json(request.app[EXTENDER].preempt(args))
+    return extender.preempt(args)
 
 
-async def _healthz(_: web.Request) -> web.StreamResponse:
-    return web.Response(text="ok")
+VERBS: dict[str, Verb] = {"filter": _filter, "prioritize": _prioritize, "bind": _bind, "preempt": _preempt}
 
 
-async def _synced(request: web.Request) -> web.StreamResponse:
-    if not request.app[READY]():
-        return web.Response(text="caches not synced", status=503)
-    return web.Response(text="ok")
+class Routes:
+    """What topogang answers, whatever the transport (aiohttp's HTTP/1.1 here, http2.py's
+    HTTP/2): the extender verbs under the prefix (POST) and the probes and metrics (GET)."""
+
+    def __init__(
+        self,
+        extender: Extender | None,
+        metrics: Metrics,
+        ready: Callable[[], bool],
+        leading: Callable[[], bool],
+        prefix: str,
+        max_body: int,
+    ) -> None:
+        self.extender = extender
+        self.metrics = metrics
+        self.ready = ready
+        self.leading = leading
+        self.max_body = max_body
+        self.verbs = {f"{prefix}/{verb}": verb for verb in VERBS} if extender is not None else {}
+
+    async def post(self, path: str, body: bytes | None) -> Answer | None:
+        """The answer to a POST of BODY (None: it was over max_body) to PATH; None: no route."""
+        verb = self.verbs.get(path)
+        if verb is None:
+            return None
+        start = time.perf_counter()
+        answer = await self._call(verb, path, body)
+        self.metrics.observe_request(verb, answer.status, time.perf_counter() - start)
+        return answer
+
+    async def _call(self, verb: str, path: str, body: bytes | None) -> Answer:
+        """Refuse the call on a follower, turn errors into their JSON answers."""
+        assert self.extender is not None
+        try:
+            if body is None:
+                log.warning("request body too large", path=path, limit=self.max_body)
+                return Answer(413, too_large(self.max_body, verb))
+            if not self.leading():
+                return self._not_leader(verb)
+            return Answer(200, await VERBS[verb](self.extender, body))
+        except wire.WireError as exc:
+            log.warning("bad request", path=path, error=str(exc))
+            return Answer(400, wire.encode_error(str(exc)))
+        except Exception as exc:
+            log.exception("request failed", path=path)
+            return Answer(500, wire.encode_error(f"topogang: internal error: {exc}"))
+
+    def _not_leader(self, verb: str) -> Answer:
+        if verb == "bind":
+            self.metrics.bind_failed(BIND_NOT_LEADER)
+        if verb in ("filter", "bind"):
+            return Answer(200, wire.encode_error(NOT_LEADER))  # the result type's own Error field
+        return Answer(503, wire.encode_error(NOT_LEADER))
+
+    def get(self, path: str) -> Answer | None:
+        """The probes (/healthz, /synced, /readyz) and /metrics; None: no route."""
+        if path == "/healthz":
+            return Answer(200, b"ok", TEXT)
+        if path in ("/synced", "/readyz"):
+            if not self.ready():
+                return Answer(503, b"caches not synced", TEXT)
+            if path == "/readyz" and not self.leading():
+                return Answer(503, b"not the leader", TEXT)
+            return Answer(200, b"ok", TEXT)
+        if path == "/metrics":
+            return Answer(200, self.metrics.exposition(), CONTENT_TYPE)
+        return None
 
 
-async def _readyz(request: web.Request) -> web.StreamResponse:
-    if not request.app[READY]():
-        return web.Response(text="caches not synced", status=503)
-    if not request.app[LEADING]():
-        return web.Response(text="not the leader", status=503)
-    return web.Response(text="ok")
+def _response(answer: Answer) -> web.Response:
+    return web.Response(body=answer.body, status=answer.status, headers={"Content-Type": answer.content_type})
 
 
-async def _metrics(request: web.Request) -> web.StreamResponse:
-    return web.Response(body=request.app[METRICS].exposition(), headers={"Content-Type": CONTENT_TYPE})
+async def _post(request: web.Request) -> web.StreamResponse:
+    routes = request.app[ROUTES]
+    try:
+        body: bytes | None = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        body = None
+    answer = await routes.post(request.path, body)
+    if answer is None:
+        raise web.HTTPNotFound()
+    return _response(answer)
+
+
+async def _get(request: web.Request) -> web.StreamResponse:
+    answer = request.app[ROUTES].get(request.path)
+    if answer is None:
+        raise web.HTTPNotFound()
+    return _response(answer)
 
 
 def _always() -> bool:
@@ -145,12 +191,10 @@ def create_app(
     `leading` says whether this replica may plan and bind (always, without leader election);
     a body over `max_body` bytes is a 413."""
     prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
-    app = create_health_app(extender.metrics, ready, leading=leading, max_body=max_body)
+    app = _app(Routes(extender, extender.metrics, ready, leading, prefix, max_body))
     app[EXTENDER] = extender
-    app.router.add_post(f"{prefix}/filter", _guarded("filter", _filter))
-    app.router.add_post(f"{prefix}/prioritize", _guarded("prioritize", _prioritize))
-    app.router.add_post(f"{prefix}/bind", _guarded("bind", _bind))
-    app.router.add_post(f"{prefix}/preempt", _guarded("preempt", _preempt))
+    for path in app[ROUTES].verbs:
+        app.router.add_post(path, _post)
     return app
 
 
@@ -163,12 +207,15 @@ def create_health_app(
 ) -> web.Application:
     """/healthz, /synced, /readyz and /metrics alone: the plain-HTTP listener of --health-listen,
     for the kubelet's probes, which present no client certificate to the mTLS port."""
-    app = web.Application(client_max_size=max_body)
-    app[READY] = ready
-    app[LEADING] = leading
-    app[METRICS] = metrics
-    app.router.add_get("/healthz", _healthz)
-    app.router.add_get("/readyz", _readyz)
-    app.router.add_get("/synced", _synced)
-    app.router.add_get("/metrics", _metrics)
+    return _app(Routes(None, metrics, ready, leading, "", max_body))
+
+
+def _app(routes: Routes) -> web.Application:
+    app = web.Application(client_max_size=routes.max_body)
+    app[ROUTES] = routes
+    app[READY] = routes.ready
+    app[LEADING] = routes.leading
+    app[METRICS] = routes.metrics
+    for path in ("/healthz", "/readyz", "/synced", "/metrics"):
+        app.router.add_get(path, _get)
     return app

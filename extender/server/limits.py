@@ -16,15 +16,14 @@ client cannot make topogang hold an unbounded body in memory.
 from __future__ import annotations
 
 import orjson
-from aiohttp import web
 
 DEFAULT_MAX_BODY_MIB = 32
 
 
-def too_large(limit: int, verb: str) -> web.Response:
-    """413 with a JSON Error saying the limit and the setting that raises it."""
+def too_large(limit: int, verb: str) -> bytes:
+    """The body of the 413: a JSON Error saying the limit and the setting that raises it."""
     message = (
         f"topogang: {verb} request body larger than the limit of {limit / 2**20:g} MiB "
         "(--max-body, TOPOGANG_MAX_BODY; kube-scheduler sends full Nodes without nodeCacheCapable: true)"
     )
-    return web.Response(body=orjson.dumps({"Error": message}), status=413, content_type="application/json")
+    return orjson.dumps({"Error": message})

@@ -31,10 +31,11 @@ from extender.kube.leader_label import LeaderLabel
 from extender.kube.lease import LeaderElector, LeaseConfig
 from extender.kube.podgroups import PodGroupWriter
 from extender.server import metrics as m
-from extender.server.app import LEADING, METRICS, create_app, create_health_app
+from extender.server.app import LEADING, METRICS, ROUTES, create_app, create_health_app
 from extender.server.extender import Extender
 from extender.server.gates import GatesMode
 from extender.server.gates_settings import GatesSettings, gates_settings_from
+from extender.server.http2 import serve_tls
 from extender.server.settings import Settings, SettingsError, settings_from
 from extender.server.tls import TlsError, reload_on_change, server_context
 
@@ -193,7 +194,12 @@ async def serve(
     app, cache = await build(settings, gates)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.port, ssl_context=context).start()
+    listener = None
+    if context is not None:  # mTLS: HTTP/2 or HTTP/1.1, as the client negotiates (http2.py)
+        assert runner.server is not None
+        listener = await serve_tls(settings.host, settings.port, context, runner.server, app[ROUTES])
+    else:
+        await web.TCPSite(runner, settings.host, settings.port).start()
     health = None
     if settings.health is not None:
         leading = app[LEADING]
@@ -233,6 +239,8 @@ async def serve(
             reloads.cancel()
         if health is not None:
             await health.cleanup()
+        if listener is not None:
+            listener.close()
         await runner.cleanup()
 
 

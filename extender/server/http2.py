@@ -1,0 +1,184 @@
+"""HTTP/2 on the mTLS port, next to aiohttp's HTTP/1.1, chosen per connection by ALPN.
+
+Why: kube-scheduler's extender client is a Go http.Transport that keeps two idle connections per
+host (Kubernetes sets no MaxIdleConnsPerHost for extenders). Over HTTP/1.1 every bind call in
+flight beyond two (plain pods' binds wait for topogang's Binding POST; gang members' at their
+gate) opens a connection, with a TLS handshake, that is closed after use: on 1,000 nodes that was
+29% of topogang's event loop and a quarter of the pods/s. Go offers "h2" in ALPN by itself, and
+over HTTP/2 every call shares one connection.
+
+`serve_tls` listens with the server's SSLContext (ALPN: h2, http/1.1); once the handshake is done
+the connection goes to `H2Protocol` or to aiohttp's own protocol, with `transport.set_protocol`.
+`H2Protocol` answers through the same `Routes` as aiohttp (app.py): POST to a verb, GET of the
+probes and metrics, the same bodies, statuses and body limit. Framing, HPACK and flow control
+are the `h2` library's (hyper-h2, the sans-I/O HTTP/2 state machine that hypercorn and httpx
+use); this module only moves bytes and sends each answer within the peer's flow-control window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import structlog
+
+from extender.server.app import Answer, Routes
+
+log = structlog.get_logger("topogang")
+
+ALPN = ["h2", "http/1.1"]
+
+
+class H2Protocol(asyncio.Protocol):
+    """One HTTP/2 connection: streams are answered concurrently, each by `Routes`."""
+
+    def __init__(self, routes: Routes) -> None:
+        self.routes = routes
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        self.transport: asyncio.Transport | None = None
+        self.requests: dict[int, tuple[str, str, bytearray | None]] = {}  # stream -> (method, path, body)
+        self.windows: dict[int, asyncio.Event] = {}  # stream -> set when the peer opens its window
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.conn.initiate_connection()
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            log.warning("http2 protocol error", error=str(exc))
+            self._flush()
+            if self.transport is not None:
+                self.transport.close()
+            return
+        for event in events:
+            self._on(event)
+        self._flush()
+
+    def _on(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            headers = {bytes(k): bytes(v) for k, v in event.headers or []}
+            path = headers.get(b":path", b"").decode("latin-1").partition("?")[0]
+            method = headers.get(b":method", b"").decode("latin-1")
+            self.requests[event.stream_id] = (method, path, bytearray())
+        elif isinstance(event, h2.events.DataReceived):
+            self._body(event)
+        elif isinstance(event, h2.events.StreamEnded):
+            request = self.requests.pop(event.stream_id, None)
+            if request is not None:
+                task = asyncio.get_running_loop().create_task(self._answer(event.stream_id, *request))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+        elif isinstance(event, h2.events.StreamReset):
+            self.requests.pop(event.stream_id, None)
+            self._opened(event.stream_id)
+        elif isinstance(event, h2.events.WindowUpdated):
+            for stream in [event.stream_id] if event.stream_id else list(self.windows):
+                self._opened(stream)
+        elif isinstance(event, h2.events.ConnectionTerminated) and self.transport is not None:
+            self.transport.close()
+
+    def _body(self, event: h2.events.DataReceived) -> None:
+        """Keep the body up to the limit (past it, only count it: the answer is a 413)."""
+        data = event.data or b""
+        self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        request = self.requests.get(event.stream_id)
+        if request is None or request[2] is None:
+            return
+        body = request[2]
+        if len(body) + len(data) > self.routes.max_body:
+            self.requests[event.stream_id] = (request[0], request[1], None)
+            return
+        body.extend(data)
+
+    async def _answer(self, stream: int, method: str, path: str, body: bytearray | None) -> None:
+        answer: Answer | None
+        if method == "POST":
+            answer = await self.routes.post(path, bytes(body) if body is not None else None)
+        elif method == "GET":
+            answer = self.routes.get(path)
+        else:
+            answer = Answer(405, b"method not allowed", "text/plain")
+        if answer is None:
+            answer = Answer(404, b"404: Not Found", "text/plain")
+        await self._send(stream, answer)
+
+    async def _send(self, stream: int, answer: Answer) -> None:
+        headers = [
+            (":status", str(answer.status)),
+            ("content-type", answer.content_type),
+            ("content-length", str(len(answer.body))),
+        ]
+        try:
+            self.conn.send_headers(stream, headers, end_stream=not answer.body)
+            self._flush()
+            view = memoryview(answer.body)
+            while view:
+                window = min(self.conn.local_flow_control_window(stream), self.conn.max_outbound_frame_size)
+                if window <= 0:
+                    await self._wait_window(stream)
+                    continue
+                chunk, view = view[:window], view[window:]
+                self.conn.send_data(stream, bytes(chunk), end_stream=not view)
+                self._flush()
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return  # the client reset the stream or went away: nobody to answer
+
+    async def _wait_window(self, stream: int) -> None:
+        event = self.windows.setdefault(stream, asyncio.Event())
+        event.clear()
+        await event.wait()
+
+    def _opened(self, stream: int) -> None:
+        event = self.windows.pop(stream, None)
+        if event is not None:
+            event.set()
+
+    def _flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for event in self.windows.values():
+            event.set()
+
+
+class _Negotiated(asyncio.Protocol):
+    """Waits for the TLS handshake, then hands the connection to the protocol ALPN chose."""
+
+    def __init__(self, http1: Callable[[], asyncio.BaseProtocol], http2: Callable[[], asyncio.Protocol]) -> None:
+        self.http1, self.http2 = http1, http2
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        ssl_object: ssl.SSLObject | None = transport.get_extra_info("ssl_object")
+        chosen = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        protocol = self.http2() if chosen == "h2" else self.http1()
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+
+
+async def serve_tls(
+    host: str,
+    port: int,
+    context: ssl.SSLContext,
+    http1: Callable[[], Any],
+    routes: Routes,
+) -> asyncio.Server:
+    """Listen on HOST:PORT with CONTEXT: HTTP/2 when the client offers it, else HTTP1 (aiohttp's
+    protocol factory)."""
+    context.set_alpn_protocols(ALPN)
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(lambda: _Negotiated(http1, lambda: H2Protocol(routes)), host, port, ssl=context)
