@@ -131,6 +131,7 @@ async def test_a_client_that_offers_h2_is_answered_over_http2_on_one_connection(
         status, text = await client.request("GET", "/metrics")
         assert status == 200
         assert b'topogang_extender_request_duration_seconds_count{code="200",verb="bind"} 4.0' in text
+        assert b'topogang_connections_total{protocol="h2"} 1.0' in text
         assert (await client.request("GET", "/nowhere"))[0] == 404
 
 

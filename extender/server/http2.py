@@ -159,13 +159,14 @@ class H2Protocol(asyncio.Protocol):
 class _Negotiated(asyncio.Protocol):
     """Waits for the TLS handshake, then hands the connection to the protocol ALPN chose."""
 
-    def __init__(self, http1: Callable[[], asyncio.BaseProtocol], http2: Callable[[], asyncio.Protocol]) -> None:
-        self.http1, self.http2 = http1, http2
+    def __init__(self, http1: Callable[[], asyncio.BaseProtocol], routes: Routes) -> None:
+        self.http1, self.routes = http1, routes
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         ssl_object: ssl.SSLObject | None = transport.get_extra_info("ssl_object")
-        chosen = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
-        protocol = self.http2() if chosen == "h2" else self.http1()
+        chosen = (ssl_object.selected_alpn_protocol() if ssl_object is not None else None) or "http/1.1"
+        self.routes.metrics.connections.labels(chosen).inc()
+        protocol = H2Protocol(self.routes) if chosen == "h2" else self.http1()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
 
@@ -181,4 +182,4 @@ async def serve_tls(
     protocol factory)."""
     context.set_alpn_protocols(ALPN)
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: _Negotiated(http1, lambda: H2Protocol(routes)), host, port, ssl=context)
+    return await loop.create_server(lambda: _Negotiated(http1, routes), host, port, ssl=context)

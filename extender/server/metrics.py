@@ -12,6 +12,7 @@ a group name).
   topogang_preemptions_total                             counter    preemption plans started (victims chosen, room held)
   topogang_preemption_victim_pods_total                  counter    pods chosen as victims by those plans
   topogang_preemption_timeouts_total                     counter    preemptions released because victims did not leave
+  topogang_connections_total{protocol}                   counter    TLS connections accepted, by protocol (h2, http/1.1)
   topogang_repairs_total                                 counter    running gangs whose broken part was moved whole
   topogang_unrepairable_total                            counter    broken gangs not mended within the repair timeout
   topogang_reservations                                  gauge      pods holding reserved room (planned, not bound)
@@ -22,7 +23,7 @@ a group name).
   topogang_leader                                        gauge      1 while this replica holds the Lease
   topogang_leader_transitions_total                      counter    times this replica became the leader
 
-The first ten are recorded as things happen; the rest are read when Prometheus scrapes, from
+The first eleven are recorded as things happen; the rest are read when Prometheus scrapes, from
 the objects that own them, so nothing on the filter path does more than one histogram
 observation (about a microsecond).
 """
@@ -142,6 +143,12 @@ class Metrics:
         self.preemption_timeouts = Counter(
             "topogang_preemption_timeouts_total",
             "Preemptions whose victims did not all leave in time (the room held was released).",
+            registry=r,
+        )
+        self.connections = Counter(
+            "topogang_connections_total",
+            "TLS connections accepted on the extender port, by the protocol ALPN chose (h2, http/1.1).",
+            ["protocol"],
             registry=r,
         )
         self.repairs = Counter(
