@@ -155,6 +155,8 @@ async def test_a_tfjob_gets_a_podgroup_that_shows_where_it_landed_and_goes_with_
     assert seen[("topogang_podgroup_status_writes_total", (("result", "ok"),))] >= 1
     assert seen[("topogang_cache_ready", ())] == 1
     assert seen[("topogang_leader", ())] == 1
+    # kube-scheduler's Go client negotiated HTTP/2: its calls share a connection (server/http2.py)
+    assert seen.get(("topogang_connections_total", (("protocol", "h2"),)), 0) >= 1
 
     # The workload goes: kube-controller-manager's garbage collector takes its PodGroup with it.
     await kube.delete(f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/train", {"propagationPolicy": "Background"})
