@@ -7,6 +7,7 @@ gang required in one zone; it runs on r1..r4 (segment s on rack r{s+1}).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 from extender.core.apply import apply_object
@@ -17,7 +18,10 @@ from extender.core.repairing import ON_UNREPAIRABLE
 from extender.core.scheduler import GangScheduler
 from extender.kube.podgroup_status import status_body
 from extender.model.pod import PodInfo
+from extender.server import wire
+from extender.server.extender import Extender
 from tests.builders import TOPO, grid, pod, podgroup
+from tests.test_server_preemption import Evictions
 
 SEGMENTS = 4
 
@@ -204,3 +208,23 @@ def test_a_gang_whose_plan_was_just_carried_out_is_repaired_too_and_binds_its_mo
     assert placed.event is not None
     assert placed.event.outcome == "planned"
     assert scheduler.bind(replacement.key, placed.nodes[0], 2.1).action == "wait"  # the segment's own gate
+
+
+async def test_the_server_evicts_the_moved_pods_whether_the_repair_came_from_a_filter_call_or_the_ungater() -> None:
+    for path in ("filter", "ungater"):
+        scheduler, _ = setup()
+        actions = Evictions()
+        extender = Extender(scheduler, actions, bind_timeout=5)
+        replacement = fail_node(scheduler, "z1-b1-r3-n1", 4)
+        if path == "filter":
+            args = wire.NodeArgs({"metadata": {}}, "default", "w-4", names(scheduler), None)
+            extender.filter(args)
+        else:  # gates mode plans outside kube-scheduler's calls and reports through decided()
+            result = scheduler.filter(replacement, names(scheduler), 0.0)
+            assert result.event is not None
+            extender.decided(result.event, 0.0)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert actions.evicted == ["default/w-5"], path
+        assert ("g", "GangRepair: " + scheduler.last_repair_text("default/g")) in actions.events, path
+        await extender.close()

@@ -134,10 +134,9 @@ class Extender:
         return wire.encode_filter(args, result.nodes, result.failed, result.unresolvable)
 
     def decided(self, event: PlanEvent, seconds: float) -> None:
-        """A planning decision made outside kube-scheduler's calls (gates mode's ungater)."""
-        self.metrics.observe_plan(event.outcome, seconds)
-        self._log_decision(event, seconds)
-        self.changed(event.group)
+        """A planning decision made outside kube-scheduler's calls (gates mode's ungater): the
+        same follow-up as in a filter call (a preemption's or a repair's evictions included)."""
+        self._decided(event, seconds)
 
     def prioritize(self, args: wire.NodeArgs) -> bytes:
         return wire.encode_priorities(self.scheduler.prioritize(self._pod(args), args.names))
