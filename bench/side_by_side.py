@@ -6,7 +6,7 @@ kube-scheduler (and a fresh `topogang serve` where it is used), the variants int
 times; each is timed by a pod watch from the first create to the last pod bound.
 
   A   --pods plain 1-GPU pods, kube-scheduler alone (client qps/burst raised)
-  A100  the same with percentageOfNodesToScore: 100 (what the shipped configuration sets)
+  A100  the same with percentageOfNodesToScore: 100 (what --nominate=false needs)
   B   the same pods through topogang, scheduler-config/extender.yaml as shipped
   Bh  B over plain HTTP (topogang --insecure-http), to measure what TLS costs
   C1  --gangs gangs of --gang-size 1-GPU pods, each required in one domain of --gang-level,
