@@ -133,9 +133,16 @@ def node_manifest(name: str, place: Place, shape: GpuNodeShape, labels: Topology
     }
 
 
+# Set by the node lifecycle controller until it has seen the node Ready: a scheduler keeps pods
+# off a node while it is there, so a node is not ready for a test before it is gone.
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
 def node_is_ready(node: client.V1Node) -> bool:
     conditions = (node.status.conditions if node.status else None) or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+    taints = (node.spec.taints if node.spec else None) or []
+    untainted = not any(t.key in NOT_READY_TAINTS for t in taints)
+    return untainted and any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 class FakeGpuNodes:
