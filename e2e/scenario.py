@@ -80,6 +80,17 @@ async def create(kube: KubeClient, body: Mapping[str, Any], namespace: str | Non
     return await kube.post(collection(str(body["apiVersion"]), str(body["kind"]), ns), doc)
 
 
+async def install(kube: KubeClient, crds: Sequence[Path], *objects: Mapping[str, Any]) -> None:
+    """The CRDs, then each cluster-scoped object unless a module before made it already."""
+    await apply_crds(kube, crds)
+    for body in objects:
+        try:
+            await create(kube, body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+
 async def pods(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
     listing = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
     return list(listing.get("items", []))

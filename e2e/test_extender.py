@@ -26,18 +26,18 @@ import pytest_asyncio
 
 from e2e.controlplane import FAKE_NODE_LABEL, ControlPlane, FakeGpuNodes, FakeTopology
 from e2e.scenario import (
-    apply_crds,
     create,
     create_podgroup,
     events_about,
     eventually,
     gpu_pod,
+    install,
     pods,
     wait_all_bound,
 )
 from e2e.topogang import CRDS, Topogang, scheduler_config
 from extender.grouping import synthesize
-from extender.kube.client import ApiError, KubeClient
+from extender.kube.client import KubeClient
 from tests.builders import decode_prefill_spec
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane]
@@ -54,12 +54,7 @@ TOPOLOGY = {
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def topogang(kubeconfig: Path, request: pytest.FixtureRequest) -> AsyncIterator[Topogang | None]:
     async with await KubeClient.connect(kubeconfig) as kube:
-        await apply_crds(kube, CRDS)
-        try:
-            await create(kube, TOPOLOGY)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        await install(kube, CRDS, TOPOLOGY)
     if os.environ.get("TOPOGANG_E2E_KUBECONFIG"):
         yield None  # deployed in the cluster under test
         return

@@ -27,7 +27,16 @@ import yaml
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
 from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
-from e2e.scenario import apply_crds, create, create_podgroup, events_about, eventually, gpu_pod, pods, wait_all_bound
+from e2e.scenario import (
+    create,
+    create_podgroup,
+    events_about,
+    eventually,
+    gpu_pod,
+    install,
+    pods,
+    wait_all_bound,
+)
 from e2e.test_extender import TOPOLOGY, create_tfjob, node_racks, racks_of
 from e2e.topogang import CRDS, ROOT, Topogang, _free_port
 from extender.kube.client import ApiError, KubeClient
@@ -42,12 +51,7 @@ async def gates(kubeconfig: Path, control_plane: ControlPlane) -> AsyncIterator[
     name = f"topogang-e2e-{uuid.uuid4().hex[:6]}"
     port = _free_port()
     async with await KubeClient.connect(kubeconfig) as kube:
-        await apply_crds(kube, CRDS)
-        try:
-            await create(kube, TOPOLOGY)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        await install(kube, CRDS, TOPOLOGY)
         await kube.post(WEBHOOKS, webhook_config(name, f"https://127.0.0.1:{port}"))
         try:
             async with Topogang.start(kubeconfig, control_plane.logs_dir, args=gates_args(name, port)) as server:

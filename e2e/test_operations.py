@@ -24,7 +24,7 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
-from e2e.scenario import apply_crds, create, create_podgroup, eventually, gpu_pod, wait_all_bound
+from e2e.scenario import create, create_podgroup, eventually, gpu_pod, install, wait_all_bound
 from e2e.test_extender import RACK, TOPOLOGY, create_tfjob
 from e2e.topogang import CRDS, Topogang, scheduler_config
 from extender.kube.client import ApiError, KubeClient
@@ -39,12 +39,7 @@ NOT_LEADER = "topogang: not the leader"
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def topogang(kubeconfig: Path, control_plane: ControlPlane) -> AsyncIterator[Topogang]:
     async with await KubeClient.connect(kubeconfig) as kube:
-        await apply_crds(kube, CRDS)
-        try:
-            await create(kube, TOPOLOGY)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        await install(kube, CRDS, TOPOLOGY)
     async with Topogang.start(kubeconfig, control_plane.logs_dir) as server:
         await control_plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
         try:

@@ -10,6 +10,7 @@ nodes (8 GPUs each), drawn in the test.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,11 @@ import pytest
 import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, SchedulerSwitch
-from e2e.scenario import apply_crds, create, create_podgroup, eventually, gpu_pod, pods, wait_all_bound
+from e2e.scenario import create, create_podgroup, eventually, gpu_pod, install, pods, wait_all_bound
 from e2e.test_extender import TOPOLOGY
 from e2e.test_operations import condition, podgroup, podgroup_events
 from e2e.topogang import CRDS, Topogang, scheduler_config
-from extender.kube.client import ApiError, KubeClient
+from extender.kube.client import KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane, pytest.mark.controlplane_only]
 
@@ -30,12 +31,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplan
 @pytest_asyncio.fixture(loop_scope="session")
 async def crds(kubeconfig: Path) -> AsyncIterator[None]:
     async with await KubeClient.connect(kubeconfig) as kube:
-        await apply_crds(kube, CRDS)
-        try:
-            await create(kube, TOPOLOGY)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        await install(kube, CRDS, TOPOLOGY)
     yield
 
 
@@ -58,6 +54,27 @@ async def restart(control_plane: ControlPlane, scheduler: SchedulerSwitch, serve
     await scheduler.use(scheduler_config(server.url, server.tls))
 
 
+@contextlib.asynccontextmanager
+async def recovering(
+    control_plane: ControlPlane,
+    scheduler: SchedulerSwitch,
+    kube: KubeClient,
+    kubeconfig: Path,
+    namespace: str,
+    fake_gpu_nodes: FakeGpuNodes,
+    count: int,
+) -> AsyncIterator[tuple[Topogang, list[str]]]:
+    """COUNT nodes in one rack, gang g part-bound there while no scheduler ran, then topogang
+    (2 s bind timeout, 3 s recovery grace) and kube-scheduler started: the server and the nodes."""
+    nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=count)
+    await scheduler.stop()
+    await part_bound_gang(kube, namespace, nodes)
+    args = ["--recovery-grace", "3"]
+    async with Topogang.start(kubeconfig, control_plane.logs_dir, bind_timeout=2.0, args=args) as server:
+        await restart(control_plane, scheduler, server)
+        yield server, nodes
+
+
 async def test_a_part_bound_gang_that_cannot_finish_is_evicted_and_says_so(
     crds: None,
     control_plane: ControlPlane,
@@ -68,12 +85,7 @@ async def test_a_part_bound_gang_that_cannot_finish_is_evicted_and_says_so(
     fake_gpu_nodes: FakeGpuNodes,
 ) -> None:
     #   z0-b0-r0 (2 nodes): g-0 and g-1 bound, no room left for g-2
-    nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
-    await scheduler.stop()
-    await part_bound_gang(kube, namespace, nodes)
-    args = ["--recovery-grace", "3"]
-    async with Topogang.start(kubeconfig, control_plane.logs_dir, bind_timeout=2.0, args=args) as server:
-        await restart(control_plane, scheduler, server)
+    async with recovering(control_plane, scheduler, kube, kubeconfig, namespace, fake_gpu_nodes, 2) as (server, _):
 
         async def evicted() -> bool:
             left = {p["metadata"]["name"]: p for p in await pods(kube, namespace)}
@@ -107,12 +119,7 @@ async def test_a_part_bound_gang_that_can_finish_is_finished(
     fake_gpu_nodes: FakeGpuNodes,
 ) -> None:
     #   z0-b0-r0 (3 nodes): g-0 and g-1 bound, room for g-2 on the third
-    nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=3)
-    await scheduler.stop()
-    await part_bound_gang(kube, namespace, nodes)
-    args = ["--recovery-grace", "3"]
-    async with Topogang.start(kubeconfig, control_plane.logs_dir, bind_timeout=2.0, args=args) as server:
-        await restart(control_plane, scheduler, server)
+    async with recovering(control_plane, scheduler, kube, kubeconfig, namespace, fake_gpu_nodes, 3) as (_, nodes):
         placed = await wait_all_bound(kube, namespace, 3, within=60)
         assert placed == {"g-0": nodes[0], "g-1": nodes[1], "g-2": nodes[2]}
         pg = await eventually(lambda: podgroup(kube, namespace, "g"), within=10, what="PodGroup g to exist")

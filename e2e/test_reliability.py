@@ -24,11 +24,11 @@ import pytest_asyncio
 from aiohttp import web
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes
-from e2e.scenario import apply_crds, create, create_podgroup, eventually, gpu_pod, pods, wait_all_bound
+from e2e.scenario import create, create_podgroup, eventually, gpu_pod, install, pods, wait_all_bound
 from e2e.test_extender import TOPOLOGY
 from e2e.test_operations import condition, metrics, podgroup, podgroup_events
 from e2e.topogang import CRDS, Topogang, scheduler_config
-from extender.kube.client import ApiError, KubeClient
+from extender.kube.client import KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane, pytest.mark.controlplane_only]
 
@@ -93,12 +93,7 @@ async def slow() -> AsyncIterator[Slow]:
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def topogang(kubeconfig: Path, control_plane: ControlPlane, slow: Slow) -> AsyncIterator[Topogang]:
     async with await KubeClient.connect(kubeconfig) as kube:
-        await apply_crds(kube, CRDS)
-        try:
-            await create(kube, TOPOLOGY)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
+        await install(kube, CRDS, TOPOLOGY)
     budget = ["--bind-call-budget", str(CALL_BUDGET)]
     async with Topogang.start(kubeconfig, control_plane.logs_dir, bind_timeout=BIND_TIMEOUT, args=budget) as server:
         config = scheduler_config(server.url, server.tls)

@@ -14,24 +14,14 @@ from extender.core.gate import Gate
 from extender.core.recovery import Recovery
 from extender.core.scheduler import GangScheduler
 from tests.builders import TOPO, grid, pod, podgroup
-
-NODES = [n.name for n in grid(racks=2, nodes=4)]
+from tests.test_core_lifecycle import NODES
+from tests.test_core_lifecycle import setup as lifecycle_setup
 
 
 def setup() -> tuple[GangScheduler, list[str], dict[str, str]]:
-    state = ClusterState()
-    for n in grid(racks=2, nodes=4):
-        state.upsert_node(n)
-    state.set_topology("default", TOPO)
-    spec = podgroup({"minMember": 3, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="g")
-    state.set_podgroup("default/g", spec)
-    scheduler = GangScheduler(state, plan_ttl=600)
-    keys = []
-    for i in range(3):
-        p = pod(f"g-{i}", group="g")
-        scheduler.observe_pod(p)
-        keys.append(p.key)
-    scheduler.filter(state.pods[keys[0]], NODES, 0.0)
+    """test_core_lifecycle's gang, planned by its first member's filter call."""
+    scheduler, keys = lifecycle_setup(plan_ttl=600)
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
     return scheduler, keys, dict(scheduler.reserved("default/g"))
 
 

@@ -16,14 +16,14 @@ from tests.builders import TOPO, grid, pod, podgroup
 NODES = [n.name for n in grid(racks=2, nodes=4)]
 
 
-def setup() -> tuple[GangScheduler, list[str]]:
+def setup(plan_ttl: float = 60) -> tuple[GangScheduler, list[str]]:
     state = ClusterState()
     for n in grid(racks=2, nodes=4):
         state.upsert_node(n)
     state.set_topology("default", TOPO)
     spec = podgroup({"minMember": 3, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="g")
     state.set_podgroup("default/g", spec)
-    scheduler = GangScheduler(state, plan_ttl=60)
+    scheduler = GangScheduler(state, plan_ttl=plan_ttl)
     keys = []
     for i in range(3):
         p = pod(f"g-{i}", group="g")
