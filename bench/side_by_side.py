@@ -59,6 +59,7 @@ from bench.kwok_cluster import (
     Shape,
     clean,
     create_topology,
+    diff,
     domains_per_group,
     jsonable,
     make_nodes,
@@ -340,6 +341,7 @@ async def measure(
     meter = CpuMeter(pids)
     load_before = os.getloadavg()[0]
     profilers = Profilers(bench, f"{v.name}-{ns}", server.process.pid if server else None)
+    requests_before = await api_requests(bench.plane)
     async with BindClock(bench.kube, ns, expected) as clock:
         clock.started()
         if v.gangs:
@@ -351,6 +353,7 @@ async def measure(
         end = clock.last_bound if complete else time.perf_counter()
     await profilers.stop()
     cpu = meter.read()
+    requests = diff(await api_requests(bench.plane), requests_before)
     rss, peak = memory_mb(server.process.pid) if server else (0.0, 0.0)
     took = max(end - clock.first_create, 1e-9)
     row: dict[str, Any] = {
@@ -367,6 +370,7 @@ async def measure(
         "rss_now_mb": rss,
         "load_1m": [load_before, os.getloadavg()[0]],
         "scheduler": scheduler_summary(bench.plane),
+        "api_requests": dict(sorted(requests.items(), key=lambda kv: -kv[1])),
     }
     if v.gangs:
         row[f"{bench.work.gang_level}s_per_gang"] = list(
@@ -378,6 +382,22 @@ async def measure(
         if not complete:
             print(f"--- {v.name}: topogang log ---\n{server.tail(15)}", file=sys.stderr)
     return row
+
+
+async def api_requests(plane: ControlPlane) -> dict[str, float]:
+    """The API server's requests so far by "VERB resource[/subresource]" (apiserver_request_total),
+    the watches left out: what each variant costs the API server, write by write."""
+    text = (await asyncio.to_thread(plane.api_get_bytes, "/metrics")).decode()
+    out: dict[str, float] = {}
+    for head, value in prometheus_values(text, ("apiserver_request_total{",)).items():
+        labels = dict(part.split("=", 1) for part in head.split("{", 1)[1].rstrip("}").split(",") if "=" in part)
+        verb, resource = labels.get("verb", '""').strip('"'), labels.get("resource", '""').strip('"')
+        if verb == "WATCH" or not resource:
+            continue
+        sub = labels.get("subresource", '""').strip('"')
+        key = f"{verb} {resource}{'/' + sub if sub else ''}"
+        out[key] = out.get(key, 0.0) + value
+    return out
 
 
 def scheduler_summary(plane: ControlPlane) -> dict[str, Any]:
@@ -482,7 +502,7 @@ def print_table(summary: list[dict[str, Any]], rows: list[dict[str, Any]], names
               f"{s['rss_mb']:>7.0f}  "
               f"{names[s['variant']].what}")  # fmt: skip
     for r in rows:
-        extra = {k: r[k] for k in ("racks_per_gang", "scheduler", "topogang") if k in r}
+        extra = {k: r[k] for k in ("racks_per_gang", "scheduler", "topogang", "api_requests") if k in r}
         print(f"  {r['variant']} rep {r['rep']}: {r['bound']}/{r['pods']} bound, load {r['load_1m']}, "
               f"others {r['cpu_s']['others']} CPU s in {r['cpu_s']['wall']} s; "
               f"{orjson.dumps(jsonable(extra)).decode()}")  # fmt: skip

@@ -367,8 +367,13 @@ class ControlPlane:
 
     def api_get(self, path: str) -> Any:
         """GET PATH on the API server as admin; the decoded JSON."""
-        with urllib.request.urlopen(self.server + path, timeout=10, context=self._admin_context()) as resp:
-            return json.loads(resp.read())
+        return json.loads(self.api_get_bytes(path))
+
+    def api_get_bytes(self, path: str) -> bytes:
+        """GET PATH on the API server as admin (e.g. /metrics); the raw body."""
+        with urllib.request.urlopen(self.server + path, timeout=30, context=self._admin_context()) as resp:
+            body: bytes = resp.read()
+        return body
 
     # ------------------------------------------------------------------ internals
     def _admin_context(self) -> ssl.SSLContext:
