@@ -204,3 +204,35 @@ def test_the_watched_table_names_each_resource_once_and_covers_the_grouper_kinds
         ("ray.io", "RayJob"),
     ]:
         assert want in kinds
+
+
+# -- the API client's proxy ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("configured", "env", "expected"),
+    [
+        (None, {}, None),
+        (None, {"HTTPS_PROXY": "http://proxy:3128"}, "http://proxy:3128"),
+        (None, {"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "10.0.0.1"}, None),
+        ("http://kubeconfig-proxy:8080", {"HTTPS_PROXY": "http://proxy:3128"}, "http://kubeconfig-proxy:8080"),
+    ],
+)
+async def test_the_api_clients_proxy_is_the_kubeconfigs_else_the_environments_unless_no_proxy_covers_the_host(
+    monkeypatch: pytest.MonkeyPatch, configured: str | None, env: dict[str, str], expected: str | None
+) -> None:
+    from kubernetes_asyncio import client as k8s
+
+    from extender.kube.client import KubeClient
+
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    configuration = type.__call__(k8s.Configuration)
+    configuration.host = "https://10.0.0.1:6443"
+    configuration.proxy = configured
+    async with KubeClient(k8s.ApiClient(configuration=configuration)) as client:
+        assert client._proxy_for_host() == expected
+        monkeypatch.setenv("HTTPS_PROXY", "http://changed:1")  # looked up once, not per request
+        assert client._proxy_for_host() == expected
