@@ -11,6 +11,9 @@ created until every pod is bound, and Running (kwok), as the API server shows it
     python bench/e2e_gang_latency.py                   # 256 pods on 1,000 nodes, both modes
     python bench/e2e_gang_latency.py --nodes 200 --pods 64 --runs 3 --modes gates --json
 
+Each run of extender mode also prints where the time went, from topogang's log: last pod created ->
+planned, -> every member's bind call at the gate (kube-scheduler's cycles), -> the Bindings posted.
+
 Needs the control-plane binaries (`make controlplane`).
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import statistics
 import sys
 import time
@@ -37,7 +41,31 @@ from extender.kube.client import KubeClient
 RACK = "topology.topogang.io/rack"
 
 
-async def one_run(kube: KubeClient, pods_n: int, run: str) -> tuple[float, float]:
+def phases(log_path: Path | None, group: str, last_created: float) -> dict[str, float]:
+    """Where the time went, from topogang's log (extender mode): last pod created -> gang planned,
+    -> every member's bind call at the gate (kube-scheduler's cycles), -> the Bindings posted."""
+    if log_path is None:
+        return {}
+    planned = opened = bound = None
+    for line in log_path.read_text(errors="replace").splitlines():
+        if f'"group": "{group}"' not in line:
+            continue
+        entry = orjson.loads(line)
+        at = datetime.datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
+        if entry.get("event") == "gang placed" and planned is None:
+            planned = at
+        elif entry.get("event") == "bound" and entry.get("bind_ms") is not None:
+            bound, opened = at, at - entry["bind_ms"] / 1000
+    if planned is None or opened is None or bound is None:
+        return {}
+    return {
+        "to_planned_s": round(planned - last_created, 2),
+        "members_to_gate_s": round(opened - planned, 2),
+        "bindings_s": round(bound - opened, 2),
+    }
+
+
+async def one_run(kube: KubeClient, pods_n: int, run: str, log_path: Path | None = None) -> tuple[float, float]:
     """(seconds to all bound, seconds to all Running) after the last pod was created."""
     ns = f"bench-{run}"
     await kube.post("/api/v1/namespaces", {"metadata": {"name": ns, "labels": ENABLED}})
@@ -68,8 +96,8 @@ async def one_run(kube: KubeClient, pods_n: int, run: str) -> tuple[float, float
             await create(kube, gpu_pod(f"w-{i}", labels=labels, annotations={"pod-group-name": "train"}), ns)
 
     await asyncio.gather(*(make(i) for i in range(pods_n)))
-    last_created = time.perf_counter()
-    print(f"run {run}: last pod created at {time.time():.3f}", file=sys.stderr)
+    last_created, last_created_at = time.perf_counter(), time.time()
+    print(f"run {run}: last pod created at {last_created_at:.3f}", file=sys.stderr)
     deadline = last_created + 120
     all_bound = None
     while True:
@@ -82,6 +110,8 @@ async def one_run(kube: KubeClient, pods_n: int, run: str) -> tuple[float, float
         if running == pods_n:
             assert all_bound is not None
             await clean(kube, ns)
+            if spent := phases(log_path, f"{ns}/train", last_created_at):
+                print(f"run {run}: {orjson.dumps(spent).decode()}", file=sys.stderr)
             return all_bound, now - last_created
         if now > deadline:
             raise TimeoutError(f"{bound}/{pods_n} bound, {running} Running after 120 s")
@@ -141,7 +171,8 @@ async def one_mode(
             try:
                 if hook is not None:
                     await until_bundled(kube, hook)
-                return [await one_run(kube, args.pods, f"{mode}-{r}") for r in range(args.runs)]
+                log = server.log_path if mode == "extender" else None
+                return [await one_run(kube, args.pods, f"{mode}-{r}", log) for r in range(args.runs)]
             except TimeoutError:
                 print(f"--- topogang log ---\n{server.tail(30)}", file=sys.stderr)
                 print(f"--- kube-scheduler log ---\n{plane.components['kube-scheduler'].tail(20)}", file=sys.stderr)
