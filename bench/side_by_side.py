@@ -14,6 +14,7 @@ times; each is timed by a pod watch from the first create to the last pod bound.
       schedulingConstraints.topology) and the GenericWorkload and
       TopologyAwareWorkloadScheduling feature gates (qps raised, as A)
   C2  the same gangs through topogang, as shipped
+  G1, G2  one gang of --big-gang pods (required at --big-gang-level), as C1 and as C2
   C3  the same gangs in topogang's gates mode: stock kube-scheduler, `topogang serve --mode=gates`
       with its admission webhook registered (manifests/gates/webhook/webhook.yaml) and the
       namespace labelled for it; --gates-args adds flags
@@ -115,6 +116,7 @@ class Variant:
     gates: bool = False  # topogang in gates mode, its webhook registered
     root: Path = ROOT  # the checkout whose topogang and scheduler-config/extender.yaml are used
     tls: bool = True  # kube-scheduler calls topogang over mTLS (False: --insecure-http)
+    big: bool = False  # one gang of --big-gang pods instead of the --gangs workload
 
 
 def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, Variant]:
@@ -168,6 +170,18 @@ def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, 
                 in_tree=True,
             ),
             Variant("C2", "gangs through topogang (as shipped)", True, scheduler_config, topogang_args=()),
+            Variant(
+                "G1",
+                "one gang of --big-gang pods, in-tree PodGroup + TAS (qps raised)",
+                True,
+                lambda *_: raised(),
+                scheduler_args=(f"--feature-gates={IN_TREE_GATES}",),
+                in_tree=True,
+                big=True,
+            ),
+            Variant(
+                "G2", "one gang of --big-gang pods through topogang", True, scheduler_config, topogang_args=(), big=True
+            ),
             Variant(
                 "C3",
                 "gangs, topogang gates mode, stock kube-scheduler (qps raised)",
@@ -241,11 +255,19 @@ class Bench:
     plane: ControlPlane
     kube: KubeClient
     work: Workload
+    big: Workload | None  # --big-gang, for the G variants
     node_labels: dict[str, dict[str, str]]
     timeout_s: float
     bind_timeout: float
     profile: Path | None
     profile_seconds: float
+
+    def work_for(self, v: Variant) -> Workload:
+        if not v.big:
+            return self.work
+        if self.big is None:
+            raise RuntimeError(f"variant {v.name} needs --big-gang")
+        return self.big
 
 
 class Profilers:
@@ -337,7 +359,8 @@ async def until_bundled(kube: KubeClient, name: str) -> None:
 async def measure(
     bench: Bench, v: Variant, ns: str, pids: Mapping[str, int], server: Topogang | None
 ) -> dict[str, Any]:
-    expected = bench.work.expected(v.gangs)
+    work = bench.work_for(v)
+    expected = work.expected(v.gangs)
     meter = CpuMeter(pids)
     load_before = os.getloadavg()[0]
     profilers = Profilers(bench, f"{v.name}-{ns}", server.process.pid if server else None)
@@ -345,9 +368,9 @@ async def measure(
     async with BindClock(bench.kube, ns, expected) as clock:
         clock.started()
         if v.gangs:
-            await create_gangs(bench.kube, ns, bench.work, v.in_tree)
+            await create_gangs(bench.kube, ns, work, v.in_tree)
         else:
-            await create_plain(bench.kube, ns, bench.work)
+            await create_plain(bench.kube, ns, work)
         clock.created()
         complete = await clock.all_bound(bench.timeout_s)
         end = clock.last_bound if complete else time.perf_counter()
@@ -373,8 +396,8 @@ async def measure(
         "api_requests": dict(sorted(requests.items(), key=lambda kv: -kv[1])),
     }
     if v.gangs:
-        row[f"{bench.work.gang_level}s_per_gang"] = list(
-            domains_per_group(clock.bound, bench.node_labels, LABEL[bench.work.gang_level]).values()
+        row[f"{work.gang_level}s_per_gang"] = list(
+            domains_per_group(clock.bound, bench.node_labels, LABEL[work.gang_level]).values()
         )
         row["racks_per_gang"] = list(domains_per_group(clock.bound, bench.node_labels, LABEL["rack"]).values())
     if server is not None:
@@ -479,6 +502,7 @@ def summarize(rows: list[dict[str, Any]], order: Sequence[str]) -> list[dict[str
             }
         )
     pairs = [("B", "A"), ("A100", "A"), ("B", "A100"), ("C2", "A"), ("C2", "C1"), ("C3", "A"), ("C3", "C2")]
+    pairs += [("G2", "G1"), ("G2", "A")]
     pairs += [("B@", "A"), ("B@", "B"), ("C2@", "A"), ("C2@", "C1"), ("C2@", "C2")]
     for top, bottom in pairs:
         if top in medians and bottom in medians and medians[bottom]:
@@ -541,6 +565,10 @@ async def main_async(args: argparse.Namespace) -> None:
     shape = Shape(args.rack_nodes, args.block_racks, args.zone_blocks)
     level = args.gang_level if args.gang_level != "auto" else shape.smallest_level(args.gang_size)
     work = Workload(args.pods, args.gangs, args.gang_size, level)
+    big = None
+    if args.big_gang:
+        big_level = args.big_gang_level if args.big_gang_level != "auto" else shape.smallest_level(args.big_gang)
+        big = Workload(0, 1, args.big_gang, big_level)
     extra: dict[str, list[str]] = {}
     if any(v.in_tree for v in chosen):
         gates = f"--feature-gates={IN_TREE_GATES}"
@@ -564,7 +592,7 @@ async def main_async(args: argparse.Namespace) -> None:
             print(f"{len(made)} nodes ready ({usable} usable) in {time.perf_counter() - t:.0f} s; gangs per {level}",
                   file=sys.stderr)  # fmt: skip
             bench = Bench(
-                plane, kube, work, labels, args.timeout, args.bind_timeout, args.profile, args.profile_seconds
+                plane, kube, work, big, labels, args.timeout, args.bind_timeout, args.profile, args.profile_seconds
             )
             rows = await run_all(bench, chosen, args.reps)
         summary = summarize(rows, [v.name for v in chosen])
@@ -590,6 +618,9 @@ def main() -> None:
     parser.add_argument("--gang-size", type=int, default=256, help="pods per gang, 1 GPU each (default 256)")
     parser.add_argument("--gang-level", choices=("auto", "rack", "block", "zone"), default="auto",
                         help="where each gang is required (auto: the smallest level that holds it)")  # fmt: skip
+    parser.add_argument("--big-gang", type=int, default=0, help="pods of the one gang of variants G1 and G2")
+    parser.add_argument("--big-gang-level", choices=("auto", "rack", "block", "zone"), default="auto",
+                        help="where the big gang is required (auto: the smallest level that holds it)")  # fmt: skip
     parser.add_argument("--variants", default="A,B,C1,C2,C3", help="comma-separated, run in this order each rep")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=300, help="seconds a run may take (default 300)")
