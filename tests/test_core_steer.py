@@ -8,6 +8,7 @@ of 8 GPUs required on one rack.
 from __future__ import annotations
 
 from extender.core.scheduler import GangScheduler
+from tests.builders import pod, podgroup
 from tests.test_core_lifecycle import NODES, planned, setup
 
 
@@ -80,3 +81,19 @@ def test_without_nomination_a_node_not_offered_is_planned_again_as_before() -> N
     assert result.steer is None
     assert result.event is not None
     assert result.event.outcome == "replanned"
+
+
+def test_the_planning_call_nominates_the_other_members_in_the_order_they_arrived_not_by_name() -> None:
+    # kube-scheduler takes never-tried pods in the order its watch saw them; nominations sent in
+    # that order land before it reaches each member (sorted by name, g-10 would come before g-2).
+    scheduler, _ = setup()
+    spec = podgroup({"minMember": 4}, name="h")
+    scheduler.state.set_podgroup("default/h", spec)
+    scheduler.nominate = True
+    order = ["h-10", "h-2", "h-1", "h-0"]
+    for name in order:
+        scheduler.observe_pod(pod(name, group="h"))
+    result = scheduler.filter(scheduler.state.pods["default/h-10"], NODES, 0.0)
+    assert result.event is not None
+    assert result.event.outcome == "planned"
+    assert list(result.wake) == [f"default/{n}" for n in order[1:]]

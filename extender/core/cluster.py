@@ -36,6 +36,10 @@ class ClusterState:
     def __init__(self) -> None:
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, PodInfo] = {}
+        # pod -> the order we first saw it in: kube-scheduler queues new pods in the order its
+        # own watch saw them, so members nominated in this order meet it at the head of its queue.
+        self.arrival: dict[str, int] = {}
+        self._arrivals = 0
         self.podgroups: dict[str, PodGroupSpec] = {}
         self.invalid_podgroups: dict[str, tuple[FieldError, ...]] = {}
         self.topologies: dict[str, TopologySpec] = {}
@@ -128,11 +132,15 @@ class ClusterState:
             if pod.uses_capacity and pod.node_name:
                 self._bound.add(pod.node_name, pod.requests)
         self.pods[pod.key] = pod
+        if old is None:
+            self._arrivals += 1
+            self.arrival[pod.key] = self._arrivals
         self._notify("pod", pod.key)
         return old
 
     def delete_pod(self, key: str) -> PodInfo | None:
         old = self.pods.pop(key, None)
+        self.arrival.pop(key, None)
         if old is not None:
             self._remember_deleted(old.uid)
             if self._bound is not None and old.uses_capacity and old.node_name:

@@ -199,7 +199,9 @@ class GangScheduler:
         # scheduling cycle. Refusals (below and in _refuse) list every node with the reason.
         wake: tuple[str, ...] = ()
         if event is not None and event.outcome in ("planned", "replanned", "extended"):
-            wake = tuple(sorted(p for p in gp.reserved if p != pod_key))
+            # In kube-scheduler's queue order, so the nominations of the members it takes next land first.
+            arrival = self.state.arrival
+            wake = tuple(sorted((p for p in gp.reserved if p != pod_key), key=lambda p: arrival.get(p, 0)))
             if node not in nodes:
                 node = self._trade(group, gp, pod_key, nodes)
         if node not in nodes:
