@@ -22,6 +22,7 @@ def test_a_planned_node_left_out_of_the_sample_is_nominated_and_the_plan_kept() 
     scheduler, keys = steering()
     first = scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
     plan = planned(scheduler)
+    assert [scheduler.nomination_target(k) for k in first.wake] == [plan[k] for k in first.wake]  # sent
     node = plan[keys[1]]
     sample = [n for n in NODES if n != node]
     result = scheduler.filter(scheduler.state.pods[keys[1]], sample, 1.0)
@@ -97,3 +98,30 @@ def test_the_planning_call_nominates_the_other_members_in_the_order_they_arrived
     assert result.event is not None
     assert result.event.outcome == "planned"
     assert list(result.wake) == [f"default/{n}" for n in order[1:]]
+
+
+def test_a_member_taken_before_its_nomination_went_out_trades_with_a_mate_whose_nomination_has_not() -> None:
+    # kube-scheduler can take members faster than their nominations are written. g-1 comes with
+    # no nomination and a sample without its node but with g-2's: they trade, g-1 is answered at
+    # once, g-2's nomination (still queued) goes out for g-1's old node, and g-1's is not written.
+    scheduler, keys = steering()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    plan = planned(scheduler)
+    sample = [plan[keys[2]]]
+    result = scheduler.filter(scheduler.state.pods[keys[1]], sample, 1.0)
+    assert result.nodes == [plan[keys[2]]]
+    assert result.steer is None
+    assert planned(scheduler) == {keys[0]: plan[keys[0]], keys[1]: plan[keys[2]], keys[2]: plan[keys[1]]}
+    assert {p: n for p, (n, _) in scheduler.state.reservations.items()} == planned(scheduler)
+    assert scheduler.nomination_target(keys[2]) == plan[keys[1]]
+    assert scheduler.nomination_target(keys[1]) is None
+
+
+def test_a_mate_whose_nomination_went_out_is_not_traded_with() -> None:
+    scheduler, keys = steering()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    plan = planned(scheduler)
+    assert scheduler.nomination_target(keys[2]) == plan[keys[2]]  # written: kube-scheduler will try it there
+    result = scheduler.filter(scheduler.state.pods[keys[1]], [plan[keys[2]]], 1.0)
+    assert result.steer == plan[keys[1]]
+    assert planned(scheduler) == plan

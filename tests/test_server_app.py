@@ -9,7 +9,7 @@ Cluster: one zone, one block, rack r1 with 4 nodes of 8 GPUs (z1-b1-r1-n1..n4).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -38,8 +38,13 @@ class Recorder:
     async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None:
         self.woken.extend(pods)
 
-    async def nominate(self, pods: Sequence[tuple[str, str, str]], generation: int) -> None:
-        self.nominated.extend(pods)
+    async def nominate(
+        self, pods: Sequence[tuple[str, str]], generation: int, node_of: Callable[[str, str], str | None]
+    ) -> None:
+        for ns, name in pods:
+            node = node_of(ns, name)
+            if node is not None:
+                self.nominated.append((ns, name, node))
 
     async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
         self.events.append((involved["name"], message))

@@ -17,7 +17,7 @@ longer fits (another scheduler took the space) is planned again for the pods not
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extender.core.cluster import ClusterState, object_key
@@ -95,6 +95,11 @@ class GroupPlan:
     gate: Gate  # the minimum, who of it reached bind, and when the last new one did
     created: float
     touched: float  # last progress: a plan, a pod reaching bind
+    # Nominations (steering.py): queued and not sent yet, so such a member may still trade its
+    # node; and members kube-scheduler took on their planned node, whose nomination is moot.
+    unsent: set[str] = field(default_factory=set)
+    passed: set[str] = field(default_factory=set)
+    kinds: dict[str, tuple[int, int]] | None = None  # steering.kinds of the gang, when first needed
 
 
 class GangScheduler:
@@ -202,23 +207,35 @@ class GangScheduler:
             # In kube-scheduler's queue order, so the nominations of the members it takes next land first.
             arrival = self.state.arrival
             wake = tuple(sorted((p for p in gp.reserved if p != pod_key), key=lambda p: arrival.get(p, 0)))
+            if self.nominate:
+                gp.unsent.update(wake)
             if node not in nodes:
-                node = self._trade(group, gp, pod_key, nodes)
+                node = self._trade(group, gp, pod_key, nodes, [p for p in gp.reserved if p not in gp.gate.arrived])
+        elif node not in nodes and self.nominate and nominated is None:
+            # Taken before its nomination landed (kube-scheduler outpaced the writes): a mate whose
+            # nomination is not sent yet gives its node, and that nomination goes out for this one's.
+            arrival = self.state.arrival
+            unsent = (p for p in gp.unsent if p not in gp.gate.arrived)
+            mates = sorted(unsent, key=lambda p: -arrival.get(p, 0))  # the one it takes last first
+            node = self._trade(group, gp, pod_key, nodes, mates)
         if node not in nodes:
             # Left out of kube-scheduler's sample of the nodes: nominate the pod there; its next
             # attempt tries that node first, alone.
             refused = _refuse(nodes, f"topogang: steering to its planned node {node}", group, event)
             return replace(refused, wake=wake, steer=node)
+        gp.unsent.discard(pod_key)
+        gp.passed.add(pod_key)
         return FilterResult([node], event=event, wake=wake, group=group)
 
-    def _trade(self, group: str, gp: GroupPlan, pod_key: str, nodes: Sequence[str]) -> str:
-        """The call that planned GROUP was not offered POD_KEY's node: trade nodes with an
-        interchangeable member whose node was offered (steering.py); POD_KEY's node after."""
-        built = self.membership.view(group).built
-        if built is None or built.gang is None:
-            return gp.reserved[pod_key]
-        offered = set(nodes)
-        mate = offered_mate(pod_key, gp.reserved, kinds(built.gang), offered, gp.gate.arrived)
+    def _trade(self, group: str, gp: GroupPlan, pod_key: str, nodes: Sequence[str], mates: Iterable[str]) -> str:
+        """POD_KEY's node was not offered: trade nodes with one of MATES, interchangeable with it,
+        whose node was (steering.py); POD_KEY's node after."""
+        if gp.kinds is None:
+            built = self.membership.view(group).built
+            if built is None or built.gang is None:
+                return gp.reserved[pod_key]
+            gp.kinds = kinds(built.gang)
+        mate = offered_mate(pod_key, gp.reserved, gp.kinds, set(nodes), mates)
         if mate is None:
             return gp.reserved[pod_key]
         mine, theirs = gp.reserved[pod_key], gp.reserved[mate]
@@ -649,6 +666,17 @@ class GangScheduler:
         """Pod -> planned node for GROUP's pods that hold a reservation."""
         gp = self.plans.get(group)
         return gp.reserved if gp is not None else {}
+
+    def nomination_target(self, pod_key: str) -> str | None:
+        """The node to nominate POD_KEY on now that its write goes out: its planned node, or None
+        when it has none or kube-scheduler took it on that node meanwhile. From now on it no
+        longer trades its node (steering.py)."""
+        group = self.membership.group_of(pod_key)
+        gp = self.plans.get(group) if group is not None else None
+        if gp is None:
+            return None
+        gp.unsent.discard(pod_key)
+        return None if pod_key in gp.passed else gp.reserved.get(pod_key)
 
     # -- what the cluster tells us -------------------------------------------------------------
 

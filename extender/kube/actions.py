@@ -25,7 +25,7 @@ import socket
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -89,8 +89,6 @@ class KubeActions:
         }
         await self._write(self.client.post(PODS.object_path("v1", name, namespace, "binding"), body))
 
-    # -- evict -----------------------------------------------------------------------------------------
-
     # -- wake ------------------------------------------------------------------------------------------
 
     async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None:
@@ -105,24 +103,31 @@ class KubeActions:
 
         await asyncio.gather(*(one(ns, name) for ns, name in pods))
 
-    async def nominate(self, pods: Sequence[tuple[str, str, str]], generation: int) -> None:
-        """Set status.nominatedNodeName of each (namespace, name, node), with the wake annotation
-        in the same pods/status write (that endpoint takes metadata changes too): kube-scheduler
+    async def nominate(
+        self, pods: Sequence[tuple[str, str]], generation: int, node_of: Callable[[str, str], str | None]
+    ) -> None:
+        """Set status.nominatedNodeName of each (namespace, name) to NODE_OF(namespace, name), asked
+        when its write goes out (None: no write), in the order given, with the wake annotation in
+        the same pods/status write (that endpoint takes metadata changes too): kube-scheduler
         (1.35+) tries a pod's nominated node first, alone, extenders included, and the annotation
         requeues a pod it had parked (a status change alone would not)."""
 
-        async def one(namespace: str, name: str, node: str) -> None:
-            patch = {
-                "metadata": {"annotations": {PLAN_GENERATION_ANNOTATION: str(generation)}},
-                "status": {"nominatedNodeName": node},
-            }
-            try:
-                await self._write(self.client.patch(PODS.object_path("v1", name, namespace, "status"), patch))
-            except ApiError as exc:
-                if exc.status != 404:
-                    self.log.warning("nominate failed", pod=f"{namespace}/{name}", node=node, error=str(exc))
+        async def one(namespace: str, name: str) -> None:
+            async with self._writes:
+                node = node_of(namespace, name)
+                if node is None:
+                    return
+                patch = {
+                    "metadata": {"annotations": {PLAN_GENERATION_ANNOTATION: str(generation)}},
+                    "status": {"nominatedNodeName": node},
+                }
+                try:
+                    await self.client.patch(PODS.object_path("v1", name, namespace, "status"), patch)
+                except ApiError as exc:
+                    if exc.status != 404:
+                        self.log.warning("nominate failed", pod=f"{namespace}/{name}", node=node, error=str(exc))
 
-        await asyncio.gather(*(one(ns, name, node) for ns, name, node in pods))
+        await asyncio.gather(*(one(ns, name) for ns, name in pods))
 
     # -- evict ---------------------------------------------------------------------------------------
 

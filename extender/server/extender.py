@@ -56,7 +56,9 @@ class Actions(Protocol):
 
     async def wake(self, pods: Sequence[tuple[str, str]], generation: int) -> None: ...
 
-    async def nominate(self, pods: Sequence[tuple[str, str, str]], generation: int) -> None: ...
+    async def nominate(
+        self, pods: Sequence[tuple[str, str]], generation: int, node_of: Callable[[str, str], str | None]
+    ) -> None: ...
 
     async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
 
@@ -122,7 +124,8 @@ class Extender:
             self._wake(result.wake, result.group or "")
         if result.steer is not None:  # not a refusal: the pod is sent to its planned node
             generation = self.scheduler.generation(result.group or "")
-            self._spawn(self.actions.nominate([(pod.namespace, pod.name, result.steer)], generation), "nominate")
+            steer = result.steer
+            self._spawn(self.actions.nominate([(pod.namespace, pod.name)], generation, lambda *_: steer), "nominate")
         elif result.nodes:
             self._refused.pop(pod.key, None)
         else:
@@ -590,11 +593,19 @@ class Extender:
             self._refused.pop(p, None)
         generation = self.scheduler.generation(group)
         if steer:
-            keys = [(GroupKey.parse(p), node) for p, node in steer]
-            self._spawn(self.actions.nominate([(k.namespace, k.name, n) for k, n in keys], generation), "nominate")
+            keys = [GroupKey.parse(p) for p, _ in steer]
+            self._spawn(
+                self.actions.nominate([(k.namespace, k.name) for k in keys], generation, self._nomination_target),
+                "nominate",
+            )
         if parked:
             names = [(k.namespace, k.name) for k in map(GroupKey.parse, parked)]
             self._spawn(self.actions.wake(names, generation), "wake")
+
+    def _nomination_target(self, namespace: str, name: str) -> str | None:
+        """Asked as each nomination goes out: the plan may have traded the pod's node since, or
+        kube-scheduler taken it there already (then nothing is written)."""
+        return self.scheduler.nomination_target(f"{namespace}/{name}")
 
     def _emit_group(self, group: str, reason: str, message: str, kind: str) -> None:
         """An Event about GROUP's PodGroup (topogang writes one for every gang of a workload)."""
