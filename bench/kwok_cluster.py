@@ -143,7 +143,7 @@ async def clean(kube: KubeClient, ns: str, collections: Iterable[str] = (), time
 
 @dataclass
 class BindClock:
-    """Watches the pods of one namespace and notes when each was first seen bound.
+    """Watches the pods of one namespace and notes when each was first seen bound, and Running.
 
     async with BindClock(kube, ns, expected) as clock:
         clock.started()               # just before the first create
@@ -158,7 +158,9 @@ class BindClock:
     first_create: float = 0.0
     last_create: float = 0.0
     bound: dict[str, tuple[float, str]] = field(default_factory=dict)  # pod -> (time, node)
+    running: dict[str, float] = field(default_factory=dict)  # pod -> time
     _done: asyncio.Event = field(default_factory=asyncio.Event)
+    _all_running: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> BindClock:
@@ -185,6 +187,13 @@ class BindClock:
             await asyncio.wait_for(self._done.wait(), max(left, 0.01))
         return self._done.is_set()
 
+    async def all_running(self, timeout_s: float) -> bool:
+        """True when every expected pod was Running within TIMEOUT_S of the first create."""
+        left = self.first_create + timeout_s - time.perf_counter()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_running.wait(), max(left, 0.01))
+        return self._all_running.is_set()
+
     @property
     def last_bound(self) -> float:
         return max((t for t, _ in self.bound.values()), default=self.first_create)
@@ -201,6 +210,11 @@ class BindClock:
                     self.bound[name] = (time.perf_counter(), str(node))
                     if len(self.bound) >= self.expected:
                         self._done.set()
+                phase = (pod.get("status") or {}).get("phase")
+                if kind in ("ADDED", "MODIFIED") and phase == "Running" and name not in self.running:
+                    self.running[name] = time.perf_counter()
+                    if len(self.running) >= self.expected:
+                        self._all_running.set()
 
 
 def cpu_seconds(pid: int) -> float:
