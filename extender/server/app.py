@@ -19,7 +19,7 @@ results have no such field, with a 503 carrying the same `Error`.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -50,16 +50,16 @@ class Answer:
     content_type: str = JSON
 
 
-Verb = Callable[[Extender, bytes], Awaitable[bytes]]
+Verb = Callable[[Extender, bytes], bytes]
 
 
-async def _filter(extender: Extender, body: bytes) -> bytes:
+def _filter(extender: Extender, body: bytes) -> bytes:
     args = wire.decode_args(body)
     validate.pod("ExtenderArgs.Pod.metadata.", args.namespace, args.name)
     return extender.filter(args)
 
 
-async def _prioritize(extender: Extender, body: bytes) -> bytes:
+def _prioritize(extender: Extender, body: bytes) -> bytes:
     args = wire.decode_args(body)
     validate.pod("ExtenderArgs.Pod.metadata.", args.namespace, args.name)
     return extender.prioritize(args)
@@ -73,14 +73,16 @@ async def _bind(extender: Extender, body: bytes) -> bytes:
     return await extender.bind(args)
 
 
-async def _preempt(extender: Extender, body: bytes) -> bytes:
+def _preempt(extender: Extender, body: bytes) -> bytes:
     args = wire.decode_preempt(body)
     namespace, _, name = args.pod_key.partition("/")
     validate.pod("ExtenderPreemptionArgs.Pod.metadata.", namespace, name)
     return extender.preempt(args)
 
 
-VERBS: dict[str, Verb] = {"filter": _filter, "prioritize": _prioritize, "bind": _bind, "preempt": _preempt}
+# Answered at once (no I/O), so a transport can reply within the callback that read the request.
+SYNC_VERBS: dict[str, Verb] = {"filter": _filter, "prioritize": _prioritize, "preempt": _preempt}
+VERBS = (*SYNC_VERBS, "bind")
 
 
 class Routes:
@@ -103,32 +105,61 @@ class Routes:
         self.max_body = max_body
         self.verbs = {f"{prefix}/{verb}": verb for verb in VERBS} if extender is not None else {}
 
+    def post_now(self, path: str, body: bytes | None) -> Answer | None:
+        """The answer to a POST of BODY to PATH when it needs no I/O (filter, prioritize, preempt,
+        or no route); None when it does (bind: `post`)."""
+        verb = self.verbs.get(path)
+        if verb == "bind":
+            return None
+        if verb is None:
+            return Answer(404, b"404: Not Found", "text/plain")
+        start = time.perf_counter()
+        answer = self._guard(verb, path, body) or self._call(verb, path, body, SYNC_VERBS[verb])
+        self.metrics.observe_request(verb, answer.status, time.perf_counter() - start)
+        return answer
+
     async def post(self, path: str, body: bytes | None) -> Answer | None:
         """The answer to a POST of BODY (None: it was over max_body) to PATH; None: no route."""
         verb = self.verbs.get(path)
         if verb is None:
             return None
+        if verb != "bind":
+            return self.post_now(path, body)
         start = time.perf_counter()
-        answer = await self._call(verb, path, body)
+        answer = self._guard(verb, path, body)
+        if answer is None:
+            try:
+                assert self.extender is not None
+                answer = Answer(200, await _bind(self.extender, body or b""))
+            except Exception as exc:
+                answer = self._failed(path, exc)
         self.metrics.observe_request(verb, answer.status, time.perf_counter() - start)
         return answer
 
-    async def _call(self, verb: str, path: str, body: bytes | None) -> Answer:
-        """Refuse the call on a follower, turn errors into their JSON answers."""
+    def _guard(self, verb: str, path: str, body: bytes | None) -> Answer | None:
+        """The answer without calling the verb: a body over the limit, or a follower; else None."""
+        if body is None:
+            log.warning("request body too large", path=path, limit=self.max_body)
+            return Answer(413, too_large(self.max_body, verb))
+        if not self.leading():
+            return self._not_leader(verb)
+        return None
+
+    def _call(self, verb: str, path: str, body: bytes | None, call: Verb) -> Answer:
         assert self.extender is not None
         try:
-            if body is None:
-                log.warning("request body too large", path=path, limit=self.max_body)
-                return Answer(413, too_large(self.max_body, verb))
-            if not self.leading():
-                return self._not_leader(verb)
-            return Answer(200, await VERBS[verb](self.extender, body))
-        except wire.WireError as exc:
+            return Answer(200, call(self.extender, body or b""))
+        except Exception as exc:
+            return self._failed(path, exc)
+
+    @staticmethod
+    def _failed(path: str, exc: Exception) -> Answer:
+        """A malformed request is a 400 naming the field; anything else a 500, logged."""
+        if isinstance(exc, wire.WireError):
             log.warning("bad request", path=path, error=str(exc))
             return Answer(400, wire.encode_error(str(exc)))
-        except Exception as exc:
-            log.exception("request failed", path=path)
-            return Answer(500, wire.encode_error(f"topogang: internal error: {exc}"))
+        log.exception("request failed", path=path, exc_info=exc)
+        return Answer(500, wire.encode_error(f"topogang: internal error: {exc}"))
 
     def _not_leader(self, verb: str) -> Answer:
         if verb == "bind":
