@@ -120,7 +120,7 @@ class Variant:
 
 
 def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, Variant]:
-    """Every variant; with OTHER (another checkout), B@ and C2@ run B and C2 from it."""
+    """Every variant; with OTHER (another checkout), B@, C2@ and G2@ run B, C2 and G2 from it."""
     compared = ()
     if other is not None:
         compared = (
@@ -139,6 +139,15 @@ def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, 
                 lambda url, tls: scheduler_config(url, tls, other),
                 topogang_args=(),
                 root=other,
+            ),
+            Variant(
+                "G2@",
+                f"G2 from {other}",
+                True,
+                lambda url, tls: scheduler_config(url, tls, other),
+                topogang_args=(),
+                root=other,
+                big=True,
             ),
         )
     return {
@@ -503,7 +512,7 @@ def summarize(rows: list[dict[str, Any]], order: Sequence[str]) -> list[dict[str
         )
     pairs = [("B", "A"), ("A100", "A"), ("B", "A100"), ("C2", "A"), ("C2", "C1"), ("C3", "A"), ("C3", "C2")]
     pairs += [("G2", "G1"), ("G2", "A")]
-    pairs += [("B@", "A"), ("B@", "B"), ("C2@", "A"), ("C2@", "C1"), ("C2@", "C2")]
+    pairs += [("B@", "A"), ("B@", "B"), ("C2@", "A"), ("C2@", "C1"), ("C2@", "C2"), ("G2@", "G2")]
     for top, bottom in pairs:
         if top in medians and bottom in medians and medians[bottom]:
             out.append({"ratio": f"{top}/{bottom}", "value": medians[top] / medians[bottom]})
@@ -626,7 +635,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300, help="seconds a run may take (default 300)")
     parser.add_argument("--bind-timeout", type=float, default=25.0, help="topogang serve --bind-timeout")
     parser.add_argument("--gates-args", default="", help="more flags for `topogang serve` in gates mode (C3)")
-    parser.add_argument("--compare", type=Path, help="another checkout: adds variants B@ and C2@ run from it")
+    parser.add_argument("--compare", type=Path, help="another checkout: adds variants B@, C2@ and G2@ run from it")
     parser.add_argument("--rack-nodes", type=int, default=32)
     parser.add_argument("--block-racks", type=int, default=4)
     parser.add_argument("--zone-blocks", type=int, default=4)
