@@ -51,7 +51,7 @@ class AttemptState:
         self.node_count: list[IntArray] = [self._vector_count(i) for i in range(len(shapes))]
         self.counts: list[list[IntArray]] = [self._domain_counts(c) for c in self.node_count]
         # Per node, its domain index at every level: the path a count update walks up.
-        self._ancestors = np.stack([li.domain_of_node for li in tree.levels], axis=1) if len(tree.node_names) else None
+        self._ancestry = tree.ancestry
         # The undo log: (node, shape, pod key) per placement, a _Repin per pin, in order.
         self._log: list[tuple[int, int, str] | _Repin] = []
         self.where: dict[str, int] = {}  # pod key -> node index
@@ -82,18 +82,25 @@ class AttemptState:
             return 0
         return max(0, min(int(self.free[r][node]) // need for r, need in self.requests[shape]))
 
-    def _apply(self, node: int, shape: int, sign: int) -> None:
+    def _apply(self, node: int, shape: int, pods: int) -> None:
+        """Take (pods > 0) or give back (pods < 0) the room of `pods` pods of `shape` on `node`,
+        and update every shape's count on the node and its ancestors. Called per node placed or
+        pod undone, so it works on plain ints: numpy calls cost more than they save on one node."""
         for resource, need in self.requests[shape]:
-            self.free[resource][node] -= sign * need
-        assert self._ancestors is not None
-        path = self._ancestors[node]
-        for s in range(len(self.shapes)):
-            new = self._count_at(s, node)
-            delta = new - int(self.node_count[s][node])
+            self.free[resource][node] -= pods * need
+        path = self._ancestry[node]
+        for s, node_count in enumerate(self.node_count):
+            old = int(node_count[node])
+            if pods > 0 and old == 0:
+                continue  # taking capacity never makes room: a node with none for s keeps none
+            # Placing pods that fit: every resource's quotient falls by exactly `pods`, so their
+            # minimum does too; anything else is counted again.
+            delta = -pods if s == shape and 0 < pods <= old else self._count_at(s, node) - old
             if delta:
-                self.node_count[s][node] = new
+                node_count[node] = old + delta
+                counts = self.counts[s]
                 for level, dom in enumerate(path):
-                    self.counts[s][level][dom] += delta
+                    counts[level][dom] += delta
 
     # -- the transaction ----------------------------------------------------------------------
 
@@ -102,10 +109,12 @@ class AttemptState:
         """Pods placed so far in this attempt."""
         return len(self.where)
 
-    def place(self, node: int, shape: int, key: str) -> None:
-        self._apply(node, shape, +1)
-        self._log.append((node, shape, key))
-        self.where[key] = node
+    def place(self, node: int, shape: int, keys: Sequence[str]) -> None:
+        """Place pods of `shape` (by key) on `node`, in one count update; each is undone alone."""
+        self._apply(node, shape, len(keys))
+        for key in keys:
+            self._log.append((node, shape, key))
+            self.where[key] = node
 
     def pin(self, scope: int, required: Domain, preferred: Domain) -> None:
         self._log.append(_Repin(scope, self.pins.get(scope)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -95,6 +96,13 @@ class TopologyTree:
             dom_of_node[self.pos_to_node] = dom_of_pos
             levels.append(LevelIndex(starts_arr, ends_arr, tuple(values), labeled, dom_of_pos, dom_of_node))
         self.levels = tuple(levels)
+
+    @cached_property
+    def ancestry(self) -> list[tuple[int, ...]]:
+        """Per node (snapshot order), its domain index at every level, as plain ints: the path
+        a count update walks up once per pod placed, where numpy scalars cost the most."""
+        by_level = [li.domain_of_node.tolist() for li in self.levels]
+        return list(zip(*by_level, strict=True))
 
     # -- navigation -------------------------------------------------------------------------
 
