@@ -295,27 +295,38 @@ class _Placer:
         """Place as many of `members` as fit in `domain`, through the fewest child domains."""
         if not members:
             return 0
-        tree, state = self.tree, self.state
+        tree = self.tree
         if domain.level == tree.node_level:
-            node = tree.node_of(domain)
-            k = min(len(members), int(state.node_count[shape][node]))
-            if k > 0:
-                state.place(node, shape, [m.key for m in members[:k]])
-            return k
+            return self._fill_node(tree.node_of(domain), shape, members)
         child_level = domain.level + 1
         lo, hi = tree.descendants(domain, child_level)
-        counts = state.counts[shape][child_level]  # live: updated as pods are placed
+        # The children's room, kept here as pods go in: n pods of `shape` placed in a child lower
+        # its count by exactly n (AttemptState.place) and leave the other children's alone.
+        live = self.state.counts[shape][child_level][lo:hi]
+        room: list[int] | IntArray = live.tolist() if len(live) <= _FEW_CHILDREN else live.copy()
         placed = 0
         while placed < len(members):
             rest = len(members) - placed
-            i, room = _next_child(counts[lo:hi], rest)
-            if room >= rest:  # the tightest child that takes all the rest
-                placed += self.place_pods(Domain(child_level, lo + i), shape, members[placed:])
+            i = _next_child(room, rest)
+            fits = int(room[i]) if i >= 0 else 0
+            if fits <= 0:
                 break
-            if room <= 0:
-                break
-            placed += self.place_pods(Domain(child_level, lo + i), shape, members[placed : placed + room])
+            take = members[placed : placed + min(fits, rest)]
+            if child_level == tree.node_level:
+                got = self._fill_node(tree.node_at[lo + i], shape, take)
+            else:
+                got = self.place_pods(Domain(child_level, lo + i), shape, take)
+            room[i] -= got
+            placed += got
+            if fits >= rest:
+                break  # the tightest child that takes all the rest: done, whatever it took
         return placed
+
+    def _fill_node(self, node: int, shape: int, members: Sequence[Member]) -> int:
+        k = min(len(members), int(self.state.node_count[shape][node]))
+        if k > 0:
+            self.state.place(node, shape, [m.key for m in members[:k]])
+        return k
 
     # -- phase 3: optional members -----------------------------------------------------------------
 
@@ -371,24 +382,21 @@ class _Placer:
         return all(counts[s][domain.level][domain.index] >= d for s, d in enumerate(demand))
 
 
-def _next_child(room: IntArray, rest: int) -> tuple[int, int]:
-    """The child place_pods fills next, and its room: the tightest child that holds all `rest`
-    pods, else the largest (the first of equals either way). Most domains have a few children
-    (the nodes of a rack), where a Python loop costs less than the numpy calls it replaces."""
-    if len(room) > _FEW_CHILDREN:
+def _next_child(room: list[int] | IntArray, rest: int) -> int:
+    """The child place_pods fills next: the tightest that holds all `rest` pods, else the
+    largest (the first of equals either way). Most domains have a few children (the nodes of a
+    rack), held in a list, where a Python loop costs less than the numpy calls it replaces.
+    -1 when there is no child."""
+    if len(room) == 0:
+        return -1
+    if not isinstance(room, list):
         holds = np.flatnonzero(room >= rest)
-        i = int(holds[np.argmin(room[holds])]) if len(holds) else int(np.argmax(room))
-        return i, int(room[i])
-    values: list[int] = room.tolist()
+        return int(holds[np.argmin(room[holds])]) if len(holds) else int(np.argmax(room))
     best = -1
-    for i, v in enumerate(values):
-        if v >= rest and (best < 0 or v < values[best]):
+    for i, v in enumerate(room):
+        if v >= rest and (best < 0 or v < room[best]):
             best = i
-    if best < 0:
-        if not values:
-            return 0, 0
-        best = max(range(len(values)), key=values.__getitem__)
-    return best, values[best]
+    return best if best >= 0 else max(range(len(room)), key=room.__getitem__)
 
 
 def _by_shape(members: Sequence[Member]) -> list[tuple[int, list[Member]]]:

@@ -110,7 +110,9 @@ class AttemptState:
         return len(self.where)
 
     def place(self, node: int, shape: int, keys: Sequence[str]) -> None:
-        """Place pods of `shape` (by key) on `node`, in one count update; each is undone alone."""
+        """Place pods of `shape` (by key) on `node`, where they fit, in one count update: the
+        count of `shape` on the node and its ancestors falls by exactly len(keys). Each pod is
+        undone alone."""
         self._apply(node, shape, len(keys))
         for key in keys:
             self._log.append((node, shape, key))

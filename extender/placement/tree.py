@@ -132,7 +132,13 @@ class TopologyTree:
 
     def node_of(self, domain: Domain) -> int:
         """The node index of a node-level domain."""
-        return int(self.pos_to_node[self.levels[self.node_level].starts[domain.index]])
+        return self.node_at[domain.index]
+
+    @cached_property
+    def node_at(self) -> list[int]:
+        """Per node-level domain index, its node index (snapshot order), as plain ints."""
+        nodes: list[int] = self.pos_to_node[self.levels[self.node_level].starts].tolist()
+        return nodes
 
     def nodes_in(self, domain: Domain) -> IntArray:
         """The node indices (snapshot order) inside `domain`."""
