@@ -281,23 +281,23 @@ class _Placer:
         if need <= 0:
             return True
         todo = self._unplaced(leaf)[:need]
-        for shape, members in _by_shape(todo):
+        for shape, keys in _by_shape(todo):
             # Counts are exact per shape, so a shortfall shows before any pod is placed; the
             # second test is not reached while they are.
-            short = self.state.counts[shape][region.level][region.index] < len(members)
-            if short or self.place_pods(region, shape, members) < len(members):
-                reason = self.failures.no_capacity(leaf, region, shape, len(members))
+            short = self.state.counts[shape][region.level][region.index] < len(keys)
+            if short or self.place_pods(region, shape, keys) < len(keys):
+                reason = self.failures.no_capacity(leaf, region, shape, len(keys))
                 self.failures.record(reason, region, leaf, shape)
                 return False
         return True
 
-    def place_pods(self, domain: Domain, shape: int, members: Sequence[Member]) -> int:
-        """Place as many of `members` as fit in `domain`, through the fewest child domains."""
-        if not members:
+    def place_pods(self, domain: Domain, shape: int, keys: Sequence[str]) -> int:
+        """Place as many of the pods `keys` as fit in `domain`, through the fewest child domains."""
+        if not keys:
             return 0
         tree = self.tree
         if domain.level == tree.node_level:
-            return self._fill_node(tree.node_of(domain), shape, members)
+            return self._fill_node(tree.node_of(domain), shape, keys)
         child_level = domain.level + 1
         lo, hi = tree.descendants(domain, child_level)
         # The children's room, kept here as pods go in: n pods of `shape` placed in a child lower
@@ -305,13 +305,13 @@ class _Placer:
         live = self.state.counts[shape][child_level][lo:hi]
         room: list[int] | IntArray = live.tolist() if len(live) <= _FEW_CHILDREN else live.copy()
         placed = 0
-        while placed < len(members):
-            rest = len(members) - placed
+        while placed < len(keys):
+            rest = len(keys) - placed
             i = _next_child(room, rest)
             fits = int(room[i]) if i >= 0 else 0
             if fits <= 0:
                 break
-            take = members[placed : placed + min(fits, rest)]
+            take = keys[placed : placed + min(fits, rest)]
             if child_level == tree.node_level:
                 got = self._fill_node(tree.node_at[lo + i], shape, take)
             else:
@@ -322,10 +322,10 @@ class _Placer:
                 break  # the tightest child that takes all the rest: done, whatever it took
         return placed
 
-    def _fill_node(self, node: int, shape: int, members: Sequence[Member]) -> int:
-        k = min(len(members), int(self.state.node_count[shape][node]))
+    def _fill_node(self, node: int, shape: int, keys: Sequence[str]) -> int:
+        k = min(len(keys), int(self.state.node_count[shape][node]))
         if k > 0:
-            self.state.place(node, shape, [m.key for m in members[:k]])
+            self.state.place(node, shape, keys[:k])
         return k
 
     # -- phase 3: optional members -----------------------------------------------------------------
@@ -336,10 +336,10 @@ class _Placer:
         if pin is None:
             return
         if scope.leaf:
-            for shape, members in _by_shape(self._unplaced(scope)):
-                done = self.place_pods(pin.preferred, shape, members)
+            for shape, keys in _by_shape(self._unplaced(scope)):
+                done = self.place_pods(pin.preferred, shape, keys)
                 if pin.required != pin.preferred:
-                    self.place_pods(pin.required, shape, members[done:])
+                    self.place_pods(pin.required, shape, keys[done:])
             return
         for child in scope.children:
             if child.id in self.state.pins:
@@ -392,18 +392,17 @@ def _next_child(room: list[int] | IntArray, rest: int) -> int:
     if not isinstance(room, list):
         holds = np.flatnonzero(room >= rest)
         return int(holds[np.argmin(room[holds])]) if len(holds) else int(np.argmax(room))
-    best = -1
-    for i, v in enumerate(room):
-        if v >= rest and (best < 0 or v < room[best]):
-            best = i
-    return best if best >= 0 else max(range(len(room)), key=room.__getitem__)
+    top = max(room)
+    if top < rest:
+        return room.index(top)
+    return room.index(min(filter(rest.__le__, room)))
 
 
-def _by_shape(members: Sequence[Member]) -> list[tuple[int, list[Member]]]:
-    """Members grouped by shape, the most numerous shape first, order kept within a shape."""
-    groups: dict[int, list[Member]] = {}
+def _by_shape(members: Sequence[Member]) -> list[tuple[int, list[str]]]:
+    """Members' keys grouped by shape, the most numerous shape first, order kept within a shape."""
+    groups: dict[int, list[str]] = {}
     for m in members:
-        groups.setdefault(m.shape, []).append(m)
+        groups.setdefault(m.shape, []).append(m.key)
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
 
