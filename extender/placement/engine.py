@@ -121,7 +121,7 @@ class _Placer:
         levels: dict[str, tuple[str, ...]] = {}
         nodes = np.fromiter(self.state.where.values(), np.int64, len(self.state.where))
         for level in range(1, self.tree.node_level):
-            used = np.unique(self.tree.levels[level].domain_of_node[nodes]).tolist()
+            used = set(self.tree.levels[level].domain_of_node[nodes].tolist())
             levels[self.tree.level_name(level)] = tuple(sorted(self.tree.path(Domain(level, d)) for d in used))
         return Plan(self.gang.key, assignments, domains, unplaced, self.minimum, levels, self.attempts)
 
