@@ -323,7 +323,7 @@ class _Placer:
         return placed
 
     def _fill_node(self, node: int, shape: int, keys: Sequence[str]) -> int:
-        k = min(len(keys), int(self.state.node_count[shape][node]))
+        k = min(len(keys), self.state.room_on(node, shape))
         if k > 0:
             self.state.place(node, shape, keys[:k])
         return k
