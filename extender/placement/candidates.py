@@ -116,10 +116,16 @@ class Candidates:
         return lo, hi, self.fits(level, lo, hi, self.demand.minimum[scope.id])
 
     def fits(self, level: int, lo: int, hi: int, demand: Sequence[int]) -> BoolArray:
-        ok: BoolArray = self.tree.levels[level].labeled[lo:hi].copy()
+        li = self.tree.levels[level]
+        ok: BoolArray | None = None
         for s, need in enumerate(demand):
             if need > 0:
-                ok &= self.state.counts[s][level][lo:hi] >= need
+                room = self.state.counts[s][level][lo:hi] >= need
+                ok = room if ok is None else ok & room
+        if ok is None:
+            return li.labeled[lo:hi].copy()
+        if not li.all_labeled:  # most levels are labeled on every node: one array operation less
+            ok &= li.labeled[lo:hi]
         return ok
 
     def free_of_others(self, scope: Scope, level: int, lo: int, hi: int) -> BoolArray:

@@ -46,6 +46,10 @@ class LevelIndex:
     domain_of_pos: IntArray  # position -> domain index at this level
     domain_of_node: IntArray  # node index (snapshot order) -> domain index at this level
 
+    @cached_property
+    def all_labeled(self) -> bool:
+        return bool(self.labeled.all())
+
 
 class TopologyTree:
     def __init__(self, spec: TopologySpec, nodes: Sequence[NodeInfo]) -> None:
