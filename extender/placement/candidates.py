@@ -50,11 +50,11 @@ class Candidates:
             return []
         rule = scope.rule
         preferred = rule.preferred if rule is not None else None
-        rank: IntArray = np.zeros(len(cand), dtype=np.int64)
+        rank = []  # no preference: every candidate ranks the same, so no sort key
         if preferred is not None and preferred > level:
-            rank = self._preference_rank(scope, level, cand, preferred)
+            rank = [self._preference_rank(scope, level, cand, preferred)]
         inner = self.inner_preferences(scope, level, cand)
-        return _Domains(level, cand[self._order(scope, level, cand, rank, *inner)])
+        return _Domains(level, cand[self._order(scope, level, cand, *rank, *inner)])
 
     def pinned(self, scope: Scope, level: int) -> Domain | None:
         """The domain of `level` the scope's running pods pin its constraint to (where the most
@@ -116,10 +116,16 @@ class Candidates:
         return lo, hi, self.fits(level, lo, hi, self.demand.minimum[scope.id])
 
     def fits(self, level: int, lo: int, hi: int, demand: Sequence[int]) -> BoolArray:
-        ok: BoolArray = self.tree.levels[level].labeled[lo:hi].copy()
+        li = self.tree.levels[level]
+        ok: BoolArray | None = None
         for s, need in enumerate(demand):
             if need > 0:
-                ok &= self.state.counts[s][level][lo:hi] >= need
+                room = self.state.counts[s][level][lo:hi] >= need
+                ok = room if ok is None else ok & room
+        if ok is None:
+            return li.labeled[lo:hi].copy()
+        if not li.all_labeled:  # most levels are labeled on every node: one array operation less
+            ok &= li.labeled[lo:hi]
         return ok
 
     def free_of_others(self, scope: Scope, level: int, lo: int, hi: int) -> BoolArray:
@@ -151,13 +157,12 @@ class Candidates:
         full = self.demand.full[scope.id]
         s = self.demand.dominant(scope)
         room = self._usable_room(scope, level, cand, s)
-        full_ok = room >= full[s]
+        full_ok = room >= full[s]  # room never exceeds the count of shape s, so s is checked
         for shape, need in enumerate(full):
-            if need > 0:
+            if need > 0 and shape != s:
                 full_ok &= counts[shape][level][cand] >= need
         leftover = np.where(full_ok, room - full[s], -room)
-        keys = (cand, leftover, (~full_ok).astype(np.int64), *reversed(primary))
-        return np.lexsort(keys)
+        return np.lexsort((cand, leftover, ~full_ok, *reversed(primary)))
 
     def _usable_room(self, scope: Scope, level: int, cand: IntArray, shape: int) -> IntArray:
         """Room for the scope in each candidate, counting only what its parts can use: where each

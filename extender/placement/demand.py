@@ -7,7 +7,6 @@ without placing any pod (elastic). Children are prepared before their parents.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 from extender.placement.gang import Gang, Scope
@@ -29,15 +28,18 @@ class Demand:
                 self._inner(scope)
 
     def _leaf(self, scope: Scope, index: Mapping[str, int]) -> None:
-        self.fixed[scope.id] = [index[m.node] for m in scope.members if m.node is not None and m.node in index]
-        pre = sum(1 for m in scope.members if m.node is not None)
-        unplaced = [m for m in scope.members if m.node is None]
+        bound = [m.node for m in scope.members if m.node is not None]
+        self.fixed[scope.id] = [index[n] for n in bound if n in index]
+        pre = len(bound)
+        unplaced = len(scope.members) - pre
         need = max(0, scope.min_member - pre)
-        per_shape = Counter(m.shape for m in unplaced)
-        full = [per_shape.get(s, 0) for s in range(self.nshapes)]
+        full = [0] * self.nshapes
+        for m in scope.members:
+            if m.node is None:
+                full[m.shape] += 1
         self.full[scope.id] = full
         # Any `need` of the unplaced pods will do: a lower bound per shape.
-        self.minimum[scope.id] = [max(0, need - (len(unplaced) - full[s])) for s in range(self.nshapes)]
+        self.minimum[scope.id] = [max(0, need - (unplaced - full[s])) for s in range(self.nshapes)]
         self.preplaced[scope.id] = pre
         self.empty_ok[scope.id] = need == 0
 

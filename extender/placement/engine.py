@@ -44,10 +44,12 @@ from extender.placement.reasons import INCOMPLETE, Shortfall
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.state import AttemptState
-from extender.placement.tree import Domain, TopologyTree
+from extender.placement.tree import Domain, IntArray, TopologyTree
 
 # A ceiling on candidate domains tried in one plan; a bound on the worst case, not a tuning knob.
 MAX_ATTEMPTS = 20_000
+# Up to this many children, place_pods picks the next child in plain Python (see _next_child).
+_FEW_CHILDREN = 64
 
 
 def plan(snapshot: ClusterSnapshot, gang: Gang, *, compact: bool = True) -> PlanResult:
@@ -117,9 +119,10 @@ class _Placer:
                 domains[scope.key] = self.tree.ref(pin.required if pin.required.level else pin.preferred)
         unplaced = tuple(m.key for m in self.gang.members() if m.node is None and m.key not in assignments)
         levels: dict[str, tuple[str, ...]] = {}
+        nodes = np.fromiter(self.state.where.values(), np.int64, len(self.state.where))
         for level in range(1, self.tree.node_level):
-            used = {self.tree.node_domain(node, level) for node in self.state.where.values()}
-            levels[self.tree.level_name(level)] = tuple(sorted(self.tree.path(d) for d in used))
+            used = set(self.tree.levels[level].domain_of_node[nodes].tolist())
+            levels[self.tree.level_name(level)] = tuple(sorted(self.tree.path(Domain(level, d)) for d in used))
         return Plan(self.gang.key, assignments, domains, unplaced, self.minimum, levels, self.attempts)
 
     def _tick(self) -> None:
@@ -278,44 +281,52 @@ class _Placer:
         if need <= 0:
             return True
         todo = self._unplaced(leaf)[:need]
-        for shape, members in _by_shape(todo):
+        for shape, keys in _by_shape(todo):
             # Counts are exact per shape, so a shortfall shows before any pod is placed; the
             # second test is not reached while they are.
-            short = self.state.counts[shape][region.level][region.index] < len(members)
-            if short or self.place_pods(region, shape, members) < len(members):
-                reason = self.failures.no_capacity(leaf, region, shape, len(members))
+            short = self.state.counts[shape][region.level][region.index] < len(keys)
+            if short or self.place_pods(region, shape, keys) < len(keys):
+                reason = self.failures.no_capacity(leaf, region, shape, len(keys))
                 self.failures.record(reason, region, leaf, shape)
                 return False
         return True
 
-    def place_pods(self, domain: Domain, shape: int, members: Sequence[Member]) -> int:
-        """Place as many of `members` as fit in `domain`, through the fewest child domains."""
-        if not members:
+    def place_pods(self, domain: Domain, shape: int, keys: Sequence[str]) -> int:
+        """Place as many of the pods `keys` as fit in `domain`, through the fewest child domains."""
+        if not keys:
             return 0
-        tree, state = self.tree, self.state
+        tree = self.tree
         if domain.level == tree.node_level:
-            node = tree.node_of(domain)
-            k = min(len(members), int(state.node_count[shape][node]))
-            for m in members[:k]:
-                state.place(node, shape, m.key)
-            return k
+            return self._fill_node(tree.node_of(domain), shape, keys)
         child_level = domain.level + 1
         lo, hi = tree.descendants(domain, child_level)
-        counts = state.counts[shape][child_level]  # live: updated as pods are placed
+        # The children's room, kept here as pods go in: n pods of `shape` placed in a child lower
+        # its count by exactly n (AttemptState.place) and leave the other children's alone.
+        live = self.state.counts[shape][child_level][lo:hi]
+        room: list[int] | IntArray = live.tolist() if len(live) <= _FEW_CHILDREN else live.copy()
         placed = 0
-        while placed < len(members):
-            rest = len(members) - placed
-            room = counts[lo:hi]
-            holds = np.flatnonzero(room >= rest)
-            if len(holds):  # the tightest child that takes all the rest
-                i = int(holds[np.argmin(room[holds])])
-                placed += self.place_pods(Domain(child_level, lo + i), shape, members[placed:])
+        while placed < len(keys):
+            rest = len(keys) - placed
+            i = _next_child(room, rest)
+            fits = int(room[i]) if i >= 0 else 0
+            if fits <= 0:
                 break
-            i = int(np.argmax(room))  # else the largest child first
-            if room[i] <= 0:
-                break
-            placed += self.place_pods(Domain(child_level, lo + i), shape, members[placed : placed + int(room[i])])
+            take = keys[placed : placed + min(fits, rest)]
+            if child_level == tree.node_level:
+                got = self._fill_node(tree.node_at[lo + i], shape, take)
+            else:
+                got = self.place_pods(Domain(child_level, lo + i), shape, take)
+            room[i] -= got
+            placed += got
+            if fits >= rest:
+                break  # the tightest child that takes all the rest: done, whatever it took
         return placed
+
+    def _fill_node(self, node: int, shape: int, keys: Sequence[str]) -> int:
+        k = min(len(keys), self.state.room_on(node, shape))
+        if k > 0:
+            self.state.place(node, shape, keys[:k])
+        return k
 
     # -- phase 3: optional members -----------------------------------------------------------------
 
@@ -325,10 +336,10 @@ class _Placer:
         if pin is None:
             return
         if scope.leaf:
-            for shape, members in _by_shape(self._unplaced(scope)):
-                done = self.place_pods(pin.preferred, shape, members)
+            for shape, keys in _by_shape(self._unplaced(scope)):
+                done = self.place_pods(pin.preferred, shape, keys)
                 if pin.required != pin.preferred:
-                    self.place_pods(pin.required, shape, members[done:])
+                    self.place_pods(pin.required, shape, keys[done:])
             return
         for child in scope.children:
             if child.id in self.state.pins:
@@ -371,11 +382,27 @@ class _Placer:
         return all(counts[s][domain.level][domain.index] >= d for s, d in enumerate(demand))
 
 
-def _by_shape(members: Sequence[Member]) -> list[tuple[int, list[Member]]]:
-    """Members grouped by shape, the most numerous shape first, order kept within a shape."""
-    groups: dict[int, list[Member]] = {}
+def _next_child(room: list[int] | IntArray, rest: int) -> int:
+    """The child place_pods fills next: the tightest that holds all `rest` pods, else the
+    largest (the first of equals either way). Most domains have a few children (the nodes of a
+    rack), held in a list, where a Python loop costs less than the numpy calls it replaces.
+    -1 when there is no child."""
+    if len(room) == 0:
+        return -1
+    if not isinstance(room, list):
+        holds = np.flatnonzero(room >= rest)
+        return int(holds[np.argmin(room[holds])]) if len(holds) else int(np.argmax(room))
+    top = max(room)
+    if top < rest:
+        return room.index(top)
+    return room.index(min(filter(rest.__le__, room)))
+
+
+def _by_shape(members: Sequence[Member]) -> list[tuple[int, list[str]]]:
+    """Members' keys grouped by shape, the most numerous shape first, order kept within a shape."""
+    groups: dict[int, list[str]] = {}
     for m in members:
-        groups.setdefault(m.shape, []).append(m)
+        groups.setdefault(m.shape, []).append(m.key)
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
 

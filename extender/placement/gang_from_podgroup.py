@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from extender.model.errors import FieldError
 from extender.model.labels import SUBGROUP_LABEL, TOPOLOGY_ANNOTATION
-from extender.model.pod import PodInfo
+from extender.model.pod import Placement, PodInfo
 from extender.model.podgroup import PodGroupSpec, SubGroupSpec, TopologyConstraint
 from extender.model.topology import AUTO_LEVEL, NODE_ONLY, LevelError, TopologySpec
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
@@ -34,9 +34,12 @@ class BuiltGang:
         return self.gang is not None
 
 
+_DIGIT_RUNS = re.compile(r"(\d+)")
+
+
 def natural_key(text: str) -> tuple[object, ...]:
     """'worker-10' after 'worker-9'."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+    return tuple([int(p) if p.isdigit() else p for p in _DIGIT_RUNS.split(text)])
 
 
 def build_gang(
@@ -80,7 +83,7 @@ def _assign_pods(
         if not pg.subgroups:
             members[None].append(pod)
             continue
-        name = subgroup_of.get(pod.key) or pod.labels.get(SUBGROUP_LABEL)
+        name = (subgroup_of.get(pod.key) if subgroup_of else None) or pod.labels.get(SUBGROUP_LABEL)
         if name is None:
             stray[pod.key] = f"no label {SUBGROUP_LABEL}; {obj} has SubGroups ({leaf_names})"
         elif name in leaves:
@@ -107,6 +110,7 @@ class _GangBuilder:
         self.errors = errors
         self.rank = rank
         self._shapes: dict[Shape, int] = {}
+        self._shape_of: dict[tuple[tuple[tuple[str, int], ...], Placement], int] = {}  # see _shape
         self._ids = iter(range(1 << 30))  # pre-order scope ids
         self._set_of = {name: i for i, s in enumerate(pg.subgroup_sets) for name in s.subgroups}
         self._members: Mapping[str | None, list[PodInfo]] = {}
@@ -182,13 +186,22 @@ class _GangBuilder:
         return topology.level(name)
 
     def to_members(self, leaf: str | None) -> tuple[Member, ...]:
-        ps = sorted(self._members[leaf], key=lambda p: (self.rank.get(p.key, 0), natural_key(p.name)))
-        out = []
-        for p in ps:
-            shape = Shape(tuple(sorted(p.requests.items())), p.placement)
-            idx = self._shapes.setdefault(shape, len(self._shapes))
-            out.append(Member(p.key, idx, p.node_name if p.uses_capacity else None))
-        return tuple(out)
+        rank = self.rank
+        if rank:
+            ps = sorted(self._members[leaf], key=lambda p: (rank.get(p.key, 0), natural_key(p.name)))
+        else:  # the same order, without a pod key built per pod
+            ps = sorted(self._members[leaf], key=lambda p: natural_key(p.name))
+        return tuple(Member(p.key, self._shape(p), p.node_name if p.uses_capacity else None) for p in ps)
+
+    def _shape(self, pod: PodInfo) -> int:
+        """The pod's shape index. Pods of a gang are mostly alike, so their requests as written
+        find the index before a Shape is built and hashed (equal Shapes still share an index)."""
+        raw = (tuple(pod.requests.items()), pod.placement)
+        idx = self._shape_of.get(raw)
+        if idx is None:
+            shape = Shape(tuple(sorted(pod.requests.items())), pod.placement)
+            idx = self._shape_of[raw] = self._shapes.setdefault(shape, len(self._shapes))
+        return idx
 
     def children(self, parent: str | None) -> tuple[Scope, ...]:
         pg = self.pg

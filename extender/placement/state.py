@@ -51,7 +51,13 @@ class AttemptState:
         self.node_count: list[IntArray] = [self._vector_count(i) for i in range(len(shapes))]
         self.counts: list[list[IntArray]] = [self._domain_counts(c) for c in self.node_count]
         # Per node, its domain index at every level: the path a count update walks up.
-        self._ancestors = np.stack([li.domain_of_node for li in tree.levels], axis=1) if len(tree.node_names) else None
+        self._ancestry = tree.ancestry
+        # The same buffers as memoryviews: a count update works one node at a time, and a
+        # memoryview reads and writes one int several times faster than numpy indexing does.
+        self._free_at = {r: a.data for r, a in self.free.items()}
+        self._usable_at = [u.data for u in self.usable]
+        self._node_count_at = [c.data for c in self.node_count]
+        self._counts_at = [[c.data for c in levels] for levels in self.counts]
         # The undo log: (node, shape, pod key) per placement, a _Repin per pin, in order.
         self._log: list[tuple[int, int, str] | _Repin] = []
         self.where: dict[str, int] = {}  # pod key -> node index
@@ -77,23 +83,34 @@ class AttemptState:
                 out.append(np.add.reduceat(by_pos, li.starts).astype(np.int64))
         return out
 
-    def _count_at(self, shape: int, node: int) -> int:
-        if not self.usable[shape][node]:
-            return 0
-        return max(0, min(int(self.free[r][node]) // need for r, need in self.requests[shape]))
+    def room_on(self, node: int, shape: int) -> int:
+        """How many more pods of `shape` fit on `node`."""
+        return self._node_count_at[shape][node]
 
-    def _apply(self, node: int, shape: int, sign: int) -> None:
+    def _count_at(self, shape: int, node: int) -> int:
+        if not self._usable_at[shape][node]:
+            return 0
+        return max(0, min(self._free_at[r][node] // need for r, need in self.requests[shape]))
+
+    def _apply(self, node: int, shape: int, pods: int) -> None:
+        """Take (pods > 0) or give back (pods < 0) the room of `pods` pods of `shape` on `node`,
+        and update every shape's count on the node and its ancestors. Called per node placed or
+        pod undone, so it works on ints through the memoryviews."""
         for resource, need in self.requests[shape]:
-            self.free[resource][node] -= sign * need
-        assert self._ancestors is not None
-        path = self._ancestors[node]
-        for s in range(len(self.shapes)):
-            new = self._count_at(s, node)
-            delta = new - int(self.node_count[s][node])
+            self._free_at[resource][node] -= pods * need
+        path = self._ancestry[node]
+        for s, node_count in enumerate(self._node_count_at):
+            old = node_count[node]
+            if pods > 0 and old == 0:
+                continue  # taking capacity never makes room: a node with none for s keeps none
+            # Placing pods that fit: every resource's quotient falls by exactly `pods`, so their
+            # minimum does too; anything else is counted again.
+            delta = -pods if s == shape and 0 < pods <= old else self._count_at(s, node) - old
             if delta:
-                self.node_count[s][node] = new
+                node_count[node] = old + delta
+                counts = self._counts_at[s]
                 for level, dom in enumerate(path):
-                    self.counts[s][level][dom] += delta
+                    counts[level][dom] += delta
 
     # -- the transaction ----------------------------------------------------------------------
 
@@ -102,10 +119,14 @@ class AttemptState:
         """Pods placed so far in this attempt."""
         return len(self.where)
 
-    def place(self, node: int, shape: int, key: str) -> None:
-        self._apply(node, shape, +1)
-        self._log.append((node, shape, key))
-        self.where[key] = node
+    def place(self, node: int, shape: int, keys: Sequence[str]) -> None:
+        """Place pods of `shape` (by key) on `node`, where they fit, in one count update: the
+        count of `shape` on the node and its ancestors falls by exactly len(keys). Each pod is
+        undone alone."""
+        self._apply(node, shape, len(keys))
+        for key in keys:
+            self._log.append((node, shape, key))
+            self.where[key] = node
 
     def pin(self, scope: int, required: Domain, preferred: Domain) -> None:
         self._log.append(_Repin(scope, self.pins.get(scope)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,6 +45,10 @@ class LevelIndex:
     labeled: BoolArray  # False where the node(s) lack this level's label
     domain_of_pos: IntArray  # position -> domain index at this level
     domain_of_node: IntArray  # node index (snapshot order) -> domain index at this level
+
+    @cached_property
+    def all_labeled(self) -> bool:
+        return bool(self.labeled.all())
 
 
 class TopologyTree:
@@ -96,6 +101,13 @@ class TopologyTree:
             levels.append(LevelIndex(starts_arr, ends_arr, tuple(values), labeled, dom_of_pos, dom_of_node))
         self.levels = tuple(levels)
 
+    @cached_property
+    def ancestry(self) -> list[tuple[int, ...]]:
+        """Per node (snapshot order), its domain index at every level, as plain ints: the path
+        a count update walks up once per pod placed, where numpy scalars cost the most."""
+        by_level = [li.domain_of_node.tolist() for li in self.levels]
+        return list(zip(*by_level, strict=True))
+
     # -- navigation -------------------------------------------------------------------------
 
     @property
@@ -124,7 +136,13 @@ class TopologyTree:
 
     def node_of(self, domain: Domain) -> int:
         """The node index of a node-level domain."""
-        return int(self.pos_to_node[self.levels[self.node_level].starts[domain.index]])
+        return self.node_at[domain.index]
+
+    @cached_property
+    def node_at(self) -> list[int]:
+        """Per node-level domain index, its node index (snapshot order), as plain ints."""
+        nodes: list[int] = self.pos_to_node[self.levels[self.node_level].starts].tolist()
+        return nodes
 
     def nodes_in(self, domain: Domain) -> IntArray:
         """The node indices (snapshot order) inside `domain`."""
