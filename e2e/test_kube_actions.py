@@ -70,12 +70,25 @@ async def test_nominate_sets_the_nominated_node_and_the_plan_generation_in_one_s
     kube: KubeClient, kube_api: client.ApiClient, namespace: str
 ) -> None:
     # The pods/status endpoint takes metadata changes too: one write steers the pod and requeues it.
+    # Each pod's node is asked as its write goes out; None writes nothing.
     await pending_pod(kube, kube_api, namespace, "a")
+    await pending_pod(kube, kube_api, namespace, "b")
     actions = KubeActions(kube, concurrency=1)
-    await actions.nominate([(namespace, "a", "some-node"), (namespace, "never-was", "n")], 3)
+    nodes = {"a": "some-node", "never-was": "n", "b": None}
+    asked: list[str] = []
+
+    def node_of(ns: str, name: str) -> str | None:
+        asked.append(name)
+        return nodes[name]
+
+    await actions.nominate([(namespace, "a"), (namespace, "never-was"), (namespace, "b")], 3, node_of)
+    assert asked == ["a", "never-was", "b"]  # in the order given
     pod = await kube.get(PODS.object_path("v1", "a", namespace))
     assert pod["status"]["nominatedNodeName"] == "some-node"
     assert pod["metadata"]["annotations"][PLAN_GENERATION_ANNOTATION] == "3"
+    untouched = await kube.get(PODS.object_path("v1", "b", namespace))
+    assert not untouched["status"].get("nominatedNodeName")
+    assert PLAN_GENERATION_ANNOTATION not in (untouched["metadata"].get("annotations") or {})
 
 
 async def test_events_are_visible_through_the_api_and_repeats_bump_one_series(
