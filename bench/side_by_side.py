@@ -14,8 +14,6 @@ times; each is timed by a pod watch from the first create to the last pod bound.
       schedulingConstraints.topology) and the GenericWorkload and
       TopologyAwareWorkloadScheduling feature gates (qps raised, as A)
   C2  the same gangs through topogang, as shipped
-  C2a C2 with kube-scheduler's SchedulerAsyncAPICalls feature gate: a refusal's status write no
-      longer holds its scheduling loop
   G1, G2  one gang of --big-gang pods (required at --big-gang-level), as C1 and as C2
   C3  the same gangs in topogang's gates mode: stock kube-scheduler, `topogang serve --mode=gates`
       with its admission webhook registered (manifests/gates/webhook/webhook.yaml) and the
@@ -181,14 +179,6 @@ def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, 
                 in_tree=True,
             ),
             Variant("C2", "gangs through topogang (as shipped)", True, scheduler_config, topogang_args=()),
-            Variant(
-                "C2a",
-                "C2 with kube-scheduler's SchedulerAsyncAPICalls (beta, off by default in 1.37)",
-                True,
-                scheduler_config,
-                scheduler_args=("--feature-gates=SchedulerAsyncAPICalls=true",),
-                topogang_args=(),
-            ),
             Variant(
                 "G1",
                 "one gang of --big-gang pods, in-tree PodGroup + TAS (qps raised)",
@@ -521,7 +511,7 @@ def summarize(rows: list[dict[str, Any]], order: Sequence[str]) -> list[dict[str
             }
         )
     pairs = [("B", "A"), ("A100", "A"), ("B", "A100"), ("C2", "A"), ("C2", "C1"), ("C3", "A"), ("C3", "C2")]
-    pairs += [("G2", "G1"), ("G2", "A"), ("C2a", "C2"), ("C2a", "A")]
+    pairs += [("G2", "G1"), ("G2", "A")]
     pairs += [("B@", "A"), ("B@", "B"), ("C2@", "A"), ("C2@", "C1"), ("C2@", "C2"), ("G2@", "G2")]
     for top, bottom in pairs:
         if top in medians and bottom in medians and medians[bottom]:
