@@ -121,34 +121,19 @@ class Variant:
 
 def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, Variant]:
     """Every variant; with OTHER (another checkout), B@, C2@ and G2@ run B, C2 and G2 from it."""
-    compared = ()
+    compared: tuple[Variant, ...] = ()
     if other is not None:
-        compared = (
+        compared = tuple(
             Variant(
-                "B@",
-                f"B from {other}",
-                False,
+                f"{name}@",
+                f"{name} from {other}",
+                gangs,
                 lambda url, tls: scheduler_config(url, tls, other),
                 topogang_args=(),
                 root=other,
-            ),
-            Variant(
-                "C2@",
-                f"C2 from {other}",
-                True,
-                lambda url, tls: scheduler_config(url, tls, other),
-                topogang_args=(),
-                root=other,
-            ),
-            Variant(
-                "G2@",
-                f"G2 from {other}",
-                True,
-                lambda url, tls: scheduler_config(url, tls, other),
-                topogang_args=(),
-                root=other,
-                big=True,
-            ),
+                big=big,
+            )
+            for name, gangs, big in (("B", False, False), ("C2", True, False), ("G2", True, True))
         )
     return {
         v.name: v
