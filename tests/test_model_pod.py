@@ -105,3 +105,25 @@ def test_bad_node_names_the_field() -> None:
     with pytest.raises(InvalidObject) as exc:
         parse_node({"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "x"}}})
     assert str(exc.value).startswith("Node n1: status.allocatable.cpu: expected a quantity")
+
+
+def test_a_quantity_text_parsed_again_comes_from_the_bounded_cache_and_bad_or_long_texts_are_never_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from extender.model import quantity
+
+    monkeypatch.setattr(quantity, "_PARSED", {})
+    monkeypatch.setattr(quantity, "PARSED_MAX_ENTRIES", 3)
+    assert parse_quantity("500m") == 500
+    assert parse_quantity("500m") == 500
+    assert parse_quantity("16Gi") == 16 * 2**30 * 1000
+    assert quantity._PARSED == {"500m": 500, "16Gi": 16 * 2**30 * 1000}
+    long = "0" * 40 + "7"  # past PARSED_MAX_TEXT: parsed, not kept
+    assert parse_quantity(long) == 7000
+    with pytest.raises(QuantityError):
+        parse_quantity("8 GPUs")
+    with pytest.raises(QuantityError):
+        parse_quantity("8 GPUs")  # an error is raised every time, never cached
+    assert parse_quantity("1") == 1000
+    assert parse_quantity("2") == 2000  # the cache is full (3): parsed, not kept
+    assert set(quantity._PARSED) == {"500m", "16Gi", "1"}
