@@ -125,3 +125,21 @@ def test_a_mate_whose_nomination_went_out_is_not_traded_with() -> None:
     result = scheduler.filter(scheduler.state.pods[keys[1]], [plan[keys[2]]], 1.0)
     assert result.steer == plan[keys[1]]
     assert planned(scheduler) == plan
+
+
+def test_a_member_whose_nomination_went_out_before_it_traded_is_nominated_again_on_the_node_it_took() -> None:
+    # g-1's nomination was written (for its planned node) but kube-scheduler's copy did not show it
+    # yet: g-1 trades with g-2, whose nomination is still queued. Left as it is, g-1's nomination
+    # would count against its old node in kube-scheduler's view, where g-2 is now planned.
+    scheduler, keys = steering()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    plan = planned(scheduler)
+    assert scheduler.nomination_target(keys[1]) == plan[keys[1]]
+    result = scheduler.filter(scheduler.state.pods[keys[1]], [plan[keys[2]]], 1.0)
+    assert result.nodes == [plan[keys[2]]]
+    assert result.steer == plan[keys[2]]  # nominated again, on the node it passed on
+    assert scheduler.nomination_target(keys[2]) == plan[keys[1]]
+    # Passing on the node its nomination named needs no second write.
+    again = scheduler.filter(scheduler.state.pods[keys[0]], [plan[keys[0]]], 2.0)
+    assert again.nodes == [plan[keys[0]]]
+    assert again.steer is None

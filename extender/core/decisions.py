@@ -204,7 +204,10 @@ class FilterResult:
     wake: tuple[str, ...] = ()  # pods to requeue now: they have a planned node waiting
     reason: str = ""  # why the nodes left out were left out (refusals give every node one reason)
     group: str | None = None  # the pod's gang (None: a plain pod)
-    steer: str | None = None  # nominate the pod on this node (its planned one, not offered this time)
+    # Nominate the pod on this node: its planned one, not offered this time (the pod is refused);
+    # or, with `nodes`, the node it passed on when a nomination elsewhere was written before it
+    # traded (a stale one would count against that node in kube-scheduler's view).
+    steer: str | None = None
 
 
 @dataclass(frozen=True)

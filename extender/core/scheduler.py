@@ -99,6 +99,7 @@ class GroupPlan:
     # node; and members kube-scheduler took on their planned node, whose nomination is moot.
     unsent: set[str] = field(default_factory=set)
     passed: set[str] = field(default_factory=set)
+    sent: dict[str, str] = field(default_factory=dict)  # pod -> the node its last nomination named
     kinds: dict[str, tuple[int, int]] | None = None  # steering.kinds of the gang, when first needed
 
 
@@ -222,10 +223,14 @@ class GangScheduler:
             # Left out of kube-scheduler's sample of the nodes: nominate the pod there; its next
             # attempt tries that node first, alone.
             refused = _refuse(nodes, f"topogang: steering to its planned node {node}", group, event)
+            gp.sent[pod_key] = node
             return replace(refused, wake=wake, steer=node)
         gp.unsent.discard(pod_key)
         gp.passed.add(pod_key)
-        return FilterResult([node], event=event, wake=wake, group=group)
+        stale = gp.sent.get(pod_key, node) != node
+        if stale:
+            gp.sent[pod_key] = node
+        return FilterResult([node], event=event, wake=wake, group=group, steer=node if stale else None)
 
     def _trade(self, group: str, gp: GroupPlan, pod_key: str, nodes: Sequence[str], mates: Iterable[str]) -> str:
         """POD_KEY's node was not offered: trade nodes with one of MATES, interchangeable with it,
@@ -676,7 +681,10 @@ class GangScheduler:
         if gp is None:
             return None
         gp.unsent.discard(pod_key)
-        return None if pod_key in gp.passed else gp.reserved.get(pod_key)
+        node = None if pod_key in gp.passed else gp.reserved.get(pod_key)
+        if node is not None:
+            gp.sent[pod_key] = node
+        return node
 
     # -- what the cluster tells us -------------------------------------------------------------
 

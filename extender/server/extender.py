@@ -122,13 +122,13 @@ class Extender:
         self._fail_dropped(BIND_PLAN_RELEASED)
         if result.wake:
             self._wake(result.wake, result.group or "")
-        if result.steer is not None:  # not a refusal: the pod is sent to its planned node
+        if result.steer is not None:  # the pod is sent to (or passed on) this node: nominate it there
             generation = self.scheduler.generation(result.group or "")
             steer = result.steer
             self._spawn(self.actions.nominate([(pod.namespace, pod.name)], generation, lambda *_: steer), "nominate")
-        elif result.nodes:
+        if result.nodes:
             self._refused.pop(pod.key, None)
-        else:
+        elif result.steer is None:
             reason = result.reason
             if self._refused.get(pod.key) != reason:
                 self._refused[pod.key] = reason
