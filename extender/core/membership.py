@@ -20,7 +20,7 @@ from extender.grouping import PODGROUP, Family, Grouping, family_key, group_pods
 from extender.model.errors import FieldError
 from extender.model.flavor import flavor_topology
 from extender.model.keys import GroupKey
-from extender.model.pod import OwnerRef, PodInfo
+from extender.model.pod import PLAN_GENERATION_ANNOTATION, OwnerRef, PodInfo
 from extender.model.podgroup import PodGroupSpec
 from extender.placement import BuiltGang, build_gang
 
@@ -64,8 +64,26 @@ class _Lookup:
 
 
 def _signature(pod: PodInfo) -> tuple[object, ...]:
-    """What grouping reads of a pod besides its existence."""
-    return (tuple(sorted(pod.labels.items())), tuple(sorted(pod.annotations.items())), pod.owner_refs)
+    """What grouping reads of a pod besides its existence. topogang's own plan-generation
+    annotation is left out: every nomination writes it, and a gang is not regrouped for that."""
+    notes = tuple(sorted((k, v) for k, v in pod.annotations.items() if k != PLAN_GENERATION_ANNOTATION))
+    return (tuple(sorted(pod.labels.items())), notes, pod.owner_refs)
+
+
+def _tree_signature(pod: PodInfo) -> tuple[object, ...]:
+    """What a gang's tree and view read of a member: a change elsewhere (its phase while it
+    runs, its nominated node, a condition) leaves the built view as it is."""
+    return (
+        pod.node_name,
+        pod.terminal,
+        pod.deleting,
+        pod.held,
+        pod.requests,
+        pod.placement,
+        pod.priority,
+        pod.priority_class_name,
+        pod.created,
+    )
 
 
 class Membership:
@@ -75,6 +93,7 @@ class Membership:
         self._family: dict[str, Family | None] = {}  # pod -> family (None: a plain pod)
         self._families: dict[Family, set[str]] = {}  # family -> pods
         self._signature: dict[str, tuple[object, ...]] = {}
+        self._tree: dict[str, tuple[object, ...]] = {}  # pod -> _tree_signature when last seen
         self._readers: dict[tuple[str, str, str], set[str]] = {}  # owner read -> pods whose chain read it
         self._reads: dict[str, tuple[tuple[str, str, str], ...]] = {}
         self._groupings: dict[Family, list[Grouping]] = {}  # family -> its gangs
@@ -118,7 +137,10 @@ class Membership:
             old = self._family.get(key)
             if pod is not None and key in self._family and self._signature.get(key) == _signature(pod):
                 if old is not None:  # same family; its tree may still change (bound, requests)
-                    self._views.pop(self._group_of.get(key, ""), None)
+                    tree = _tree_signature(pod)
+                    if self._tree.get(key) != tree:
+                        self._tree[key] = tree
+                        self._views.pop(self._group_of.get(key, ""), None)
                     if key in self._family_waiting.get(old, {}) or key not in self._group_of:
                         self._dirty_families.add(old)
                 continue
@@ -130,10 +152,12 @@ class Membership:
             if pod is None:
                 self._family.pop(key, None)
                 self._signature.pop(key, None)
+                self._tree.pop(key, None)
                 continue
             family, reads = family_key(pod, self.lookup, pods)
             self._family[key] = family
             self._signature[key] = _signature(pod)
+            self._tree[key] = _tree_signature(pod)
             self._reads[key] = reads
             for read in reads:
                 self._readers.setdefault(read, set()).add(key)

@@ -100,6 +100,7 @@ class GroupPlan:
     unsent: set[str] = field(default_factory=set)
     passed: set[str] = field(default_factory=set)
     sent: dict[str, str] = field(default_factory=dict)  # pod -> the node its last nomination named
+    order: tuple[str, ...] = ()  # the members nominated at the last plan, in kube-scheduler's queue order
     kinds: dict[str, tuple[int, int]] | None = None  # steering.kinds of the gang, when first needed
 
 
@@ -210,14 +211,14 @@ class GangScheduler:
             wake = tuple(sorted((p for p in gp.reserved if p != pod_key), key=lambda p: arrival.get(p, 0)))
             if self.nominate:
                 gp.unsent.update(wake)
+                gp.order = wake
             if node not in nodes:
                 node = self._trade(group, gp, pod_key, nodes, [p for p in gp.reserved if p not in gp.gate.arrived])
         elif node not in nodes and self.nominate and nominated is None:
             # Taken before its nomination landed (kube-scheduler outpaced the writes): a mate whose
             # nomination is not sent yet gives its node, and that nomination goes out for this one's.
-            arrival = self.state.arrival
-            unsent = (p for p in gp.unsent if p not in gp.gate.arrived)
-            mates = sorted(unsent, key=lambda p: -arrival.get(p, 0))  # the one it takes last first
+            # The one kube-scheduler takes last first; lazily: the first mate offered ends the search.
+            mates = (p for p in reversed(gp.order) if p in gp.unsent and p not in gp.gate.arrived)
             node = self._trade(group, gp, pod_key, nodes, mates)
         if node not in nodes:
             # Left out of kube-scheduler's sample of the nodes: nominate the pod there; its next

@@ -10,11 +10,12 @@ Nothing here decides anything: decisions are `extender.core`'s; this package fee
 cluster and carries its answers back.
 """
 
-from extender.kube.actions import PLAN_GENERATION_ANNOTATION, KubeActions
+from extender.kube.actions import KubeActions
 from extender.kube.cache import ClusterCache, Selector
 from extender.kube.client import ApiError, KubeClient, make_api_client
 from extender.kube.informer import Informer
 from extender.kube.resources import WATCHED, Resource
+from extender.model.pod import PLAN_GENERATION_ANNOTATION
 
 __all__ = [
     "PLAN_GENERATION_ANNOTATION",

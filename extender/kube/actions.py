@@ -33,8 +33,8 @@ import structlog
 
 from extender.kube.client import ApiError, KubeClient
 from extender.kube.resources import EVENTS, PODS
+from extender.model.pod import PLAN_GENERATION_ANNOTATION
 
-PLAN_GENERATION_ANNOTATION = "scheduling.topogang.io/plan-generation"
 REPORTING_CONTROLLER = "topogang"
 EVENT_ACTION = "Scheduling"
 SERIES_WINDOW = 360.0  # seconds: a repeat after this much silence starts a new Event (client-go: 6 min)

@@ -43,6 +43,8 @@ class Placement:
 
 
 TOPOGANG_GATE = "scheduling.topogang.io/gang"  # the scheduling gate gates mode puts on gang pods
+# Written by topogang on planned members (with their nomination) to requeue them in kube-scheduler.
+PLAN_GENERATION_ANNOTATION = "scheduling.topogang.io/plan-generation"
 
 
 @dataclass(frozen=True, slots=True)
