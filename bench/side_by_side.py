@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +135,15 @@ def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, 
             )
             for name, gangs, big in (("B", False, False), ("C2", True, False), ("G2", True, True))
         )
+    in_tree = Variant(
+        "C1",
+        "gangs, in-tree PodGroup + TAS (qps raised)",
+        True,
+        lambda *_: raised(),
+        scheduler_args=(f"--feature-gates={IN_TREE_GATES}",),
+        in_tree=True,
+    )
+    through_topogang = Variant("C2", "gangs through topogang (as shipped)", True, scheduler_config, topogang_args=())
     return {
         v.name: v
         for v in (
@@ -155,27 +164,10 @@ def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, 
                 topogang_args=(),
                 tls=False,
             ),
-            Variant(
-                "C1",
-                "gangs, in-tree PodGroup + TAS (qps raised)",
-                True,
-                lambda *_: raised(),
-                scheduler_args=(f"--feature-gates={IN_TREE_GATES}",),
-                in_tree=True,
-            ),
-            Variant("C2", "gangs through topogang (as shipped)", True, scheduler_config, topogang_args=()),
-            Variant(
-                "G1",
-                "one gang of --big-gang pods, in-tree PodGroup + TAS (qps raised)",
-                True,
-                lambda *_: raised(),
-                scheduler_args=(f"--feature-gates={IN_TREE_GATES}",),
-                in_tree=True,
-                big=True,
-            ),
-            Variant(
-                "G2", "one gang of --big-gang pods through topogang", True, scheduler_config, topogang_args=(), big=True
-            ),
+            in_tree,
+            through_topogang,
+            replace(in_tree, name="G1", what="one gang of --big-gang pods, in-tree PodGroup + TAS", big=True),
+            replace(through_topogang, name="G2", what="one gang of --big-gang pods through topogang", big=True),
             Variant(
                 "C3",
                 "gangs, topogang gates mode, stock kube-scheduler (qps raised)",
