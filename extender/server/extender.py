@@ -587,13 +587,13 @@ class Extender:
         nomination on, every planned member is also nominated on its planned node, in the same
         write, so that its next attempt tries that node first, alone."""
         planned = self.scheduler.reserved(group) if self.scheduler.nominate else {}
-        steer = [(p, planned[p]) for p in pods if p in planned]
+        steer = [p for p in pods if p in planned]  # each one's node is asked as its write goes out
         parked = [p for p in pods if p in self._refused and p not in planned]
-        for p in [*parked, *(p for p, _ in steer)]:
+        for p in [*parked, *steer]:
             self._refused.pop(p, None)
         generation = self.scheduler.generation(group)
         if steer:
-            keys = [GroupKey.parse(p) for p, _ in steer]
+            keys = [GroupKey.parse(p) for p in steer]
             self._spawn(
                 self.actions.nominate([(k.namespace, k.name) for k in keys], generation, self._nomination_target),
                 "nominate",

@@ -18,8 +18,9 @@ use); this module only moves bytes and sends each answer within the peer's flow-
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import h2.config
@@ -77,9 +78,8 @@ class H2Protocol(asyncio.Protocol):
         elif isinstance(event, h2.events.StreamEnded):
             request = self.requests.pop(event.stream_id, None)
             if request is not None and not self._answer_now(event.stream_id, *request):
-                task = asyncio.get_running_loop().create_task(self._answer(event.stream_id, *request))
-                self.tasks.add(task)
-                task.add_done_callback(self.tasks.discard)
+                _, path, body = request  # bind: a POST whose answer waits on I/O
+                self._spawn(self._answer_later(event.stream_id, path, body))
         elif isinstance(event, h2.events.StreamReset):
             self.requests.pop(event.stream_id, None)
             self._opened(event.stream_id)
@@ -118,29 +118,23 @@ class H2Protocol(asyncio.Protocol):
             return False
         window = min(self.conn.local_flow_control_window(stream), self.conn.max_outbound_frame_size)
         if len(answer.body) > window:
-            task = asyncio.get_running_loop().create_task(self._send(stream, answer))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self._spawn(self._send(stream, answer))
             return True
-        try:
+        with contextlib.suppress(h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            # (suppressed: the client reset the stream or went away, nobody to answer)
             self.conn.send_headers(stream, self._headers(answer), end_stream=not answer.body)
             if answer.body:
                 self.conn.send_data(stream, answer.body, end_stream=True)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            pass  # the client reset the stream or went away: nobody to answer
         return True
 
-    async def _answer(self, stream: int, method: str, path: str, body: bytearray | None) -> None:
-        answer: Answer | None
-        if method == "POST":
-            answer = await self.routes.post(path, bytes(body) if body is not None else None)
-        elif method == "GET":
-            answer = self.routes.get(path)
-        else:
-            answer = Answer(405, b"method not allowed", "text/plain")
-        if answer is None:
-            answer = Answer(404, b"404: Not Found", "text/plain")
-        await self._send(stream, answer)
+    async def _answer_later(self, stream: int, path: str, body: bytearray | None) -> None:
+        answer = await self.routes.post(path, bytes(body) if body is not None else None)
+        await self._send(stream, answer or Answer(404, b"404: Not Found", "text/plain"))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     @staticmethod
     def _headers(answer: Answer) -> list[tuple[str, str]]:
