@@ -273,6 +273,38 @@ async def test_infeasible_gang_stays_wholly_pending_with_its_reason(
     assert f"Planning it now: does not fit: PodGroup {namespace}/big: {want}" in text
 
 
+async def test_members_refused_while_their_gang_was_incomplete_come_to_show_why_it_does_not_fit(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    # The members are created one at a time, each after kube-scheduler refused it for the gang
+    # being incomplete, so the first three sit in its unschedulable queue (retried at its
+    # 5-minute flush) when the last one shows that the complete gang does not fit.
+    #   z0-b0-r0 (3 nodes), z0-b0-r1 (3 nodes): 4 pods that need one rack never fit
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=3)
+    await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=3)
+    await create_podgroup(
+        kube, namespace, "late", {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
+    )
+    for i in range(4):
+        await create(kube, gpu_pod(f"late-{i}", annotations={"pod-group-name": "late"}), namespace)
+        if i < 3:
+            said = f"gang {i + 1}/4 pods present"
+            await eventually(
+                lambda i=i, said=said: _says(kube, namespace, f"late-{i}", said), within=60, what=f"late-{i}: {said!r}"
+            )
+    want = "4 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; the best rack fits 3"
+
+    async def reason_on_every_pod() -> bool:
+        return all([await _says(kube, namespace, f"late-{i}", want) for i in range(4)])
+
+    await eventually(reason_on_every_pod, within=60, what=f"an Event saying {want!r} on each pod")
+    assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))
+
+
+async def _says(kube: KubeClient, namespace: str, pod: str, text: str) -> bool:
+    return any(text in m for m in await events_about(kube, namespace, pod))
+
+
 async def test_two_competing_gangs_one_runs_whole_the_other_waits_whole(
     topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
 ) -> None:
@@ -311,14 +343,10 @@ async def test_a_gang_becomes_feasible_when_nodes_are_added(
         await create(kube, gpu_pod(f"grow-{i}", annotations={"pod-group-name": "grow"}), namespace)
 
     async def refused() -> bool:
-        # Any of the four: under load grow-0 may be tried while it is alone (refused as an
-        # incomplete gang) and then wait in kube-scheduler's backoff while the others are refused.
-        for i in range(4):
-            if any("the best rack fits 2" in m for m in await events_about(kube, namespace, f"grow-{i}")):
-                return True
-        return False
+        # Every one of the four, those refused while the gang was incomplete included.
+        return all([await _says(kube, namespace, f"grow-{i}", "the best rack fits 2") for i in range(4)])
 
-    await eventually(refused, within=60, what="the gang to be refused for want of room")
+    await eventually(refused, within=60, what="each member to be refused for want of room")
     assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
     placed = await wait_all_bound(kube, namespace, 4)

@@ -108,6 +108,35 @@ async def test_an_incomplete_gang_is_refused_everywhere_with_its_count(setup: An
     assert recorder.events == [("g-0", "topogang: PodGroup default/g: gang 1/4 pods present")]
 
 
+async def test_members_parked_while_their_gang_was_incomplete_are_woken_once_to_see_why_it_does_not_fit(
+    setup: Any,
+) -> None:
+    client, scheduler, recorder = await setup()
+    scheduler.observe_pod(pod("other", node_name=NODES[3]))  # the rack keeps room for 3 of the 4
+    members = [member(i) for i in range(4)]
+    for i, p in enumerate(members[:3]):  # kube-scheduler tries each as it comes and parks it
+        scheduler.observe_pod(p)
+        reply = await call(client, "filter", args(p))
+        assert set(reply["FailedAndUnresolvableNodes"].values()) == {
+            f"topogang: PodGroup default/g: gang {i + 1}/4 pods present"
+        }
+    await asyncio.sleep(0)
+    assert recorder.woken == []  # an arrival changes the count: waking the others would only refuse them again
+    scheduler.observe_pod(members[3])
+    reply = await call(client, "filter", args(members[3]))
+    [why] = set(reply["FailedAndUnresolvableNodes"].values())
+    assert "4 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; the best rack fits 3" in why
+    await asyncio.sleep(0)
+    # The three parked with a stale count are requeued once, to be refused with the gang's reason.
+    assert sorted(recorder.woken) == [("default", f"g-{i}") for i in range(3)]
+    for p in members[:3]:  # kube-scheduler retries them
+        again = await call(client, "filter", args(p))
+        assert set(again["FailedAndUnresolvableNodes"].values()) == {why}
+    await asyncio.sleep(0)
+    assert len(recorder.woken) == 3  # refused again for the same reason: no further wake-up
+    assert {name for name, message in recorder.events if message == why} == {f"g-{i}" for i in range(4)}
+
+
 async def test_a_complete_gang_is_planned_steered_woken_and_bound_together(setup: Any) -> None:
     client, scheduler, recorder = await setup()
     pods = [member(i) for i in range(4)]

@@ -22,7 +22,7 @@ from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
-from extender.placement import NO_CAPACITY, NO_DOMAIN, Shortfall
+from extender.placement import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, Shortfall
 from extender.server import wire
 from extender.server.metrics import (
     BIND_API_ERROR,
@@ -93,6 +93,7 @@ class Extender:
         self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> its gate's silence timer
         self._refused: dict[str, str] = {}  # pod -> the last reason it was refused
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
+        self._refreshed: dict[str, str] = {}  # group -> the refusal its parked members were woken to see
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake_soon = False
         self._room_wake: asyncio.TimerHandle | None = None
@@ -134,7 +135,27 @@ class Extender:
                 self._refused[pod.key] = reason
                 if self._marks_unschedulable(result.group):
                     self._emit(pod, "GangNotScheduled", reason, "Warning")
+            if result.event is not None and result.group is not None:
+                self._refresh_parked(result.group, reason)
         return wire.encode_filter(args, result.nodes, result.failed, result.unresolvable)
+
+    def _refresh_parked(self, group: str, reason: str) -> None:
+        """GROUP was just planned and refused with REASON. Its members kube-scheduler parked for an
+        earlier reason (most often "gang k/n pods present", refused before the last member came)
+        are retried by it only on a cluster event or its 5-minute flush, and until then their
+        Events and PodScheduled condition say the old reason: wake them once, to be refused with
+        this one. Once per change of the gang's reason, so a gang that stays infeasible costs no
+        retries; never for an incomplete gang, where each arrival changes the count and waking
+        the others would only refuse them again (n^2 wake-ups for a gang created pod by pod)."""
+        if self._refreshed.get(group) == reason:
+            return
+        self._refreshed[group] = reason
+        why = self.scheduler.reason(group)
+        if isinstance(why, Shortfall) and why.kind == INCOMPLETE:
+            return
+        stale = [p for p in self.scheduler.members(group) if self._refused.get(p, reason) != reason]
+        if stale:
+            self._wake(stale, group)
 
     def decided(self, event: PlanEvent, seconds: float) -> None:
         """A planning decision made outside kube-scheduler's calls (gates mode's ungater): the
@@ -500,6 +521,8 @@ class Extender:
         groups = set(self.scheduler.groups())
         for group in [g for g in self._pending_logged if g not in groups]:
             del self._pending_logged[group]
+        for group in [g for g in self._refreshed if g not in groups]:
+            del self._refreshed[group]
         for group in [g for g in self._first_seen if g not in groups]:
             del self._first_seen[group]
 
@@ -555,6 +578,7 @@ class Extender:
         self._waiting.clear()
         self._first_seen.clear()
         self._pending_logged.clear()
+        self._refreshed.clear()
         self.recovery.deadlines.clear()
 
     async def close(self) -> None:
