@@ -20,7 +20,7 @@ import pytest
 from extender.model.selectors import Taint
 from extender.placement import ClusterSnapshot, Domain, Plan, Unplaceable, build_gang, plan
 from extender.placement.state import AttemptState
-from tests.builders import GPU, TOPO, ZONE, grid, node, placed, pod, podgroup, racks_of, run, topology
+from tests.builders import BLOCK, GPU, RACK, TOPO, ZONE, grid, node, placed, pod, podgroup, racks_of, run, topology
 
 CLUSTER = grid(zones=1, blocks=2, racks=2, nodes=4)
 
@@ -586,3 +586,47 @@ def test_a_replacement_pod_whose_pinned_domain_is_full_says_so() -> None:
         "PodGroup default/pg: 1 pod x {cpu: 1, nvidia.com/gpu: 8} in rack z1/b1/r1, where its running pods hold it;"
         " it has room for 0"
     )
+
+
+# -- a required and a preferred level on one constraint ---------------------------------------------
+
+# zone z1: five blocks of one single-node rack each
+# zone z2: block b1 of five single-node racks, block b2 of uneven racks (3 + 2 nodes)
+# The tightest fit and the path both favour the single-node domains; the preference does not.
+UNEVEN = [
+    *(node(f"z1-b{b}-r1-n1", "z1", f"b{b}", "r1") for b in range(1, 6)),
+    *(node(f"z2-b1-r{r}-n1", "z2", "b1", f"r{r}") for r in range(1, 6)),
+    *(node(f"z2-b2-r1-n{n}", "z2", "b2", "r1") for n in range(1, 4)),
+    *(node(f"z2-b2-r2-n{n}", "z2", "b2", "r2") for n in range(1, 3)),
+]
+PAIRS = [("zone", "block"), ("zone", "rack"), ("block", "rack")]
+
+
+@pytest.mark.parametrize(("required", "preferred"), PAIRS)
+def test_a_preference_beside_a_requirement_chooses_as_the_same_preference_on_a_child(
+    required: str, preferred: str
+) -> None:
+    # Same meaning, same answer: the required domain is the one where the preferred level holds
+    # the pods in the fewest domains, and inside it the pods take those fewest domains.
+    level = {"zone": ZONE, "block": BLOCK, "rack": RACK}
+    pods = [pod(f"p-{i}", subgroup="all") for i in range(5)]
+    both = {"requiredTopologyLevel": level[required], "preferredTopologyLevel": level[preferred]}
+    beside = podgroup({"minMember": 5, "topologyConstraints": {"global": both}})
+    beside_on_child = podgroup(
+        {"subGroups": [{"name": "all", "minMember": 5}], "topologyConstraints": {"subGroups": {"all": both}}}
+    )
+    on_child = podgroup(
+        {
+            "subGroups": [{"name": "all", "minMember": 5}],
+            "topologyConstraints": {
+                "global": {"requiredTopologyLevel": level[required]},
+                "subGroups": {"all": {"preferredTopologyLevel": level[preferred]}},
+            },
+        }
+    )
+    want = placed(run(UNEVEN, on_child, pods))
+    assert placed(run(UNEVEN, beside, [pod(f"p-{i}") for i in range(5)])) == want
+    assert placed(run(UNEVEN, beside_on_child, pods)) == want
+    # The fewest preferred domains: one block of z2 holds all 5; z2's b2 holds them in 2 racks.
+    domain = {"block": lambda n: n.split("-r")[0], "rack": lambda n: n.rsplit("-", 1)[0]}[preferred]
+    assert len({domain(n) for n in want.values()}) == {"block": 1, "rack": 2}[preferred], want

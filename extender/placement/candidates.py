@@ -51,8 +51,10 @@ class Candidates:
         rule = scope.rule
         preferred = rule.preferred if rule is not None else None
         rank = []  # no preference: every candidate ranks the same, so no sort key
-        if preferred is not None and preferred > level:
-            rank = [self._preference_rank(scope, level, cand, preferred)]
+        if preferred is not None and preferred > level and any(self.demand.minimum[scope.id]):
+            # The scope's own preference ranks as a descendant's does (a preference on the same
+            # constraint means what it means on a child): fewest preferred domains first.
+            rank = [self._domains_needed(scope, level, cand, preferred)]
         inner = self.inner_preferences(scope, level, cand)
         return _Domains(level, cand[self._order(scope, level, cand, *rank, *inner)])
 
@@ -199,17 +201,6 @@ class Candidates:
                     found.extend(below)
             self._parts_of[scope.id] = found
         return found
-
-    def _preference_rank(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
-        """0 where one domain of the preferred level holds the scope, 1 for the next level up..."""
-        rank = np.full(len(cand), preferred - level, dtype=np.int64)
-        demand = self.demand.minimum[scope.id]
-        for finer in range(level + 1, preferred + 1):
-            li = self.tree.levels[finer]
-            fits = self.fits(finer, 0, len(li.starts), demand)
-            owners = self.tree.levels[level].domain_of_pos[li.starts[fits]]
-            rank[np.isin(cand, owners)] = preferred - finer
-        return rank
 
     def _domains_needed(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
         """For each candidate, how many preferred-level domains its pods would span (greedy)."""
