@@ -214,3 +214,62 @@ spec: {minMember: 2, priorityClassName: high}
     assert placed["early-0"]
     assert placed["early-1"]
     assert placed["late-0"] is None
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "classes"),
+    [
+        ("priorityClassName: system-cluster-critical, ", ""),  # a built-in class, never written
+        ("", "globalDefault: true\n"),  # no class named: the globalDefault one
+    ],
+    ids=["system-class", "global-default"],
+)
+def test_a_pods_priority_is_resolved_as_the_api_server_resolves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pod_spec: str, classes: str
+) -> None:
+    # Room for one gang of 2. "mid" is older, read first, of priority 50; "top" outranks it
+    # through its pods' priority as the API server would set it.
+    objects = f"""
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {{name: fifty}}
+value: 50
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {{name: hundred}}
+value: 100
+{classes}---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata: {{name: mid, creationTimestamp: "2026-01-01T00:00:00Z"}}
+spec: {{minMember: 2, priorityClassName: fifty}}
+---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata: {{name: top, creationTimestamp: "2026-01-02T00:00:00Z"}}
+spec: {{minMember: 2}}
+"""
+    top = pods("top", 2).replace("spec: {containers", f"spec: {{{pod_spec}containers")
+    mid = pods("mid", 2).replace("spec: {containers", "spec: {priorityClassName: fifty, containers")
+    write(tmp_path, "a.yaml", NODES)
+    write(tmp_path, "b.yaml", objects + mid + top)
+    doc = simulate_json(capsys, tmp_path)
+    placed = {p["name"]: p["node"] for p in doc["pods"]}  # type: ignore[union-attr]
+    assert placed["top-0"] and placed["top-1"]
+    assert placed["mid-0"] is None and placed["mid-1"] is None
+    # The pod's own spec.priority wins over its class (0 here: "mid" goes first again).
+    write(tmp_path, "b.yaml", objects + mid + top.replace("spec: {", "spec: {priority: 0, "))
+    doc = simulate_json(capsys, tmp_path)
+    placed = {p["name"]: p["node"] for p in doc["pods"]}  # type: ignore[union-attr]
+    assert placed["mid-0"] and placed["mid-1"]
+    assert placed["top-0"] is None
+
+
+def test_a_priority_class_whose_global_default_is_not_a_boolean_is_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: x}\nvalue: 5\nglobalDefault: yes-please\n"
+    write(tmp_path, "a.yaml", NODES + "---\n" + bad)
+    assert main(["simulate", "-f", str(tmp_path)]) == 2
+    assert "PriorityClass x: globalDefault: expected true or false, got 'yes-please'" in capsys.readouterr().err

@@ -61,7 +61,7 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
         topology = parse_topology(body)
         state.set_topology(topology.name, topology)
     elif kind == "PriorityClass":
-        state.set_priority_class(_name(body), parse_priority_class(body))
+        state.set_priority_class(_name(body), *parse_priority_class(body))
     elif kind == "PodDisruptionBudget":
         state.set_budget(_namespaced_key(body), parse_budget(body))
     elif kind == "ResourceInterface":
@@ -113,12 +113,20 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
         state.set_object(_owner_key(api, kind, body), None)
 
 
-def parse_priority_class(body: JSON) -> int:
-    value = body.get("value")
+def parse_priority_class(body: JSON) -> tuple[int, bool]:
+    """A PriorityClass's value and whether it is the globalDefault."""
+    value, default = body.get("value"), body.get("globalDefault", False)
+    errors = []
     if not isinstance(value, int) or isinstance(value, bool):
-        error = FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {literal(value)}")
-        raise InvalidObject([error])
-    return value
+        errors.append(FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {literal(value)}"))
+    if not isinstance(default, bool):
+        errors.append(
+            FieldError(f"PriorityClass {_name(body)}", "globalDefault", f"expected true or false, got {literal(default)}")
+        )
+    if errors:
+        raise InvalidObject(errors)
+    assert isinstance(value, int)
+    return value, default
 
 
 def _queue_key(api: str, kind: str, body: JSON) -> QueueKey | None:

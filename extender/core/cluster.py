@@ -27,6 +27,9 @@ DELETED_UIDS_KEPT = 20_000
 
 ObjectKey = tuple[str, str, str, str]  # (apiVersion group, kind, namespace, name)
 
+# The PriorityClasses every API server has and none can delete (scheduling.k8s.io's built-ins).
+SYSTEM_PRIORITY_CLASSES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
+
 
 def object_key(api_version: str, kind: str, namespace: str | None, name: str) -> ObjectKey:
     return (api_version.rpartition("/")[0], kind, namespace or "", name)
@@ -44,6 +47,7 @@ class ClusterState:
         self.invalid_podgroups: dict[str, tuple[FieldError, ...]] = {}
         self.topologies: dict[str, TopologySpec] = {}
         self.priority_classes: dict[str, int] = {}
+        self.global_default: dict[str, int] = {}  # PriorityClasses with globalDefault: true
         self.budgets: dict[str, DisruptionBudget] = {}  # PodDisruptionBudgets, by namespace/name
         self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
         self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
@@ -244,12 +248,20 @@ class ClusterState:
         else:
             self.budgets[key] = budget
 
-    def set_priority_class(self, name: str, value: int | None) -> None:
+    def set_priority_class(self, name: str, value: int | None, global_default: bool = False) -> None:
+        self.global_default.pop(name, None)
         if value is None:
             self.priority_classes.pop(name, None)
         else:
             self.priority_classes[name] = value
+            if global_default:
+                self.global_default[name] = value
         self._notify("priority_class", name)
+
+    def class_priority(self, name: str) -> int | None:
+        """The value of PriorityClass NAME, the API server's built-in system classes included."""
+        found = self.priority_classes.get(name)
+        return found if found is not None else SYSTEM_PRIORITY_CLASSES.get(name)
 
     # -- planning view ---------------------------------------------------------------------------------
 
@@ -264,6 +276,13 @@ class ClusterState:
         return info.allocatable.get(resource, 0) - self.bound.at(node, resource) - self.reserved.at(node, resource)
 
     def pod_priority(self, pod: PodInfo) -> int:
-        if pod.priority or not pod.priority_class_name:
+        """As the API server's Priority admission resolves it (live pods carry its answer in
+        spec.priority; pods read from files, in the simulator and `explain`, may not): the pod's
+        own value, else its class's, else the globalDefault class's, else 0."""
+        if pod.priority is not None:
             return pod.priority
-        return self.priority_classes.get(pod.priority_class_name, 0)
+        if pod.priority_class_name:
+            return self.class_priority(pod.priority_class_name) or 0
+        if self.global_default:  # the API server allows one; should two be seen, the lowest name
+            return self.global_default[min(self.global_default)]
+        return 0

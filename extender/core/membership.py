@@ -273,8 +273,8 @@ class Membership:
             )
         else:
             spec = grouping.podgroup
-            if spec.priority_class_name in state.priority_classes:
-                priority = max(priority, state.priority_classes[spec.priority_class_name])
+            if spec.priority_class_name and (value := state.class_priority(spec.priority_class_name)) is not None:
+                priority = max(priority, value)
             # A pod held by a scheduling gate (Kueue's, a user's) is not present: it cannot be
             # scheduled, so counting it would plan and hold room for a gang that cannot bind. It
             # joins the gang once its gates are gone. topogang's own gate (gates mode) is the

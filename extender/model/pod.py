@@ -58,7 +58,7 @@ class PodInfo:
     placement: Placement = field(default_factory=Placement)
     node_name: str | None = None
     phase: str = "Pending"
-    priority: int = 0
+    priority: int | None = None  # spec.priority as written; None: not written (see ClusterState.pod_priority)
     priority_class_name: str = ""
     preemption_policy: str = ""  # spec.preemptionPolicy: "Never" keeps the pod from preempting
     created: float | None = None  # seconds since the epoch, when known
@@ -202,7 +202,7 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         placement=placement,
         node_name=opt_str(spec.get("nodeName"), "spec.nodeName", errors) or None,
         phase=opt_str(status.get("phase"), "status.phase", errors) or "Pending",
-        priority=opt_int(spec.get("priority"), "spec.priority", errors) or 0,
+        priority=opt_int(spec.get("priority"), "spec.priority", errors),
         priority_class_name=opt_str(spec.get("priorityClassName"), "spec.priorityClassName", errors) or "",
         preemption_policy=opt_str(spec.get("preemptionPolicy"), "spec.preemptionPolicy", errors) or "",
         created=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp", errors),
