@@ -256,20 +256,24 @@ spec: {{minMember: 2}}
     write(tmp_path, "b.yaml", objects + mid + top)
     doc = simulate_json(capsys, tmp_path)
     placed = {p["name"]: p["node"] for p in doc["pods"]}  # type: ignore[union-attr]
-    assert placed["top-0"] and placed["top-1"]
-    assert placed["mid-0"] is None and placed["mid-1"] is None
+    assert placed["top-0"]
+    assert placed["top-1"]
+    assert placed["mid-0"] is None
+    assert placed["mid-1"] is None
     # The pod's own spec.priority wins over its class (0 here: "mid" goes first again).
     write(tmp_path, "b.yaml", objects + mid + top.replace("spec: {", "spec: {priority: 0, "))
     doc = simulate_json(capsys, tmp_path)
     placed = {p["name"]: p["node"] for p in doc["pods"]}  # type: ignore[union-attr]
-    assert placed["mid-0"] and placed["mid-1"]
+    assert placed["mid-0"]
+    assert placed["mid-1"]
     assert placed["top-0"] is None
 
 
 def test_a_priority_class_whose_global_default_is_not_a_boolean_is_refused_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bad = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: x}\nvalue: 5\nglobalDefault: yes-please\n"
+    bad = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: x}\nvalue: 5\n"
+    bad += "globalDefault: yes-please\n"
     write(tmp_path, "a.yaml", NODES + "---\n" + bad)
     assert main(["simulate", "-f", str(tmp_path)]) == 2
     assert "PriorityClass x: globalDefault: expected true or false, got 'yes-please'" in capsys.readouterr().err

@@ -116,13 +116,11 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
 def parse_priority_class(body: JSON) -> tuple[int, bool]:
     """A PriorityClass's value and whether it is the globalDefault."""
     value, default = body.get("value"), body.get("globalDefault", False)
-    errors = []
+    errors, where = [], f"PriorityClass {_name(body)}"
     if not isinstance(value, int) or isinstance(value, bool):
-        errors.append(FieldError(f"PriorityClass {_name(body)}", "value", f"expected an integer, got {literal(value)}"))
+        errors.append(FieldError(where, "value", f"expected an integer, got {literal(value)}"))
     if not isinstance(default, bool):
-        errors.append(
-            FieldError(f"PriorityClass {_name(body)}", "globalDefault", f"expected true or false, got {literal(default)}")
-        )
+        errors.append(FieldError(where, "globalDefault", f"expected true or false, got {literal(default)}"))
     if errors:
         raise InvalidObject(errors)
     assert isinstance(value, int)
