@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from extender.model.errors import InvalidObject
+from extender.model.flavor import parse_resource_flavor
 from extender.model.limits import MAX_SUBGROUPS
 from extender.model.node import parse_node
 from extender.model.pod import parse_pod
@@ -184,3 +185,29 @@ def test_messages_show_values_as_json_would(spec: dict[str, Any], want: str) -> 
 def test_a_null_label_value_says_null() -> None:
     body = {"metadata": {"name": "p", "namespace": "ml", "labels": {"team": None}}, "spec": {"containers": []}}
     assert refused(parse_pod, body) == ["Pod ml/p: metadata.labels.team: expected a string, got null"]
+
+
+# -- what the design documents ask of these objects ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, 2, -2])
+def test_a_scheduling_backoff_other_than_minus_one_or_one_is_refused_naming_the_field(value: int) -> None:
+    # KAI's hierarchical PodGroup design: "Currently only supporting -1 and 1".
+    assert refused(parse_podgroup, podgroup({"schedulingBackoff": value})) == [
+        f"PodGroup ml/pg: spec.schedulingBackoff: expected -1 (never mark) or 1 (mark after one failed attempt),"
+        f" got {value}"
+    ]
+    for allowed in (-1, 1):
+        assert parse_podgroup(podgroup({"schedulingBackoff": allowed})).scheduling_backoff == allowed
+
+
+def test_a_resource_flavor_with_a_topology_and_no_node_label_is_refused() -> None:
+    # Kueue's TAS KEP requires at least one label on a TAS flavor: without one it matches every node.
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "gpu"}}
+    for spec in ({"topologyName": "dc"}, {"topologyName": "dc", "nodeLabels": {}}):
+        assert refused(parse_resource_flavor, {**flavor, "spec": spec}) == [
+            "ResourceFlavor gpu: spec.nodeLabels: a flavor with spec.topologyName (dc) needs at least one node label"
+        ]
+    ok = parse_resource_flavor({**flavor, "spec": {"topologyName": "dc", "nodeLabels": {"pool": "a"}}})
+    assert ok.node_labels == (("pool", "a"),)
+    assert parse_resource_flavor({**flavor, "spec": {}}).topology is None  # a flavor without TAS needs none

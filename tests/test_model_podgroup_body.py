@@ -62,7 +62,7 @@ def test_every_field_of_a_written_podgroup_reads_back() -> None:
             "queue": "q",
             "priorityClassName": "high",
             "markUnschedulable": True,
-            "schedulingBackoff": 3,
+            "schedulingBackoff": -1,
             "subGroups": [{"name": "a", "minMember": 1}, {"name": "b", "minMember": 0}, {"name": "c", "parent": "a"}],
             "topologyConstraints": {
                 "global": {"preferredTopologyLevel": "zone", "topology": "dc"},

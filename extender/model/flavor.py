@@ -35,6 +35,9 @@ def parse_resource_flavor(body: Mapping[str, Any]) -> ResourceFlavor:
     spec = mapping(body.get("spec"), "spec", errors)
     topology = opt_str(spec.get("topologyName"), "spec.topologyName", errors) or None
     labels = str_map(spec.get("nodeLabels"), "spec.nodeLabels", errors)
+    if topology and not labels and not spec.get("nodeLabels"):
+        # Kueue's TAS KEP requires one: without it the flavor would match every node.
+        errors.add("spec.nodeLabels", f"a flavor with spec.topologyName ({topology}) needs at least one node label")
     errors.raise_if_any()
     return ResourceFlavor(name, topology, tuple(sorted(labels.items())))
 

@@ -221,7 +221,7 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
         queue=opt_str(spec.get("queue"), "spec.queue", errors) or "",
         priority_class_name=opt_str(spec.get("priorityClassName"), "spec.priorityClassName", errors) or "",
         mark_unschedulable=opt_bool(spec.get("markUnschedulable"), "spec.markUnschedulable", errors),
-        scheduling_backoff=opt_int(spec.get("schedulingBackoff"), "spec.schedulingBackoff", errors),
+        scheduling_backoff=_backoff(spec.get("schedulingBackoff"), errors),
         uid=opt_str(meta.get("uid"), "metadata.uid", errors) or "",
         api_version=api_version,
         labels=str_map(meta.get("labels"), "metadata.labels", errors),
@@ -312,3 +312,17 @@ def _check_cycles(pg: PodGroupSpec, index: dict[str, int], errors: ErrorList) ->
             on_path.add(node)
             node = parent_of.get(node)
         walked.update(seen)
+
+
+# KAI's hierarchical PodGroup design: "Currently only supporting -1 and 1".
+SCHEDULING_BACKOFF_VALUES = (-1, 1)
+
+
+def _backoff(obj: object, errors: ErrorList) -> int | None:
+    value = opt_int(obj, "spec.schedulingBackoff", errors)
+    if value is not None and value not in SCHEDULING_BACKOFF_VALUES:
+        errors.add(
+            "spec.schedulingBackoff", f"expected -1 (never mark) or 1 (mark after one failed attempt), got {value}"
+        )
+        return None
+    return value
