@@ -19,7 +19,7 @@ from extender.grouping import GroupingResult, ObjectIndex, group_pods, synthesiz
 from extender.model.pod import PodInfo, parse_pod
 from extender.placement import ClusterSnapshot, Plan, build_gang, plan
 from tests.builders import GPU, TOPO, grid, racks_of
-from tests.grouping_builders import group, group_file, kubeflow, template
+from tests.grouping_builders import group, group_file, jobset, kubeflow, pods_of, template
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples" / "workloads").glob("*.yaml"))
 STORY_2 = kubeflow(
@@ -119,3 +119,18 @@ def test_unknown_level_is_reported_by_build_gang_naming_the_annotation() -> None
         " 'rak' is not a level of Topology default (valid: block, example.com/topology-block,"
         " example.com/topology-rack, example.com/topology-zone, hostname, kubernetes.io/hostname, node, rack, zone)"
     ]
+
+
+def test_a_jobsets_leader_and_workers_jobs_sharing_a_podset_group_land_in_one_rack() -> None:
+    # Kueue's podset-group-name on a leader Job's and a workers Job's templates (one PodSet each,
+    # as Kueue reads a JobSet): one group, one rack for all 7 pods, as an LWS leader and its workers.
+    both = {"kueue.x-k8s.io/podset-group-name": "lw", "kueue.x-k8s.io/podset-required-topology": "rack"}
+    workload = jobset([("leader", 1, 1), ("workers", 2, 3)], ann={"leader": both, "workers": both})
+    made, _ = pods_of(workload)
+    result = group(workload)
+    g = result.groups["ml/jobset-js"]
+    assert g.podgroup is not None, g.errors
+    assert [s.subgroups for s in g.podgroup.subgroup_sets] == [("leader", "workers")]
+    got = place(result, made)["ml/jobset-js"].assignments
+    assert len(got) == 7
+    assert len(set(racks_of(got).values())) == 1, got

@@ -123,7 +123,10 @@ def _add_parts(draft: GangDraft, topology: str | None, tree: _Tree, oversized: b
 
 def _podset_groups(draft: GangDraft, tree: _Tree) -> tuple[SubGroupSet, ...]:
     """Kueue's PodSet groups: the parts whose templates share a podset-group-name become one
-    SubGroupSet under their constraint (which, as in Kueue, they must agree on)."""
+    SubGroupSet under their constraint (which, as in Kueue, they must agree on). A JobSet's
+    PodSet is a replicated Job: its Jobs (parts assigned on their own) join the set as the
+    replicated Job's SubGroup, their target, so that a leader Job and a workers Job share one
+    domain as an LWS leader and its workers do."""
     groups: dict[str, list[Part]] = {}
     for part in draft.parts:
         name = part.template.get(n.KUEUE_PODSET_GROUP)
@@ -131,17 +134,18 @@ def _podset_groups(draft: GangDraft, tree: _Tree) -> tuple[SubGroupSet, ...]:
             groups.setdefault(name, []).append(part)
     sets = []
     for name, parts in groups.items():
-        if len(parts) < 2:
+        members = list(dict.fromkeys((p.target or p.name) if p.kueue_own else p.name for p in parts))
+        if len(members) < 2:
             continue
         constraint: TopologyConstraint | None = None
         for part in parts:
             own = tree.constraints.get(part.name)
             constraint = merge(constraint, own, part.template_obj or draft.obj, tree.errors)
-        names = ", ".join(p.name for p in parts)
+        names = ", ".join(members)
         if constraint is None or constraint.empty:
             tree.warnings.append(f"{draft.obj}: {n.KUEUE_PODSET_GROUP}={name} ({names}) ignored: no topology request")
             continue
-        sets.append(SubGroupSet(tuple(p.name for p in parts), constraint))
+        sets.append(SubGroupSet(tuple(members), constraint))
     return tuple(sets)
 
 
@@ -223,7 +227,8 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     )
     structure = ErrorList(f"PodGroup {draft.key}")
     validate_structure(pg, structure)
-    tree.errors.extend(structure.errors)
+    # The tree is topogang's, not the user's: the error names the workload they wrote.
+    tree.errors.extend(FieldError(draft.obj, "spec", f"cannot be made one gang: {e.message}") for e in structure.errors)
     unique_errors = tuple(dict.fromkeys(tree.errors))
     return Grouping(
         key=draft.key,
