@@ -15,9 +15,10 @@ way Slurm's backfill does, on the topology:
   its estimated start is recomputed.
 - Held: the nodes of the reserved domain the gang is expected to start on (those that hold one
   of its pods now, and those the releases it waits for free) keep their free room, now and as
-  it frees, from other work, with three exceptions (`admits`): the gang itself; work of a higher priority (never blocked by a
-  lower-priority reservation); and *backfill*, work whose runtime bound says it ends before the
-  reserved gang's estimated start. Work without a bound does not backfill.
+  it frees, from other work, with three exceptions (`admits`): the gang itself; work of a
+  higher priority (never blocked by a lower-priority reservation); and *backfill*, work whose
+  runtime bound says it ends before the reserved gang's estimated start. Work without a bound
+  does not backfill.
 - Released: when the gang starts or leaves (the caller stops listing it), or when it is pushed
   out of the first `limit` eligible gangs.
 
