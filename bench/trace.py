@@ -196,7 +196,8 @@ def describe(cluster: clusters.Cluster, args: argparse.Namespace, settings: Sett
     )
     return (
         f"cluster {args.shape}: {len(cluster.nodes)} nodes of {s.gpus} GPUs, {cluster.capacity} schedulable GPUs,"
-        f" {s.zones} zones > {s.blocks} blocks > {s.racks} racks{' (uneven)' if s.uneven else ''}, {s.cordoned} cordoned\n"
+        f" {s.zones} zones > {s.blocks} blocks > {s.racks} racks{' (uneven)' if s.uneven else ''},"
+        f" {s.cordoned} cordoned\n"
         f"trace: {source}; sizes: S <= {rack} GPUs (a rack), M <= {block} (a block), L larger\n"
         f"reservations (topogang+reserve): after {settings.reserve_after:g} s or first at its priority,"
         f" at most {settings.limit}"
