@@ -10,6 +10,7 @@ and the figures (means over the traces) are printed side by side, one table per 
     .venv/bin/python bench/trace.py --json                   # one object per policy and load
     .venv/bin/python bench/trace.py --bounded 0,0.5,1        # sweep the share of jobs with a bound
     .venv/bin/python bench/trace.py --trace my.csv --policies topogang,bestfit
+    .venv/bin/python bench/trace.py --public trace_kalos.csv  # AcmeTrace or Helios, mapped (tracesim/public.py)
     .venv/bin/python bench/trace.py --write-trace t.csv      # the first generated trace, to edit
     .venv/bin/python bench/trace.py --relax                  # the same jobs without constraints
 
@@ -37,7 +38,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tracesim import cluster as clusters
-from bench.tracesim import metrics, policies, workload
+from bench.tracesim import metrics, policies, public, workload
 from bench.tracesim.replay import Replay, replay
 from extender.core.reservations import Settings
 
@@ -82,6 +83,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reserve-after", type=float, default=reserve.reserve_after, help="seconds before a reservation")
     p.add_argument("--reservations", type=int, default=reserve.limit, help="reservations at once")
     p.add_argument("--trace", type=Path, help="replay this CSV instead of generating traces (loads do not apply)")
+    p.add_argument(
+        "--public",
+        type=Path,
+        help="a public trace (AcmeTrace trace_*.csv, Helios cluster_log.csv): --seeds windows of --jobs GPU jobs",
+    )
+    p.add_argument("--skip", type=int, default=0, help="GPU jobs of --public skipped before the first window")
     p.add_argument("--write-trace", type=Path, help="write the first generated trace as CSV and go on")
     p.add_argument("--relax", action="store_true", help="drop every required constraint: what the constraints cost")
     p.add_argument("--policies", default="", help="comma-separated subset (default: all)")
@@ -115,12 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for load in args.loads:
             for bounded in args.bounded:
-                traces = [
-                    workload.generate(
-                        workload.TraceSpec(args.jobs, load, args.profile, bounded, seed=args.seed + k), cluster
-                    )
-                    for k in range(args.seeds)
-                ]
+                try:
+                    traces = [_trace(args, cluster, load, bounded, k) for k in range(args.seeds)]
+                except (OSError, workload.TraceError) as exc:
+                    print(f"trace.py: {exc}", file=sys.stderr)
+                    return 2
                 settings_runs.append((load, bounded, traces))
     if args.relax:
         settings_runs = [
@@ -168,6 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_pictures:
         _pictures(cluster, every, pictured, args.pictures)
     return 0
+
+
+def _trace(
+    args: argparse.Namespace, cluster: clusters.Cluster, load: float, bounded: float, k: int
+) -> list[workload.Job]:
+    if args.public:
+        skip = args.skip + k * args.jobs
+        return public.read_public(args.public, cluster, args.jobs, load, bounded, args.seed + k, skip)
+    return workload.generate(workload.TraceSpec(args.jobs, load, args.profile, bounded, seed=args.seed + k), cluster)
 
 
 def _pictures(

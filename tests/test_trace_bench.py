@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bench.tracesim import cluster as clusters
-from bench.tracesim import metrics, policies, workload
+from bench.tracesim import metrics, policies, public, workload
 from bench.tracesim.replay import replay
 from extender.core.reservations import Settings
 
@@ -179,3 +179,23 @@ def test_a_reservation_starts_the_large_gang_that_small_gangs_starve(bounded: bo
             assert (len(run.backfilled) > 0) is bounded  # bounded 1-node jobs end before the estimate
     assert waits["topogang"] > 600  # starved until the stream ends
     assert waits["r"] <= 200  # one job length to drain the block, and the queue ahead of it
+
+
+def test_a_public_trace_is_mapped_onto_gangs_by_the_documented_rule(tmp_path: Path) -> None:
+    cluster = clusters.build(SHAPE)
+    path = tmp_path / "trace_kalos.csv"
+    path.write_text(
+        "job_id,user,node_num,gpu_num,cpu_num,type,state,submit_time,start_time,end_time,duration,queue,gpu_time\n"
+        "a,u1,1,0,8,Other,COMPLETED,2023-05-17 11:00:00+00:00,,,50,0,0\n"  # a CPU job: left out
+        "b,u1,1,4,8,Other,COMPLETED,2023-05-17 11:00:10+00:00,,,100,0,400\n"
+        "c,u1,2,12,8,Pretrain,FAILED,2023-05-17 11:00:30+00:00,,,3600,0,43200\n"
+        "d,u1,1,1,8,Eval,COMPLETED,2023-05-17 11:00:20+00:00,,,0,0,0\n"
+    )
+    jobs = public.read_public(path, cluster, jobs=10, load=0.5, bounded=0.0, seed=1)
+    assert [(j.pods, j.gpus, j.duration) for j in jobs] == [(1, 4, 100.0), (1, 1, 1.0), (2, 8, 3600.0)]
+    gaps = np.diff([j.arrival for j in jobs])
+    assert gaps[1] == pytest.approx(gaps[0], rel=0.05)  # the trace's gaps (10 s, 10 s), scaled (ms rounding)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("gpu_num,submit_time,duration\n8,yesterday,60\n8,2023-05-17 11:00:00,60\n")
+    with pytest.raises(workload.TraceError, match=r"bad.csv:2: submit_time: 'yesterday' is not a date and time"):
+        public.read_public(bad, cluster, jobs=10, load=0.5, bounded=0.0, seed=1)

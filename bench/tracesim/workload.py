@@ -140,9 +140,8 @@ def _segment(rng: random.Random, cluster: Cluster, pods: int, gpus: int) -> int:
 def generate(spec: TraceSpec, cluster: Cluster) -> list[Job]:
     rng = random.Random(spec.seed)
     zone_gpus = int(cluster.domain_gpus("zone").min())
-    block_gpus = int(cluster.domain_gpus("block").min())
     node_gpus = cluster.shape.gpus
-    shapes = []
+    shapes: list[Shape] = []
     if spec.profile == "synthetic":
         max_pods = spec.max_pods or zone_gpus // node_gpus
         sizes = [2**k for k in range(int(math.log2(max_pods)) + 1)]
@@ -158,23 +157,46 @@ def generate(spec: TraceSpec, cluster: Cluster) -> list[Job]:
                 pods, gpus = pods * 2, node_gpus // 2
             duration = min(30 * 86400.0, max(60.0, rng.lognormvariate(math.log(3600.0), 1.0)))
         else:
-            total = _gpus(rng, profile, beta, zone_gpus)
-            pods, gpus = (1, total) if total < node_gpus else (total // node_gpus, node_gpus)
+            pods, gpus = gang_shape(_gpus(rng, profile, beta, zone_gpus), cluster)
             duration = min(30 * 86400.0, max(10.0, rng.lognormvariate(math.log(profile.median_s), sigma)))
-        segment = _segment(rng, cluster, pods, gpus) if pods > 1 else 0
-        job_level = ""
-        if pods > 1 and rng.random() < 1 / 3:
-            job_level = next((lv for lv, cap in (("block", block_gpus), ("zone", zone_gpus)) if pods * gpus <= cap), "")
-        priority = rng.choices([p for p, _ in PRIORITIES], [w for _, w in PRIORITIES])[0]
-        shapes.append((pods, gpus, segment, job_level, duration, priority))
+        shapes.append((pods, gpus, *dress(rng, cluster, pods, gpus), duration))
     gaps = [rng.expovariate(1.0) for _ in shapes]  # arrivals at rate 1, scaled below
-    rate = _rate(spec.load * cluster.capacity, [p * g for p, g, *_ in shapes], [s[4] for s in shapes], gaps)
-    bounds = random.Random(f"bounds-{spec.seed}")  # its own stream: the share changes no other draw
+    return assemble(shapes, gaps, spec.load, spec.bounded, spec.seed, cluster)
+
+
+Shape = tuple[int, int, int, str, int, float]  # pods, GPUs a pod, segment, job level, priority, duration
+
+
+def gang_shape(total: int, cluster: Cluster) -> tuple[int, int]:
+    """The mapping of a job of TOTAL GPUs onto a gang: one pod below a node's GPUs, else whole nodes."""
+    node_gpus = cluster.shape.gpus
+    return (1, total) if total < node_gpus else (-(-total // node_gpus), node_gpus)
+
+
+def dress(rng: random.Random, cluster: Cluster, pods: int, gpus: int) -> tuple[int, str, int]:
+    """What traces lack, drawn for one job: its segment size, required level and priority."""
+    zone_gpus = int(cluster.domain_gpus("zone").min())
+    block_gpus = int(cluster.domain_gpus("block").min())
+    segment = _segment(rng, cluster, pods, gpus) if pods > 1 else 0
+    job_level = ""
+    if pods > 1 and rng.random() < 1 / 3:
+        job_level = next((lv for lv, cap in (("block", block_gpus), ("zone", zone_gpus)) if pods * gpus <= cap), "")
+    priority = rng.choices([p for p, _ in PRIORITIES], [w for _, w in PRIORITIES])[0]
+    return segment, job_level, priority
+
+
+def assemble(
+    shapes: Sequence[Shape], gaps: Sequence[float], load: float, bounded: float, seed: int, cluster: Cluster
+) -> list[Job]:
+    """Jobs of SHAPES arriving GAPS apart (any unit), scaled in time to offer LOAD; a share BOUNDED
+    declares 1.5 x its duration as its runtime bound."""
+    rate = _rate(load * cluster.capacity, [p * g for p, g, *_ in shapes], [s[5] for s in shapes], list(gaps))
+    bounds = random.Random(f"bounds-{seed}")  # its own stream: the share changes no other draw
     t, jobs = 0.0, []
-    for i, (pods, gpus, segment, job_level, duration, priority) in enumerate(shapes):
+    for i, (pods, gpus, segment, job_level, priority, duration) in enumerate(shapes):
         t += gaps[i] / rate
         level = "rack" if segment else ""
-        bound = round(1.5 * duration, 3) if bounds.random() < spec.bounded else 0.0
+        bound = round(1.5 * duration, 3) if bounds.random() < bounded else 0.0
         jobs.append(Job(i, round(t, 3), pods, gpus, round(duration, 3), segment, level, job_level, priority, bound))
     return jobs
 

@@ -53,6 +53,7 @@ class Settings:
     reserve_after: float = 1800.0  # seconds a gang waits before it gets a reservation
     limit: int = 1  # reservations at once (bench/trace.py: 1 did best of 1, 2 and 4)
     floor: float = 600.0  # an unbounded pod is expected to run at least this much longer
+    heads: bool = True  # the first gang in queue order at each priority is eligible at once
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,7 @@ def reserve(
         return ()
     heads: set[str] = set()
     seen: set[int] = set()
-    for w in queue:
+    for w in queue if settings.heads else ():
         if w.priority not in seen:
             seen.add(w.priority)
             heads.add(w.key)
