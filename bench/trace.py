@@ -94,6 +94,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     p.add_argument("--warmup", type=float, default=0.1, help="share of arrivals before measuring")
     p.add_argument("--json", action="store_true", help="one JSON object per policy, load and bounded share")
+    p.add_argument("--json-out", type=Path, help="also write those objects to this file")
     p.add_argument("--pictures", type=Path, default=Path(__file__).parent / "out", help="where the PNGs go")
     p.add_argument("--no-pictures", action="store_true")
     args = p.parse_args(argv)
@@ -168,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nload {load:g}, {bounded:.0%} of jobs with a runtime bound:", flush=True)
             print(table(rows, COLUMNS))
             print(table(rows, WAITS))
+            print(spread(rows))
             print(first_fit_gap(rows), flush=True)
+    if args.json_out:
+        args.json_out.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n" for r in every))
     if not args.json:
         print(targets(every))
     if not args.no_pictures:
@@ -225,6 +229,19 @@ def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str, str], ...])
     for row in rows:
         cells = " ".join(fmt.format(row[k]) for _, k, fmt in columns)
         lines.append(cells if columns[0][0] == "policy" else f"{row['policy']:<16} {cells}")
+    return "\n".join(lines)
+
+
+def spread(rows: list[dict[str, Any]]) -> str:
+    if rows[0]["traces"] < 2:
+        return ""
+    lines = ["p99 waits, lowest..highest of the traces (s):"]
+    for r in rows:
+        cells = []
+        for size in ("small", "medium", "large"):
+            v = r[f"wait_p99_{size}_s_per_trace"]
+            cells.append(f"{size[0].upper()} {min(v):.0f}..{max(v):.0f}")
+        lines.append(f"  {r['policy']:<16} " + "  ".join(cells))
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ from bench.tracesim.replay import Replay
 from bench.tracesim.workload import Job, window
 
 SIZES = ("small", "medium", "large")
+SPREAD = ("allocation", "wait_p99_small_s", "wait_p99_medium_s", "wait_p99_large_s")
 
 
 def lower_bound(cluster: Cluster, gpus: int) -> int:
@@ -125,4 +126,6 @@ def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in rows]
         out[key] = sum(values) if isinstance(value, int) else round(sum(values) / len(values), 4)
     out["traces"] = len(rows)
+    for key in SPREAD:  # one trace's p99 of a few dozen large gangs is nearly its maximum: show the spread
+        out[f"{key}_per_trace"] = [r[key] for r in rows]
     return out

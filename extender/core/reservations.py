@@ -54,6 +54,7 @@ class Settings:
     limit: int = 1  # reservations at once (bench/trace.py: 1 did best of 1, 2 and 4)
     floor: float = 600.0  # an unbounded pod is expected to run at least this much longer
     heads: bool = True  # the first gang in queue order at each priority is eligible at once
+    whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
 
 
 @dataclass(frozen=True)
@@ -278,9 +279,10 @@ def reserve(
             found = soonest(now, w.demand, level, free, ordered, layout, clear)
             if found is None:
                 continue
-        nodes = _held(layout, level, found, w.demand, free, ordered)
+        members = layout.members(level, found.domain)
+        nodes = members if settings.whole_domain else _held(layout, level, found, w.demand, free, ordered)
         out.append(Reservation(w.key, w.priority, level, found.domain, nodes, found.start, made))
-        taken[layout.members(level, found.domain)] = True
+        taken[members] = True
     return tuple(out)
 
 
