@@ -184,3 +184,19 @@ def test_a_bad_active_deadline_is_named() -> None:
         InvalidObject, match=r"Pod ml/w-0: spec.activeDeadlineSeconds: 'soon' is not a positive integer"
     ):
         runtime_bound("Pod ml/w-0", {}, "soon")
+
+
+def test_a_reservation_moves_only_to_a_domain_expected_to_free_clearly_sooner() -> None:
+    lay = layout()
+    gang = Waiting("g", 0, 0.0, whole_nodes(4, level=BLOCK))
+    old = Reservation("g", 0, BLOCK, 0, lay.members(BLOCK, 0), start=300.0, made=50.0)
+    # block 0's last pod now outlives its estimate (ends at 5,000); block 1 frees at 1,000
+    late = running(*[(n, 8, 5000.0 if n == 0 else 1000.0) for n in range(8)])
+    f = free(0, 0, 0, 0, 0, 0, 0, 0)
+    (moved,) = reserve(200.0, [gang], f, late, lay, [old], Settings(limit=1))
+    assert (moved.domain, moved.start, moved.made) == (1, 1000.0, 50.0)
+    (stays,) = reserve(200.0, [gang], f, late, lay, [old], Settings(limit=1, move=False))
+    assert (stays.domain, stays.start) == (0, 5000.0)
+    close = running(*[(n, 8, 1100.0 if n == 0 else 1000.0) for n in range(8)])
+    (kept,) = reserve(200.0, [gang], f, close, lay, [old], Settings(limit=1))
+    assert kept.domain == 0  # 100 s sooner is within the margin: no move

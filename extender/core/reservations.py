@@ -11,8 +11,10 @@ way Slurm's backfill does, on the topology:
 - Where: one domain of the gang's required level (without one, of the finest level where one
   domain, empty, holds the gang), the one *expected to have room soonest*: running pods are
   released in the order of their expected end until some domain holds the gang. Domains of
-  different reservations never share a node. A reservation keeps its domain while it lasts; only
-  its estimated start is recomputed.
+  different reservations never share a node. A reservation keeps its domain while it lasts, its
+  estimated start recomputed at every pass, unless another domain is then expected to hold the
+  gang clearly sooner (by a quarter of the wait, at least `move_margin`): a pod without a bound
+  that outlives its estimate would otherwise tie the gang to its domain.
 - Held: the nodes of the reserved domain the gang is expected to start on (those that hold one
   of its pods now, and those the releases it waits for free) keep their free room, now and as
   it frees, from other work, with three exceptions (`admits`): the gang itself; work of a
@@ -55,6 +57,8 @@ class Settings:
     floor: float = 600.0  # an unbounded pod is expected to run at least this much longer
     heads: bool = True  # the first gang in queue order at each priority is eligible at once
     whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
+    move: bool = True  # move to another domain expected to free clearly sooner (a quarter of the wait)
+    move_margin: float = 300.0  # ... and at least this many seconds sooner
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,10 @@ def _held(layout: Layout, level: int, found: Found, demand: Demand, free: Matrix
     return out
 
 
+def _clearly_sooner(now: float, other: float, current: float, settings: Settings) -> bool:
+    return other < current - max(settings.move_margin, 0.25 * (current - now))
+
+
 def reserve(
     now: float,
     queue: Sequence[Waiting],
@@ -264,21 +272,28 @@ def reserve(
         if len(out) == settings.limit:
             break
         old = previous.get(w.key)
-        found: Found | None = None
+        kept: Found | None = None
         if old is not None and not taken[layout.members(old.level, old.domain)].any():
-            level, made = old.level, old.made
-            allowed = np.zeros(layout.counts[level], dtype=np.bool_)
+            allowed = np.zeros(layout.counts[old.level], dtype=np.bool_)
             allowed[old.domain] = True
-            found = soonest(now, w.demand, level, free, ordered, layout, allowed)
-        if found is None:
-            chosen = layout.level_for(w.demand)
-            if chosen is None:
-                continue  # no domain holds it even empty: nothing to reserve
-            level, made = chosen, now
-            clear = np.bincount(layout.domain_of[level], weights=taken, minlength=layout.counts[level]) == 0
-            found = soonest(now, w.demand, level, free, ordered, layout, clear)
-            if found is None:
-                continue
+            kept = soonest(now, w.demand, old.level, free, ordered, layout, allowed)
+        chosen = old.level if old is not None else layout.level_for(w.demand)
+        if chosen is None:
+            continue  # no domain holds it even empty: nothing to reserve
+        clear = np.bincount(layout.domain_of[chosen], weights=taken, minlength=layout.counts[chosen]) == 0
+        best = soonest(now, w.demand, chosen, free, ordered, layout, clear)
+        # Keep the domain unless another is now expected to free clearly sooner: a pod without a
+        # bound that outlives its estimate would otherwise hold the gang to that domain.
+        moves = settings.move and best is not None and kept is not None
+        if kept is not None and not (
+            moves and best is not None and _clearly_sooner(now, best.start, kept.start, settings)
+        ):
+            found = kept
+        elif best is not None:
+            found = best
+        else:
+            continue
+        level, made = chosen, old.made if old is not None else now
         members = layout.members(level, found.domain)
         nodes = members if settings.whole_domain else _held(layout, level, found, w.demand, free, ordered)
         out.append(Reservation(w.key, w.priority, level, found.domain, nodes, found.start, made))
