@@ -15,12 +15,12 @@ way Slurm's backfill does, on the topology:
   estimated start recomputed at every pass, unless another domain is then expected to hold the
   gang clearly sooner (by a quarter of the wait, at least `move_margin`): a pod without a bound
   that outlives its estimate would otherwise tie the gang to its domain.
-- Held: the nodes of the reserved domain the gang is expected to start on (those that hold one
-  of its pods now, and those the releases it waits for free) keep their free room, now and as
-  it frees, from other work, with three exceptions (`admits`): the gang itself; work of a
-  higher priority (never blocked by a lower-priority reservation); and *backfill*, work whose
-  runtime bound says it ends before the reserved gang's estimated start. Work without a bound
-  does not backfill.
+- Held: the room of the reserved domain, free now and as it frees, is kept from other work (with
+  `whole_domain=False`, only on the nodes the gang is expected to start on: those that hold one
+  of its pods now and those the releases it waits for free), with three exceptions (`admits`):
+  the gang itself; work of a higher priority (never blocked by a lower-priority reservation);
+  and *backfill*, work whose runtime bound says it ends before the reserved gang's estimated
+  start. Work without a bound does not backfill.
 - Released: when the gang starts or leaves (the caller stops listing it), or when it is pushed
   out of the first `limit` eligible gangs.
 
@@ -28,7 +28,8 @@ Room is counted as the engine counts it: whole pods of the gang's shape per node
 (segments required in a finer domain) whole parts per part domain. The estimate is only that:
 pods without a bound are expected to run as long again as they have run (at least `floor`
 seconds: `expected_end`), the heavy-tailed rule of thumb for job lengths. A wrong estimate costs
-time, never the gang's start: the held domain holds the gang when empty, and every pod in it ends.
+time; with the whole domain held it cannot keep the gang from starting unless higher-priority
+work keeps taking the room: the domain holds the gang when empty, and every pod in it ends.
 
 Pure: arrays in, reservations out; no clock (callers pass `now`), no I/O. The trace simulator
 (bench/tracesim) calls it; the extender's and gates mode's core will call the same functions.
@@ -252,7 +253,8 @@ def reserve(
     settings: Settings,
 ) -> tuple[Reservation, ...]:
     """The reservations after this pass: QUEUE is the gangs still waiting, in queue order; CURRENT
-    the reservations before it (a gang keeps its domain unless a gang before it took a node of it)."""
+    the reservations before it (a gang keeps its domain unless a gang before it in queue order took
+    it, or another domain is expected to hold it clearly sooner)."""
     if not queue or settings.limit <= 0:
         return ()
     heads: set[str] = set()
