@@ -54,6 +54,7 @@ COLUMNS = (
     ("backfGPUh", "backfilled_gpu_h", "{:>9.0f}"),
     ("resv", "reservations", "{:>5d}"),
     ("plan ms99", "plan_ms_p99", "{:>9.2f}"),
+    ("resv ms99", "reserve_ms_p99", "{:>9.2f}"),
 )
 WAITS = tuple(
     (f"{s[0].upper()} {q}", f"wait_{q}_{s}_s", "{:>8.0f}") for s in metrics.SIZES for q in ("p50", "p95", "p99", "max")

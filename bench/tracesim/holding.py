@@ -9,6 +9,7 @@ a reservation's domain that the reservation does not admit the job to.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -55,6 +56,7 @@ class Holding:
     made: int = 0  # reservations made
     backfills: list[tuple[float, float]] = field(default_factory=list)  # (start, GPU-seconds) of backfilled jobs
     estimates: list[tuple[float, float, float]] = field(default_factory=list)  # (made, first estimate, start)
+    reserve_ms: list[float] = field(default_factory=list)  # one per call of reserve()
     _first: dict[str, tuple[float, float]] = field(default_factory=dict)
     _tried: dict[int, tuple[str, ...]] = field(default_factory=dict)  # job -> signature of its last refusal
     _lost = False  # a held node was let go since the last walk: every waiting job may fit now
@@ -132,7 +134,9 @@ class Holding:
         pods = Running(nodes, gpus[:, None], np.repeat(np.array(ends, dtype=np.float64), counts))
         free = (self.cluster.gpus - used)[:, None].astype(np.int64)
         keys = {r.key for r in self.reservations}
+        t0 = time.perf_counter()
         self.reservations = reserve(now, waiting, free, pods, self.layout, self.reservations, self.settings)
+        self.reserve_ms.append((time.perf_counter() - t0) * 1000)
         self._lost |= bool((before & ~self.held_nodes()).any())
         for r in self.reservations:
             if r.key not in keys:

@@ -22,6 +22,7 @@ backfilled_gpu_h             GPU-hours of bounded jobs that started in held room
 reservations                 reservations made; estimate_error_p50_s: |estimated - actual start|
                              of the reserved gangs that started, median
 plan_ms_p99                  time of one call into the policy (a placement or a refusal)
+reserve_ms_p99               time of one reserve() pass (topogang+reserve: after each walk)
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     row["estimate_error_p50_s"] = round(float(np.median(errors)), 1) if errors else 0.0
     row["plan_ms_p99"] = round(float(np.percentile(run.plan_ms, 99)), 3) if run.plan_ms else 0.0
     row["plan_calls"] = len(run.plan_ms)
+    row["reserve_ms_p99"] = round(float(np.percentile(run.reserve_ms, 99)), 3) if run.reserve_ms else 0.0
     row["placed"] = len(placed)
     row["never_placed"] = len(run.never)
     row["overcommitted"] = run.overcommitted

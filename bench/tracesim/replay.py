@@ -47,6 +47,7 @@ class Replay:
     backfilled: list[tuple[float, float]] = field(default_factory=list)  # (start, GPU-seconds) of backfills
     estimates: list[tuple[float, float, float]] = field(default_factory=list)  # (made, estimated, actual start)
     reservations: int = 0  # reservations made
+    reserve_ms: list[float] = field(default_factory=list)  # one per call into extender.core.reservations
     # Two moments of the measured window, as (time, jobs waiting, GPUs used per node): the busiest
     # (the most jobs waiting) and the worst (the most GPUs left free while jobs wait).
     busiest: tuple[float, int, IntArray] | None = None
@@ -97,6 +98,7 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
     out.never = queue
     if holding is not None:
         out.backfilled, out.estimates, out.reservations = holding.backfills, holding.estimates, holding.made
+        out.reserve_ms = holding.reserve_ms
     return out
 
 
