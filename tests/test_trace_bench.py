@@ -6,17 +6,19 @@ of 8 GPUs (64 nodes, 512 GPUs, 32 GPUs a rack).
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bench.tracesim import cluster as clusters
-from bench.tracesim import metrics, policies, workload
+from bench.tracesim import metrics, policies, public, workload
 from bench.tracesim.replay import replay
+from extender.core.reservations import Settings
 
 SHAPE = clusters.Shape(nodes=64, zones=2, blocks=2, racks=4)
-SPEC = workload.TraceSpec(jobs=150, seed=3)
+SPEC = workload.TraceSpec(jobs=400, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def test_the_trace_is_seeded_and_has_the_shapes_the_issue_asks_for(
 ) -> None:
     cluster, jobs = setting
     assert jobs == workload.generate(SPEC, cluster)
-    assert {j.segment for j in jobs} >= {0, 4, 8}
+    assert {j.segment for j in jobs} >= {0, 4}  # racks of 4 nodes: no segment of 8 whole nodes fits
     assert {j.job_level for j in jobs} >= {"", "block"}
     assert any(j.demand > cluster.domain_gpus("block").max() for j in jobs)  # some need a zone
     assert all(j.segment == 0 or j.segment * j.gpus <= cluster.domain_gpus("rack").min() for j in jobs)
@@ -75,7 +77,7 @@ def test_topogang_alone_on_an_empty_cluster_reaches_the_lower_bound(
     empty = np.zeros(len(cluster.nodes), dtype=np.int64)
     for job in jobs:
         topogang.prepare(job)
-        nodes = topogang.place(job, empty, empty)
+        nodes = topogang.place(job, empty, empty, 0.0)
         assert nodes is not None, job
         assert len(set(cluster.rack_of[nodes].tolist())) == metrics.lower_bound(cluster, job.demand), job
         assert metrics.broken(cluster, job, tuple(nodes)) == 0
@@ -116,3 +118,84 @@ def test_the_csv_round_trips_and_bad_rows_name_line_and_field(
     bad.write_text("arrival,pods,gpus,segment,levels,duration\n")
     with pytest.raises(workload.TraceError, match=r"unknown columns \['gpus'\], missing \['gpus_per_pod'\]"):
         workload.read_csv(bad)
+
+
+def test_the_generator_follows_the_published_figures_it_cites() -> None:
+    cluster = clusters.build(clusters.SHAPES["512"])
+    jobs = workload.generate(workload.TraceSpec(jobs=4000, seed=5), cluster)
+    kalos = workload.PROFILES["kalos"]
+    gpus = np.array([j.demand for j in jobs])
+    runs = np.array([j.duration for j in jobs])
+    assert np.median(gpus) == 1
+    assert 0.7 * kalos.mean_gpus < gpus.mean() < 1.3 * kalos.mean_gpus
+    assert gpus.max() <= kalos.max_gpus
+    assert 0.85 * kalos.median_s < np.median(runs) < 1.15 * kalos.median_s
+    assert all(j.pods == 1 or j.gpus == cluster.shape.gpus for j in jobs)  # whole nodes beyond one node
+
+
+def test_nvl72_racks_get_nvidias_segment_sizes() -> None:
+    cluster = clusters.build(clusters.SHAPES["nvl72"])
+    assert int(cluster.domain_gpus("rack").max()) == 72
+    jobs = workload.generate(workload.TraceSpec(jobs=3000, seed=2), cluster)
+    for j in jobs:
+        expected = 16 if j.demand >= 128 else 4 if 32 <= j.demand <= 64 else 0
+        assert j.segment == expected, j
+    assert {j.segment for j in jobs} == {0, 4, 16}
+
+
+def test_the_bounded_share_changes_only_the_bounds() -> None:
+    cluster = clusters.build(SHAPE)
+    half = workload.generate(workload.TraceSpec(jobs=400, bounded=0.5, seed=4), cluster)
+    none = workload.generate(workload.TraceSpec(jobs=400, bounded=0.0, seed=4), cluster)
+    every = workload.generate(workload.TraceSpec(jobs=400, bounded=1.0, seed=4), cluster)
+    assert [dataclasses.replace(j, bound=0.0) for j in half] == none
+    assert all(j.bound == 0 for j in none)
+    assert all(j.bound == pytest.approx(1.5 * j.duration, abs=0.01) for j in every)
+    assert 0.4 < sum(1 for j in half if j.bound) / len(half) < 0.6
+
+
+def _starving(bounded: bool) -> list[workload.Job]:
+    """A gang of a whole block (16 nodes) arrives at 300 s, when 1-node jobs of 100 s, arriving
+    faster than the 64 nodes can serve them until 1,000 s, fill the cluster; BOUNDED adds 1-node
+    jobs of 20 s that declare a bound of 30 s, every 3 s."""
+    stream = [workload.Job(i, i * 1.5, 1, 8, 100.0) for i in range(1, 667)]
+    if bounded:
+        stream += [workload.Job(1000 + i, i * 3.0 + 0.1, 1, 8, 20.0, bound=30.0) for i in range(1, 333)]
+    big = workload.Job(0, 300.2, 16, 8, 100.0, job_level="block")
+    return sorted([big, *stream], key=lambda j: (j.arrival, j.id))
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+def test_a_reservation_starts_the_large_gang_that_small_gangs_starve(bounded: bool) -> None:
+    cluster = clusters.build(SHAPE)
+    jobs = _starving(bounded)
+    waits = {}
+    for policy in (policies.Topogang(cluster), policies.Topogang(cluster, "r", reserve=Settings(limit=1))):
+        run = replay(cluster, jobs, policy)
+        assert run.overcommitted == 0
+        waits[policy.name] = run.placed[0].start - 300.2
+        if policy.name == "r":
+            assert run.reservations >= 1
+            assert (len(run.backfilled) > 0) is bounded  # bounded 1-node jobs end before the estimate
+    assert waits["topogang"] > 600  # starved until the stream ends
+    assert waits["r"] <= 200  # one job length to drain the block, and the queue ahead of it
+
+
+def test_a_public_trace_is_mapped_onto_gangs_by_the_documented_rule(tmp_path: Path) -> None:
+    cluster = clusters.build(SHAPE)
+    path = tmp_path / "trace_kalos.csv"
+    path.write_text(
+        "job_id,user,node_num,gpu_num,cpu_num,type,state,submit_time,start_time,end_time,duration,queue,gpu_time\n"
+        "a,u1,1,0,8,Other,COMPLETED,2023-05-17 11:00:00+00:00,,,50,0,0\n"  # a CPU job: left out
+        "b,u1,1,4,8,Other,COMPLETED,2023-05-17 11:00:10+00:00,,,100,0,400\n"
+        "c,u1,2,12,8,Pretrain,FAILED,2023-05-17 11:00:30+00:00,,,3600,0,43200\n"
+        "d,u1,1,1,8,Eval,COMPLETED,2023-05-17 11:00:20+00:00,,,0,0,0\n"
+    )
+    jobs = public.read_public(path, cluster, jobs=10, load=0.5, bounded=0.0, seed=1)
+    assert [(j.pods, j.gpus, j.duration) for j in jobs] == [(1, 4, 100.0), (1, 1, 1.0), (2, 8, 3600.0)]
+    gaps = np.diff([j.arrival for j in jobs])
+    assert gaps[1] == pytest.approx(gaps[0], rel=0.05)  # the trace's gaps (10 s, 10 s), scaled (ms rounding)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("gpu_num,submit_time,duration\n8,yesterday,60\n8,2023-05-17 11:00:00,60\n")
+    with pytest.raises(workload.TraceError, match=r"bad.csv:2: submit_time: 'yesterday' is not a date and time"):
+        public.read_public(bad, cluster, jobs=10, load=0.5, bounded=0.0, seed=1)

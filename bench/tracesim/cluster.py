@@ -1,4 +1,8 @@
-"""The benchmark's GPU cluster: zones > blocks > racks > nodes of 8 GPUs.
+"""The benchmark's GPU cluster: zones > blocks > racks > nodes of 8 GPUs (or 4, NVL72-like).
+
+SHAPES are the named shapes bench/trace.py runs: `512` (2 zones > 4 blocks > 8 racks > 8 nodes
+of 8 GPUs), `4096` (4 zones > 8 blocks > 16 racks > 8 nodes of 8 GPUs) and `nvl72` (2 zones > 4
+blocks > 8 racks of 18 nodes of 4 GPUs: a GB200 NVL72 rack, 72 GPUs, is the NVLink domain).
 
 Nodes are numbered in topology order (zone, block, rack, node), which is also the order of their
 names, so the topology-blind first fit walks racks one after another: the kindest case for its
@@ -34,6 +38,14 @@ class Shape:
     uneven: bool = False  # rack sizes vary (same total)
     cordoned: int = 0  # nodes marked unschedulable
     seed: int = 1
+    nvl: bool = False  # racks are NVLink domains (NVL72-like): the trace uses NVIDIA's segment sizes
+
+
+SHAPES = {
+    "512": Shape(),
+    "4096": Shape(nodes=4096, zones=4, blocks=8, racks=16),
+    "nvl72": Shape(nodes=1152, zones=2, blocks=4, racks=8, gpus=4, nvl=True),
+}
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""PNG pictures of a run (matplotlib, the `bench` extra): allocation over time, the wait-time CDF,
-racks per gang against the lower bound, and the racks' use at the busiest moment (the most gangs waiting)."""
+"""PNG pictures (matplotlib, the `bench` extra). Of one trace: allocation over time, the wait-time
+CDF, racks per gang against the lower bound, and the racks' use at the busiest moment (the most
+gangs waiting). Of a load sweep (`draw_loads`): wait p99 per size class, and allocation, against load."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from bench.tracesim.cluster import Cluster
-from bench.tracesim.metrics import lower_bound, size_class
+from bench.tracesim.metrics import SIZES, lower_bound, size_class
 from bench.tracesim.replay import Replay
 from bench.tracesim.workload import Job, window
 
@@ -108,3 +109,42 @@ def _heatmap(plt: Any, cluster: Cluster, jobs: list[Job], runs: Sequence[Replay]
     axes[1][0].set_ylabel("worst: most GPUs free\nwhile gangs wait", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def draw_loads(rows: Sequence[dict[str, Any]], out: Path, prefix: str = "trace") -> list[Path]:
+    """ROWS: one per policy and load (the first bounded share of each); none when fewer than two loads."""
+    loads = sorted({r["load"] for r in rows if r["load"] == r["load"]})
+    if len(loads) < 2:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    share = rows[0]["bounded"]
+    chosen = [r for r in rows if r["bounded"] == share]
+    names = list(dict.fromkeys(r["policy"] for r in chosen))
+    out.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(SIZES), figsize=(11, 3.4))
+    for ax, size in zip(axes, SIZES, strict=True):
+        for name in names:
+            mine = sorted((r["load"], r[f"wait_p99_{size}_s"]) for r in chosen if r["policy"] == name)
+            ax.plot([x for x, _ in mine], [max(y, 1.0) for _, y in mine], marker="o", lw=1, label=name)
+        ax.set(xlabel="offered load", yscale="log", title=f"{size} gangs: wait p99 (s)")
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    waits = out / f"{prefix}-wait-p99-by-load.png"
+    fig.savefig(waits, dpi=72)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name in names:
+        mine = sorted((r["load"], r["allocation"]) for r in chosen if r["policy"] == name)
+        ax.plot([x for x, _ in mine], [y for _, y in mine], marker="o", lw=1, label=name)
+    ax.plot(loads, loads, color="0.6", lw=0.8, ls="--", label="offered")
+    ax.set(xlabel="offered load", ylabel="GPUs allocated (mean)", title="Allocation against load")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    alloc = out / f"{prefix}-allocation-by-load.png"
+    fig.savefig(alloc, dpi=72)
+    plt.close(fig)
+    return [waits, alloc]

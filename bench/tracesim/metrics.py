@@ -12,9 +12,17 @@ stranded_gpus                free GPUs inside partly used racks, time-weighted m
                              window (free room that only jobs smaller than a rack can use)
 broken_required              required constraints a placement broke (a segment across racks, a
                              job across its required block or zone)
-wait_*                       start - arrival in seconds, p50 and p99, by size: small (fits one
-                             rack), medium (fits one block), large (more)
+wait_{p50,p95,p99,max}_<size>_s  start - arrival in seconds, by size: small (fits one rack),
+                             medium (fits one block), large (more); of the jobs that arrived in
+                             the measured window
+slowdown_{mean,p99}_<size>   (wait + run) / run, same jobs
+held_idle_gpu_h              GPU-hours held idle by reservations in the window (free GPUs in
+                             reserved domains, which other work could have used)
+backfilled_gpu_h             GPU-hours of bounded jobs that started in held room in the window
+reservations                 reservations made; estimate_error_p50_s: |estimated - actual start|
+                             of the reserved gangs that started, median
 plan_ms_p99                  time of one call into the policy (a placement or a refusal)
+reserve_ms_p99               time of one reserve() pass (topogang+reserve: after each walk)
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from bench.tracesim.replay import Replay
 from bench.tracesim.workload import Job, window
 
 SIZES = ("small", "medium", "large")
+SPREAD = ("allocation", "wait_p99_small_s", "wait_p99_medium_s", "wait_p99_large_s")
 
 
 def lower_bound(cluster: Cluster, gpus: int) -> int:
@@ -70,8 +79,12 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     racks = np.array([len(set(cluster.rack_of[list(p.nodes)].tolist())) for p in placed])
     bound = np.array([lower_bound(cluster, p.job.demand) for p in placed])
     waits: dict[str, list[float]] = {s: [] for s in SIZES}
+    slow: dict[str, list[float]] = {s: [] for s in SIZES}
     for p in placed:
-        waits[size_class(cluster, p.job)].append(p.start - p.job.arrival)
+        if t0 <= p.job.arrival <= t1:
+            wait = p.start - p.job.arrival
+            waits[size_class(cluster, p.job)].append(wait)
+            slow[size_class(cluster, p.job)].append((wait + p.job.duration) / max(p.job.duration, 1.0))
     row: dict[str, Any] = {
         "policy": run.policy,
         "allocation": round(float((use[ok] * span[ok]).sum() / span[ok].sum()), 4),
@@ -84,10 +97,22 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     }
     for s in SIZES:
         w = np.array(waits[s]) if waits[s] else np.zeros(1)
-        row[f"wait_p50_{s}_s"] = round(float(np.percentile(w, 50)), 1)
-        row[f"wait_p99_{s}_s"] = round(float(np.percentile(w, 99)), 1)
+        for q in (50, 95, 99):
+            row[f"wait_p{q}_{s}_s"] = round(float(np.percentile(w, q)), 1)
+        row[f"wait_max_{s}_s"] = round(float(w.max()), 1)
+        sd = np.array(slow[s]) if slow[s] else np.ones(1)
+        row[f"slowdown_mean_{s}"] = round(float(sd.mean()), 2)
+        row[f"slowdown_p99_{s}"] = round(float(np.percentile(sd, 99)), 1)
+        row[f"jobs_{s}"] = len(waits[s])
+    held = np.array(run.held_idle, dtype=float) if run.held_idle else np.zeros(len(span))
+    row["held_idle_gpu_h"] = round(float((held[ok] * span[ok]).sum()) / 3600, 1)
+    row["backfilled_gpu_h"] = round(sum(g for t, g in run.backfilled if t0 <= t <= t1) / 3600, 1)
+    row["reservations"] = run.reservations
+    errors = [abs(est - start) for _, est, start in run.estimates]
+    row["estimate_error_p50_s"] = round(float(np.median(errors)), 1) if errors else 0.0
     row["plan_ms_p99"] = round(float(np.percentile(run.plan_ms, 99)), 3) if run.plan_ms else 0.0
     row["plan_calls"] = len(run.plan_ms)
+    row["reserve_ms_p99"] = round(float(np.percentile(run.reserve_ms, 99)), 3) if run.reserve_ms else 0.0
     row["placed"] = len(placed)
     row["never_placed"] = len(run.never)
     row["overcommitted"] = run.overcommitted
@@ -103,4 +128,6 @@ def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in rows]
         out[key] = sum(values) if isinstance(value, int) else round(sum(values) / len(values), 4)
     out["traces"] = len(rows)
+    for key in SPREAD:  # one trace's p99 of a few dozen large gangs is nearly its maximum: show the spread
+        out[f"{key}_per_trace"] = [r[key] for r in rows]
     return out

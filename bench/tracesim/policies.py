@@ -16,18 +16,24 @@ baselines are small, honest versions of what each project documents, on the same
               and pods to the fullest nodes; without any constraint, the fullest nodes anywhere.
   topogang    extender.placement.plan on a ClusterSnapshot, the server's own call; the gang is
               built by build_gang from the job's PodGroup and pods (bench/tracesim/gangs.py).
+              With `reserve` settings, extender.core.reservations decides after each walk which
+              waiting gangs hold room where (bench/tracesim/holding.py), and each plan sees the
+              held room as taken unless the reservation admits the job (its own, a higher
+              priority, or a backfill that ends before the estimated start).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from bench.tracesim.cluster import GPU, LEVELS, Cluster, IntArray
 from bench.tracesim.gangs import NAMESPACE, gang, pod_name
+from bench.tracesim.holding import Holding, Started
 from bench.tracesim.workload import Job
+from extender.core.reservations import Settings
 from extender.placement import ClusterSnapshot, Gang, NodeTable, Plan, plan
 
 ROOT, NODE = 0, len(LEVELS) + 1  # tree levels: 0 cluster, 1 zone, 2 block, 3 rack, 4 node
@@ -41,7 +47,25 @@ class Policy(Protocol):
     def prepare(self, job: Job) -> None:
         """Called once when the job arrives (the server groups pods before it plans)."""
 
-    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None: ...
+    def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None: ...
+
+    def done(self, job: Job) -> None: ...
+
+    def walk_key(self, job: Job, now: float) -> Hashable:
+        """Jobs with equal keys get the same answer within one walk (same free GPUs)."""
+
+    def retry(self, queue: Sequence[Job], now: float) -> list[Job]:
+        """Waiting jobs to try again though no GPU was freed (held room moved)."""
+
+    def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
+        """The jobs still waiting after a walk, for policies that reserve room."""
+
+    @property
+    def holding(self) -> Holding | None: ...
+
+
+def demand_key(job: Job) -> tuple[int, int, int, str, str]:
+    return (job.pods, job.gpus, job.segment, job.segment_level, job.job_level)
 
 
 class _ArrayUsage:
@@ -58,25 +82,51 @@ class _ArrayUsage:
 class Topogang:
     aware = True
 
-    def __init__(self, cluster: Cluster, name: str = "topogang", compact: bool = True) -> None:
+    def __init__(
+        self, cluster: Cluster, name: str = "topogang", compact: bool = True, reserve: Settings | None = None
+    ) -> None:
         self.name, self.compact = name, compact
         self.cluster = cluster
         self.table = NodeTable(cluster.nodes)  # lives as long as the node set, as in the server
         self.gangs: dict[int, Gang] = {}
+        self._holding = Holding(cluster, reserve) if reserve is not None else None
+
+    @property
+    def holding(self) -> Holding | None:
+        return self._holding
 
     def prepare(self, job: Job) -> None:
         self.gangs[job.id] = gang(job, self.cluster)
 
-    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None:
+    def walk_key(self, job: Job, now: float) -> Hashable:
+        if self._holding is None:
+            return demand_key(job)
+        return (demand_key(job), self._holding.signature(job, now))
+
+    def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None:
+        if self._holding is not None:
+            used = self._holding.view(job, used, now)
         snapshot = ClusterSnapshot(self.table, _ArrayUsage(used, pods))
         result = plan(snapshot, self.gangs[job.id], compact=self.compact)
         if not isinstance(result, Plan):
+            if self._holding is not None:
+                self._holding.refused(job, now)
             return None
         index = self.table.index
-        return [index[result.assignments[f"{NAMESPACE}/{pod_name(job, i)}"]] for i in range(job.pods)]
+        nodes = [index[result.assignments[f"{NAMESPACE}/{pod_name(job, i)}"]] for i in range(job.pods)]
+        if self._holding is not None:
+            self._holding.started(job, nodes, now)
+        return nodes
 
     def done(self, job: Job) -> None:
         self.gangs.pop(job.id, None)
+
+    def retry(self, queue: Sequence[Job], now: float) -> list[Job]:
+        return self._holding.retry(queue, now) if self._holding is not None else []
+
+    def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
+        if self._holding is not None:
+            self._holding.refresh(now, queue, used, running)
 
 
 class _Tree:
@@ -124,10 +174,21 @@ class _Baseline:
         self.cluster = cluster
         self.tree = _Tree(cluster)
 
+    holding = None
+
     def prepare(self, job: Job) -> None:
         return None
 
     def done(self, job: Job) -> None:
+        return None
+
+    def walk_key(self, job: Job, now: float) -> Hashable:
+        return demand_key(job)
+
+    def retry(self, queue: Sequence[Job], now: float) -> list[Job]:
+        return []
+
+    def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
         return None
 
     def _units(self, job: Job, free: IntArray) -> tuple[list[IntArray], int, int]:
@@ -154,7 +215,7 @@ class FirstFit(_Baseline):
     name = "first-fit"
     aware = False
 
-    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None:
+    def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None:
         free = self.cluster.gpus - used
         out = self._pods_in(range(len(free)), free, job, job.pods)
         return out if len(out) == job.pods else None
@@ -163,7 +224,7 @@ class FirstFit(_Baseline):
 class BestFit(_Baseline):
     name = "bestfit"
 
-    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None:
+    def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None:
         free = self.cluster.gpus - used
         counts, unit_level, need = self._units(job, free)
         region = self._region(job, counts, unit_level, need)
@@ -219,7 +280,7 @@ class BestFit(_Baseline):
 class Fullest(_Baseline):
     name = "fullest"
 
-    def place(self, job: Job, used: IntArray, pods: IntArray) -> list[int] | None:
+    def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None:
         free = self.cluster.gpus - used
         counts, _, need = self._units(job, free)
         level, d = ROOT, 0
@@ -257,9 +318,12 @@ class Fullest(_Baseline):
         return self.tree.up(np.add.reduceat(free, self.cluster.rack_start), RACK)
 
 
-def all_policies(cluster: Cluster) -> list[Policy]:
+def all_policies(cluster: Cluster, reserve: Settings | None = None) -> list[Policy]:
+    """topogang as shipped, with each new mechanism on, and the baselines; RESERVE: the
+    reservation settings of the `topogang+reserve` policy (default Settings())."""
     return [
         Topogang(cluster),
+        Topogang(cluster, "topogang+reserve", reserve=reserve or Settings()),
         Topogang(cluster, "topogang-loose", compact=False),
         BestFit(cluster),
         Fullest(cluster),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,15 +43,16 @@ class Replay:
     stranded: list[int] = field(default_factory=list)  # free GPUs in partly used racks
     queued: list[int] = field(default_factory=list)  # jobs waiting
     plan_ms: list[float] = field(default_factory=list)  # one per call into the policy
+    held_idle: list[int] = field(default_factory=list)  # free GPUs held by reservations, from that moment on
+    backfilled: list[tuple[float, float]] = field(default_factory=list)  # (start, GPU-seconds) of backfills
+    estimates: list[tuple[float, float, float]] = field(default_factory=list)  # (made, estimated, actual start)
+    reservations: int = 0  # reservations made
+    reserve_ms: list[float] = field(default_factory=list)  # one per call into extender.core.reservations
     # Two moments of the measured window, as (time, jobs waiting, GPUs used per node): the busiest
     # (the most jobs waiting) and the worst (the most GPUs left free while jobs wait).
     busiest: tuple[float, int, IntArray] | None = None
     worst: tuple[float, int, IntArray] | None = None
     overcommitted: int = 0  # placements that would take more than a node has (a policy bug)
-
-
-def _demand_key(job: Job) -> tuple[int, int, int, str, str]:
-    return (job.pods, job.gpus, job.segment, job.segment_level, job.job_level)
 
 
 def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.1) -> Replay:
@@ -61,13 +63,15 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
     arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
     ends: list[tuple[float, int]] = []
     queue: list[Job] = []
+    running: dict[int, Placed] = {}
+    holding = policy.holding
     a = 0
     while a < len(arrivals) or ends:
         now = min(arrivals[a].arrival if a < len(arrivals) else float("inf"), ends[0][0] if ends else float("inf"))
         freed = False
         while ends and ends[0][0] <= now:
             _, jid = heapq.heappop(ends)
-            done = out.placed[jid]
+            done = running.pop(jid)
             np.subtract.at(used, list(done.nodes), done.job.gpus)
             np.subtract.at(pods, list(done.nodes), 1)
             policy.done(done.job)
@@ -77,17 +81,24 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
             policy.prepare(arrivals[a])
             fresh.append(arrivals[a])
             a += 1
+        walk = queue + fresh if freed else policy.retry(queue, now) + fresh
         queue.extend(fresh)
-        walk = queue if freed else fresh
         ordered = sorted(walk, key=lambda j: queue_key(j.priority, j.arrival, j.id))
         started = _walk(cluster, ordered, policy, now, used, pods, out)
         for job in started:
             heapq.heappush(ends, (now + job.duration, job.id))
+            running[job.id] = out.placed[job.id]
         if started:
             gone = {j.id for j in started}
             queue = [j for j in queue if j.id not in gone]
+        policy.after_walk(now, queue, used, list(running.values()))
         _record(cluster, out, now, used, len(queue), measured)
+        if holding is not None:
+            out.held_idle.append(int((cluster.gpus - used)[holding.held_nodes()].sum()))
     out.never = queue
+    if holding is not None:
+        out.backfilled, out.estimates, out.reservations = holding.backfills, holding.estimates, holding.made
+        out.reserve_ms = holding.reserve_ms
     return out
 
 
@@ -95,10 +106,10 @@ def _walk(
     cluster: Cluster, walk: list[Job], policy: Policy, now: float, used: IntArray, pods: IntArray, out: Replay
 ) -> list[Job]:
     started: list[Job] = []
-    failed: set[tuple[int, int, int, str, str]] = set()
+    failed: set[Hashable] = set()
     fit: dict[int, int] = {}  # GPUs a pod -> pods that fit on all free nodes
     for job in walk:
-        key = _demand_key(job)
+        key = policy.walk_key(job, now)
         if key in failed:
             continue
         if job.gpus not in fit:
@@ -106,7 +117,7 @@ def _walk(
         if fit[job.gpus] < job.pods:
             continue
         t0 = time.perf_counter()
-        nodes = policy.place(job, used, pods)
+        nodes = policy.place(job, used, pods, now)
         out.plan_ms.append((time.perf_counter() - t0) * 1000)
         if nodes is None:
             failed.add(key)
@@ -131,6 +142,8 @@ def _record(
     partly = (rack_used > 0) & (rack_used < rack_cap)
     if out.times and out.times[-1] == now:
         out.times.pop(), out.used.pop(), out.stranded.pop(), out.queued.pop()
+        if out.held_idle:
+            out.held_idle.pop()
     out.times.append(now)
     out.used.append(total)
     out.stranded.append(int((rack_cap - rack_used)[partly].sum()))

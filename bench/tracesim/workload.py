@@ -1,19 +1,35 @@
-"""Jobs: a seeded trace generator and a CSV reader, so users can replay their own trace.
+"""Jobs: a seeded trace generator calibrated to public GPU-cluster traces, and a CSV reader.
 
 A job is a gang of `pods` pods of `gpus` GPUs each. With `segment` > 0 its pods form segments of
 that many pods, each required in one domain of `segment_level` (a rack); `job_level` requires the
-whole job in one domain (a block or a zone). CSV columns (a header line names them):
+whole job in one domain (a block or a zone). `bound` > 0 is its declared runtime bound in seconds
+(a Job's `activeDeadlineSeconds`): reservations let it backfill held room when it ends in time.
+CSV columns (a header line names them):
 
-    arrival,pods,gpus_per_pod,segment,levels,duration[,priority]
-    0,16,8,8,rack/block,3600,0
+    arrival,pods,gpus_per_pod,segment,levels,duration[,priority][,bound]
+    0,16,8,8,rack/block,3600,0,5400
 
 `levels` is "<segment level>/<job level>", either side empty ("rack/", "/zone", "").
 
-The generator: gang sizes from a power law over powers of two (P(2^k pods) ∝ 2^(-βk), up to a
-zone), 8 GPUs a pod (a fifth of the gangs ask 4 GPUs and twice the pods), segments of 4, 8 or 16
-pods required in a rack where they fit one, a third of the gangs required whole in the smallest
-block or zone that holds them, log-normal durations, three priorities, and Poisson arrivals at
-the rate that offers `load` times the cluster's GPU-seconds.
+The generator (PROFILES; README "Cluster-level quality on a trace" cites the sources):
+- GPUs per job: the figures each trace's authors publish (median, mean and maximum GPUs of GPU
+  jobs): a share `single` of one-GPU jobs (the published median is 1 GPU, so at least half), the
+  rest powers of two from 2 to the maximum, P(2^k) ∝ 2^(-βk) with β solved so the mean is the
+  published mean; capped at the cluster's smallest zone.
+- The mapping onto gangs: a job of G GPUs below a node's GPUs is one pod of G GPUs; otherwise
+  G / node GPUs pods of a whole node each.
+- Durations: log-normal with the published median and mean (σ = sqrt(2 ln(mean / median))),
+  kept within [10 s, 30 days]; independent of size (the summaries publish no joint figure).
+- Arrivals: Poisson, at the rate that offers `load` times the cluster's GPU-seconds before the
+  last arrival (counting what each job runs until then: `_rate`).
+- What traces lack comes from the generator: segments (on the default shapes 70% of multi-pod
+  jobs get segments of 4, 8 or 16 pods that fit a rack; on NVL72-like racks NVIDIA's sizes: 16
+  pods for jobs of 128 GPUs or more, 4 for 32 to 64 GPUs), a third of multi-pod jobs required
+  whole in the smallest block or zone that holds them, three priorities, and runtime bounds: a
+  share `bounded` of the jobs declares 1.5 x its real duration (drawn from its own seeded stream,
+  so sweeping the share keeps the same jobs).
+`profile="synthetic"` is the earlier generator (a power law over 1 to a zone's nodes of 8 GPUs,
+median duration 1 h, σ 1), kept for comparison with older figures.
 """
 
 from __future__ import annotations
@@ -28,7 +44,31 @@ from pathlib import Path
 from bench.tracesim.cluster import LEVELS, Cluster
 
 COLUMNS = ("arrival", "pods", "gpus_per_pod", "segment", "levels", "duration")
+OPTIONAL = ("priority", "bound")
 PRIORITIES = ((0, 0.7), (100, 0.2), (1000, 0.1))  # value, share of gangs
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one trace's authors publish about its GPU jobs."""
+
+    source: str
+    mean_gpus: float
+    max_gpus: int
+    median_s: float
+    mean_s: float
+    single: float = 0.6  # share of one-GPU jobs: the published median is 1, the share is our choice
+
+
+# Read from data/cluster_summary.csv of github.com/InternLM/AcmeTrace (the AcmeTrace authors'
+# summary of their own and earlier traces: avg_gpu_num, max_gpu, med_run_time_gpu,
+# avg_run_time_gpu; each has med_gpu_num 1).
+PROFILES = {
+    "kalos": Profile("AcmeTrace Kalos (Hu et al., NSDI '24)", 26.77, 1024, 124.0, 1259.7),
+    "seren": Profile("AcmeTrace Seren (Hu et al., NSDI '24)", 5.68, 1024, 122.0, 1414.3),
+    "helios": Profile("Helios (Hu et al., SC '21)", 3.716, 2048, 206.0, 6651.7),
+    "philly": Profile("Philly (Jeon et al., ATC '19)", 1.928, 128, 874.0, 18006.1),
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +82,7 @@ class Job:
     segment_level: str = ""
     job_level: str = ""
     priority: int = 0
+    bound: float = 0.0  # declared runtime bound (s); 0: none
 
     @property
     def demand(self) -> int:
@@ -55,46 +96,136 @@ class Job:
 @dataclass(frozen=True)
 class TraceSpec:
     jobs: int = 3000
-    load: float = 1.0  # offered GPU-seconds per second, as a share of the cluster's GPUs
+    load: float = 0.85  # offered GPU-seconds per second, as a share of the cluster's GPUs
+    profile: str = "kalos"
+    bounded: float = 0.5  # share of jobs that declare a runtime bound
+    seed: int = 1
+    # the synthetic profile only
     size_exponent: float = 0.8  # β above
     max_pods: int = 0  # 0: the pods of 8 GPUs in a zone
-    median_duration: float = 3600.0
-    duration_sigma: float = 1.0
-    seed: int = 1
+
+
+def size_exponent(profile: Profile) -> float:
+    """β such that the mean GPUs of the non-single jobs (2..max, powers of two) gives the profile's mean."""
+    target = (profile.mean_gpus - profile.single) / (1 - profile.single)
+    top = int(math.log2(profile.max_gpus))
+
+    def mean(beta: float) -> float:
+        w = [2 ** (-beta * k) for k in range(1, top + 1)]
+        return sum(2**k * x for k, x in zip(range(1, top + 1), w, strict=True)) / sum(w)
+
+    lo, hi = -4.0, 8.0  # mean() falls as β grows
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean(mid) > target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _gpus(rng: random.Random, profile: Profile, beta: float, cap: int) -> int:
+    if rng.random() < profile.single:
+        return 1
+    sizes = [2**k for k in range(1, int(math.log2(profile.max_gpus)) + 1)]
+    return min(rng.choices(sizes, [s ** (-beta) for s in sizes])[0], cap)
+
+
+def _segment(rng: random.Random, cluster: Cluster, pods: int, gpus: int) -> int:
+    rack_gpus = int(cluster.domain_gpus("rack").min())
+    if cluster.shape.nvl:  # NVIDIA's segment sizes for NVL72-like racks
+        total = pods * gpus
+        return 16 if total >= 128 and pods % 16 == 0 else 4 if 32 <= total <= 64 and pods % 4 == 0 else 0
+    fitting = [s for s in (4, 8, 16) if s <= pods and pods % s == 0 and s * gpus <= rack_gpus]
+    return rng.choice(fitting) if fitting and rng.random() < 0.7 else 0
 
 
 def generate(spec: TraceSpec, cluster: Cluster) -> list[Job]:
     rng = random.Random(spec.seed)
     zone_gpus = int(cluster.domain_gpus("zone").min())
-    block_gpus = int(cluster.domain_gpus("block").min())
-    rack_gpus = int(cluster.domain_gpus("rack").min())
     node_gpus = cluster.shape.gpus
-    max_pods = spec.max_pods or zone_gpus // node_gpus
-    sizes = [2**k for k in range(int(math.log2(max_pods)) + 1)]
-    weights = [s ** (-spec.size_exponent) for s in sizes]
-    shapes = []
+    shapes: list[Shape] = []
+    if spec.profile == "synthetic":
+        max_pods = spec.max_pods or zone_gpus // node_gpus
+        sizes = [2**k for k in range(int(math.log2(max_pods)) + 1)]
+        weights = [s ** (-spec.size_exponent) for s in sizes]
+    else:
+        profile = PROFILES[spec.profile]
+        beta = size_exponent(profile)
+        sigma = math.sqrt(2 * math.log(profile.mean_s / profile.median_s))
     for _ in range(spec.jobs):
-        pods, gpus = rng.choices(sizes, weights)[0], node_gpus
-        if rng.random() < 0.2 and node_gpus % 2 == 0:
-            pods, gpus = pods * 2, node_gpus // 2
-        segment = 0
-        fitting = [s for s in (4, 8, 16) if s <= pods and pods % s == 0 and s * gpus <= rack_gpus]
-        if fitting and rng.random() < 0.7:
-            segment = rng.choice(fitting)
-        job_level = ""
-        if rng.random() < 1 / 3:
-            job_level = next((lv for lv, cap in (("block", block_gpus), ("zone", zone_gpus)) if pods * gpus <= cap), "")
-        duration = min(30 * 86400.0, max(60.0, rng.lognormvariate(math.log(spec.median_duration), spec.duration_sigma)))
-        priority = rng.choices([p for p, _ in PRIORITIES], [w for _, w in PRIORITIES])[0]
-        shapes.append((pods, gpus, segment, job_level, duration, priority))
-    work = sum(p * g * d for p, g, _, _, d, _ in shapes) / len(shapes)
-    rate = spec.load * cluster.capacity / work  # gangs per second
+        if spec.profile == "synthetic":
+            pods, gpus = rng.choices(sizes, weights)[0], node_gpus
+            if rng.random() < 0.2 and node_gpus % 2 == 0:
+                pods, gpus = pods * 2, node_gpus // 2
+            duration = min(30 * 86400.0, max(60.0, rng.lognormvariate(math.log(3600.0), 1.0)))
+        else:
+            pods, gpus = gang_shape(_gpus(rng, profile, beta, zone_gpus), cluster)
+            duration = min(30 * 86400.0, max(10.0, rng.lognormvariate(math.log(profile.median_s), sigma)))
+        shapes.append((pods, gpus, *dress(rng, cluster, pods, gpus), duration))
+    gaps = [rng.expovariate(1.0) for _ in shapes]  # arrivals at rate 1, scaled below
+    return assemble(shapes, gaps, spec.load, spec.bounded, spec.seed, cluster)
+
+
+Shape = tuple[int, int, int, str, int, float]  # pods, GPUs a pod, segment, job level, priority, duration
+
+
+def gang_shape(total: int, cluster: Cluster) -> tuple[int, int]:
+    """The mapping of a job of TOTAL GPUs onto a gang: one pod below a node's GPUs, else whole nodes."""
+    node_gpus = cluster.shape.gpus
+    return (1, total) if total < node_gpus else (-(-total // node_gpus), node_gpus)
+
+
+def dress(rng: random.Random, cluster: Cluster, pods: int, gpus: int) -> tuple[int, str, int]:
+    """What traces lack, drawn for one job: its segment size, required level and priority."""
+    zone_gpus = int(cluster.domain_gpus("zone").min())
+    block_gpus = int(cluster.domain_gpus("block").min())
+    segment = _segment(rng, cluster, pods, gpus) if pods > 1 else 0
+    job_level = ""
+    if pods > 1 and rng.random() < 1 / 3:
+        job_level = next((lv for lv, cap in (("block", block_gpus), ("zone", zone_gpus)) if pods * gpus <= cap), "")
+    priority = rng.choices([p for p, _ in PRIORITIES], [w for _, w in PRIORITIES])[0]
+    return segment, job_level, priority
+
+
+def assemble(
+    shapes: Sequence[Shape], gaps: Sequence[float], load: float, bounded: float, seed: int, cluster: Cluster
+) -> list[Job]:
+    """Jobs of SHAPES arriving GAPS apart (any unit), scaled in time to offer LOAD; a share BOUNDED
+    declares 1.5 x its duration as its runtime bound."""
+    rate = _rate(load * cluster.capacity, [p * g for p, g, *_ in shapes], [s[5] for s in shapes], list(gaps))
+    bounds = random.Random(f"bounds-{seed}")  # its own stream: the share changes no other draw
     t, jobs = 0.0, []
-    for i, (pods, gpus, segment, job_level, duration, priority) in enumerate(shapes):
-        t += rng.expovariate(rate)
+    for i, (pods, gpus, segment, job_level, priority, duration) in enumerate(shapes):
+        t += gaps[i] / rate
         level = "rack" if segment else ""
-        jobs.append(Job(i, round(t, 3), pods, gpus, round(duration, 3), segment, level, job_level, priority))
+        bound = round(1.5 * duration, 3) if bounds.random() < bounded else 0.0
+        jobs.append(Job(i, round(t, 3), pods, gpus, round(duration, 3), segment, level, job_level, priority, bound))
     return jobs
+
+
+def _rate(offered: float, gpus: list[int], durations: list[float], gaps: list[float]) -> float:
+    """Arrivals per second such that the GPU-seconds the jobs run before the last arrival are
+    OFFERED per second of the trace: heavy-tailed durations run far past a trace of a few
+    thousand jobs, so the mean job's work would offer much less than asked inside it."""
+    arrivals = _cumsum(gaps)
+
+    def offered_at(rate: float) -> float:
+        end = arrivals[-1] / rate
+        work = sum(g * min(d, end - a / rate) for g, d, a in zip(gpus, durations, arrivals, strict=True))
+        return work / end
+
+    mean = sum(g * d for g, d in zip(gpus, durations, strict=True)) / len(gpus)
+    lo, hi = offered / mean / 4, offered / mean * 1e4  # offered_at grows with the rate
+    for _ in range(80):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if offered_at(mid) < offered else (lo, mid)
+    return hi
+
+
+def _cumsum(values: list[float]) -> list[float]:
+    out, total = [], 0.0
+    for v in values:
+        total += v
+        out.append(total)
+    return out
 
 
 def window(jobs: Sequence[Job], warmup: float) -> tuple[float, float]:
@@ -112,9 +243,9 @@ def read_csv(path: Path) -> list[Job]:
     with path.open(newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     if not rows:
-        raise TraceError(f"{path}: empty; expected a header line: {','.join(COLUMNS)}[,priority]")
+        raise TraceError(f"{path}: empty; expected a header line: {','.join(COLUMNS)}[,priority][,bound]")
     header = [h.strip() for h in rows[0]]
-    unknown = [h for h in header if h not in (*COLUMNS, "priority")]
+    unknown = [h for h in header if h not in (*COLUMNS, *OPTIONAL)]
     missing = [c for c in COLUMNS if c not in header]
     if unknown or missing:
         raise TraceError(f"{path}:1: header: unknown columns {unknown}, missing {missing}; expected {COLUMNS}")
@@ -149,13 +280,14 @@ def _job(i: int, row: dict[str, str], where: str) -> Job:
         raise TraceError(f"{where}: segment: {segment} must divide pods ({pods}) and levels must name its level")
     priority = int(number("priority", int, -(2**31))) if row.get("priority") else 0
     arrival, duration = number("arrival", float, 0), number("duration", float, 0)
-    return Job(i, arrival, pods, gpus, duration, segment, seg_level if segment else "", job_level, priority)
+    bound = number("bound", float, 0) if row.get("bound") else 0.0
+    return Job(i, arrival, pods, gpus, duration, segment, seg_level if segment else "", job_level, priority, bound)
 
 
 def write_csv(jobs: Sequence[Job], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
-        out.writerow((*COLUMNS, "priority"))
+        out.writerow((*COLUMNS, *OPTIONAL))
         for j in jobs:
             levels = f"{j.segment_level}/{j.job_level}"
-            out.writerow((j.arrival, j.pods, j.gpus, j.segment, levels, j.duration, j.priority))
+            out.writerow((j.arrival, j.pods, j.gpus, j.segment, levels, j.duration, j.priority, j.bound))

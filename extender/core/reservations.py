@@ -1,0 +1,323 @@
+"""Reservations and backfill: room held for a gang that has waited too long, where it frees soonest.
+
+kube-scheduler's queue has no head-of-line blocking: a gang that does not fit does not hold the
+ones behind it. That keeps small gangs moving and starves large ones, because a stream of small
+gangs takes every room that frees before a large gang can use it. A *reservation* fixes that the
+way Slurm's backfill does, on the topology:
+
+- Who: a waiting gang that has waited `reserve_after` seconds, or that is first in queue order at
+  its priority; at most `limit` gangs, in queue order (priority, then age), so a higher-priority
+  gang takes a lower one's place (and domain) when the limit is reached.
+- Where: one domain of the gang's required level (without one, of the finest level where one
+  domain, empty, holds the gang), the one *expected to have room soonest*: running pods are
+  released in the order of their expected end until some domain holds the gang. Domains of
+  different reservations never share a node. A reservation keeps its domain while it lasts, its
+  estimated start recomputed at every pass, unless another domain is then expected to hold the
+  gang clearly sooner (by a quarter of the wait, at least `move_margin`): a pod without a bound
+  that outlives its estimate would otherwise tie the gang to its domain.
+- Held: the room of the reserved domain, free now and as it frees, is kept from other work (with
+  `whole_domain=False`, only on the nodes the gang is expected to start on: those that hold one
+  of its pods now and those the releases it waits for free), with three exceptions (`admits`):
+  the gang itself; work of a higher priority (never blocked by a lower-priority reservation);
+  and *backfill*, work whose runtime bound says it ends before the reserved gang's estimated
+  start. Work without a bound does not backfill.
+- Released: when the gang starts or leaves (the caller stops listing it), or when it is pushed
+  out of the first `limit` eligible gangs.
+
+Room is counted as the engine counts it: whole pods of the gang's shape per node, and with parts
+(segments required in a finer domain) whole parts per part domain. The estimate is only that:
+pods without a bound are expected to run as long again as they have run (at least `floor`
+seconds: `expected_end`), the heavy-tailed rule of thumb for job lengths. A wrong estimate costs
+time; with the whole domain held it cannot keep the gang from starting unless higher-priority
+work keeps taking the room: the domain holds the gang when empty, and every pod in it ends.
+
+Pure: arrays in, reservations out; no clock (callers pass `now`), no I/O. The trace simulator
+(bench/tracesim) calls it; the extender's and gates mode's core will call the same functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+IntArray = np.ndarray[tuple[int], np.dtype[np.int64]]
+FloatArray = np.ndarray[tuple[int], np.dtype[np.float64]]
+BoolArray = np.ndarray[tuple[int], np.dtype[np.bool_]]
+Matrix = np.ndarray[tuple[int, int], np.dtype[np.int64]]
+
+NEVER = float("inf")
+
+
+@dataclass(frozen=True)
+class Settings:
+    reserve_after: float = 1800.0  # seconds a gang waits before it gets a reservation
+    limit: int = 1  # reservations at once (bench/trace.py: 1 did best of 1, 2 and 4)
+    floor: float = 600.0  # an unbounded pod is expected to run at least this much longer
+    heads: bool = True  # the first gang in queue order at each priority is eligible at once
+    whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
+    move: bool = True  # move to another domain expected to free clearly sooner (a quarter of the wait)
+    move_margin: float = 300.0  # ... and at least this many seconds sooner
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a waiting gang needs to start, in whole pods of one shape."""
+
+    request: tuple[int, ...]  # one pod, per resource (the columns of the free/capacity matrices)
+    pods: int  # the gang's minimum
+    part: int = 0  # pods per part, each part required in one domain of part_level (0: no parts)
+    part_level: int = 0
+    level: int | None = None  # the gang's required level; None: the finest level that holds it
+
+
+@dataclass(frozen=True)
+class Waiting:
+    key: str
+    priority: int
+    since: float  # queued since
+    demand: Demand
+
+
+@dataclass(frozen=True)
+class Running:
+    """Running pods as arrays: node, what each takes (pods x resources), expected end."""
+
+    node: IntArray
+    request: Matrix
+    end: FloatArray
+
+    def by_end(self) -> Running:
+        order = np.argsort(self.end, kind="stable")
+        return Running(self.node[order], self.request[order], self.end[order])
+
+
+@dataclass(frozen=True)
+class Reservation:
+    key: str
+    priority: int
+    level: int
+    domain: int
+    nodes: IntArray = field(compare=False)  # the held nodes (inside the domain)
+    start: float  # estimated start: when the domain is expected to hold the gang
+    made: float  # when it was first made (kept across refreshes)
+
+
+class Admission(Enum):
+    OWN = "own"  # the reserved gang itself
+    PRIORITY = "priority"  # higher priority than the reservation
+    BACKFILL = "backfill"  # bounded, and ends before the estimated start
+    HELD = "held"  # kept out of the held room
+
+
+def expected_end(now: float, started: float, bound: float | None, floor: float) -> float:
+    """When a running pod is expected to end: at its bound, else after as long again as it has
+    run (at least FLOOR from now)."""
+    if bound is not None:
+        return max(now, started + bound)
+    return now + max(now - started, floor)
+
+
+class Layout:
+    """The cluster as reservations see it: per level (0 the cluster ... the last the node itself)
+    each node's domain index, and each node's capacity (nodes x resources)."""
+
+    def __init__(self, domain_of: Sequence[IntArray], capacity: Matrix) -> None:
+        self.domain_of = [np.asarray(d, dtype=np.int64) for d in domain_of]
+        self.capacity = capacity
+        self.counts = [int(d.max()) + 1 if len(d) else 0 for d in self.domain_of]
+        order = [np.argsort(d, kind="stable") for d in self.domain_of]
+        bounds = [
+            np.searchsorted(d[o], np.arange(c + 1)) for d, o, c in zip(self.domain_of, order, self.counts, strict=True)
+        ]
+        self._members = list(zip(order, bounds, strict=True))
+        self._parents: dict[tuple[int, int], IntArray] = {}
+
+    @property
+    def nodes(self) -> int:
+        return len(self.capacity)
+
+    def members(self, level: int, domain: int) -> IntArray:
+        order, bounds = self._members[level]
+        out: IntArray = order[bounds[domain] : bounds[domain + 1]]
+        return out
+
+    def parent(self, fine: int, coarse: int) -> IntArray:
+        """Domain of FINE -> the domain of COARSE holding it."""
+        key = (fine, coarse)
+        if key not in self._parents:
+            out = np.zeros(self.counts[fine], dtype=np.int64)
+            out[self.domain_of[fine]] = self.domain_of[coarse]
+            self._parents[key] = out
+        return self._parents[key]
+
+    def room(self, free: Matrix, demand: Demand, level: int) -> IntArray:
+        """Pods of DEMAND that fit in each domain of LEVEL given FREE (whole parts when it has parts)."""
+        per_node = _fit(free, demand)
+        if demand.part and demand.part_level >= level:
+            pl = demand.part_level
+            in_part = np.bincount(self.domain_of[pl], weights=per_node, minlength=self.counts[pl]).astype(np.int64)
+            whole = (in_part // demand.part) * demand.part
+            out: IntArray = np.bincount(self.parent(pl, level), weights=whole, minlength=self.counts[level]).astype(
+                np.int64
+            )
+            return out
+        total: IntArray = np.bincount(self.domain_of[level], weights=per_node, minlength=self.counts[level])
+        return total.astype(np.int64)
+
+    def level_for(self, demand: Demand) -> int | None:
+        """The gang's required level, else the finest level where one empty domain holds it."""
+        if demand.level is not None:
+            return demand.level
+        for level in range(len(self.domain_of) - 1, -1, -1):
+            if (self.room(self.capacity, demand, level) >= demand.pods).any():
+                return level
+        return None
+
+
+def _fit(free: Matrix, demand: Demand) -> IntArray:
+    """Pods of DEMAND's shape that fit on each node."""
+    req = np.array(demand.request, dtype=np.int64)
+    asked = np.flatnonzero(req > 0)
+    if not len(asked):
+        return np.full(len(free), demand.pods, dtype=np.int64)
+    out: IntArray = np.min(np.maximum(free[:, asked], 0) // req[asked], axis=1)
+    return out
+
+
+@dataclass(frozen=True)
+class Found:
+    domain: int
+    start: float
+    releases: int  # the first this many of the running pods (by end) free the room
+
+
+def soonest(
+    now: float, demand: Demand, level: int, free: Matrix, running: Running, layout: Layout, allowed: BoolArray
+) -> Found | None:
+    """The ALLOWED domain of LEVEL expected to hold DEMAND first, and when; RUNNING sorted by end.
+
+    Releases only add room, so "some allowed domain holds it after the first k releases" is
+    monotone in k: a bisection over the releases, each step one vector count."""
+
+    def holding(k: int) -> BoolArray:
+        f = free.copy()
+        if k:
+            np.add.at(f, running.node[:k], running.request[:k])
+        out: BoolArray = (layout.room(f, demand, level) >= demand.pods) & allowed
+        return out
+
+    now_holds = holding(0)
+    if now_holds.any():
+        return Found(int(np.flatnonzero(now_holds)[0]), now, 0)
+    lo, hi = 0, len(running.end)
+    last = holding(hi)
+    if not last.any():
+        return None
+    while hi - lo > 1:  # holding(lo) is empty, holding(hi) is not
+        mid = (lo + hi) // 2
+        found = holding(mid)
+        if found.any():
+            hi, last = mid, found
+        else:
+            lo = mid
+    return Found(int(np.flatnonzero(last)[0]), max(now, float(running.end[hi - 1])), hi)
+
+
+def _held(layout: Layout, level: int, found: Found, demand: Demand, free: Matrix, running: Running) -> IntArray:
+    """The nodes a reservation holds: those of its domain that hold a pod of the gang now, and
+    those the releases it waits for free. Room freeing elsewhere in the domain stays usable."""
+    members = layout.members(level, found.domain)
+    mask = np.zeros(layout.nodes, dtype=np.bool_)
+    mask[running.node[: found.releases]] = True
+    mask[members[_fit(free[members], demand) > 0]] = True
+    inside = np.zeros(layout.nodes, dtype=np.bool_)
+    inside[members] = True
+    out: IntArray = np.flatnonzero(mask & inside).astype(np.int64)
+    return out
+
+
+def _clearly_sooner(now: float, other: float, current: float, settings: Settings) -> bool:
+    return other < current - max(settings.move_margin, 0.25 * (current - now))
+
+
+def reserve(
+    now: float,
+    queue: Sequence[Waiting],
+    free: Matrix,
+    running: Running,
+    layout: Layout,
+    current: Sequence[Reservation],
+    settings: Settings,
+) -> tuple[Reservation, ...]:
+    """The reservations after this pass: QUEUE is the gangs still waiting, in queue order; CURRENT
+    the reservations before it (a gang keeps its domain unless a gang before it in queue order took
+    it, or another domain is expected to hold it clearly sooner)."""
+    if not queue or settings.limit <= 0:
+        return ()
+    heads: set[str] = set()
+    seen: set[int] = set()
+    for w in queue if settings.heads else ():
+        if w.priority not in seen:
+            seen.add(w.priority)
+            heads.add(w.key)
+    eligible = [w for w in queue if w.key in heads or now - w.since >= settings.reserve_after]
+    if not eligible:
+        return ()
+    ordered = running.by_end()
+    previous = {r.key: r for r in current}
+    taken = np.zeros(layout.nodes, dtype=np.bool_)  # the domains of the reservations so far
+    out: list[Reservation] = []
+    for w in eligible:
+        if len(out) == settings.limit:
+            break
+        old = previous.get(w.key)
+        kept: Found | None = None
+        if old is not None and not taken[layout.members(old.level, old.domain)].any():
+            allowed = np.zeros(layout.counts[old.level], dtype=np.bool_)
+            allowed[old.domain] = True
+            kept = soonest(now, w.demand, old.level, free, ordered, layout, allowed)
+        chosen = old.level if old is not None else layout.level_for(w.demand)
+        if chosen is None:
+            continue  # no domain holds it even empty: nothing to reserve
+        clear = np.bincount(layout.domain_of[chosen], weights=taken, minlength=layout.counts[chosen]) == 0
+        best = soonest(now, w.demand, chosen, free, ordered, layout, clear)
+        # Keep the domain unless another is now expected to free clearly sooner: a pod without a
+        # bound that outlives its estimate would otherwise hold the gang to that domain.
+        moves = settings.move and best is not None and kept is not None
+        if kept is not None and not (
+            moves and best is not None and _clearly_sooner(now, best.start, kept.start, settings)
+        ):
+            found = kept
+        elif best is not None:
+            found = best
+        else:
+            continue
+        level, made = chosen, old.made if old is not None else now
+        members = layout.members(level, found.domain)
+        nodes = members if settings.whole_domain else _held(layout, level, found, w.demand, free, ordered)
+        out.append(Reservation(w.key, w.priority, level, found.domain, nodes, found.start, made))
+        taken[members] = True
+    return tuple(out)
+
+
+def admits(r: Reservation, key: str, priority: int, ends_at: float | None) -> Admission:
+    """May work KEY of PRIORITY, ending at ENDS_AT at the latest (None: no bound), use R's held room?"""
+    if key == r.key:
+        return Admission.OWN
+    if priority > r.priority:
+        return Admission.PRIORITY
+    if ends_at is not None and ends_at <= r.start:
+        return Admission.BACKFILL
+    return Admission.HELD
+
+
+def held(reservations: Sequence[Reservation], nodes: int, key: str, priority: int, ends_at: float | None) -> BoolArray:
+    """The nodes whose free room KEY may not use (see `admits`)."""
+    out = np.zeros(nodes, dtype=np.bool_)
+    for r in reservations:
+        if admits(r, key, priority, ends_at) is Admission.HELD:
+            out[r.nodes] = True
+    return out
