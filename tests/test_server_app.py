@@ -356,7 +356,7 @@ async def test_members_parked_for_room_are_woken_when_a_node_comes(setup: Any, m
 
 async def test_with_nomination_a_plan_nominates_every_member_and_steers_one_left_out(setup: Any) -> None:
     client, scheduler, recorder = await setup()
-    scheduler.nominate = True
+    scheduler.steering.enabled = True
     pods = [member(i) for i in range(4)]
     for p in pods:
         scheduler.observe_pod(p)

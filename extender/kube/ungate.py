@@ -224,10 +224,7 @@ class Ungater:
         planned = self.plan(group)
         if not planned:
             return
-        gp = self.scheduler.plans.get(group)
-        if gp is not None:
-            gp.gate.opened = True  # the gate opens now; from here kube-scheduler binds them
-            gp.touched = time.monotonic()
+        self.scheduler.gates.opened_elsewhere(group, time.monotonic())  # from here kube-scheduler binds them
         self._sent.update(planned)
         start = time.perf_counter()
         results = await asyncio.gather(*(self._ungate(pod, node) for pod, node in sorted(planned.items())))

@@ -81,6 +81,7 @@ class Extender:
         metrics: Metrics | None = None,
     ) -> None:
         self.scheduler = scheduler
+        self.lookup = scheduler.lookup
         self.actions = actions
         self.bind_timeout = bind_timeout  # silence: no new member at the gate this long closes it
         self.call_budget = call_budget  # the longest one bind call waits (under kube-scheduler's httpTimeout)
@@ -97,14 +98,14 @@ class Extender:
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake_soon = False
         self._room_wake: asyncio.TimerHandle | None = None
-        scheduler.subscribe(self._changed_object)
+        scheduler.lookup.subscribe(self._changed_object)
         self.recovery = Recovery(bind_timeout + recovery_grace)  # gangs found part-bound at start
-        scheduler.subscribe(self._state_changed)
+        scheduler.lookup.subscribe(self._state_changed)
 
     # -- filter and prioritize -------------------------------------------------------------------
 
     def _pod(self, args: wire.NodeArgs) -> PodInfo:
-        pod = self.scheduler.pod(args.pod_key)
+        pod = self.lookup.pod(args.pod_key)
         if pod is not None:
             return pod  # kube-scheduler's copy is the one our watch delivered
         try:
@@ -124,7 +125,7 @@ class Extender:
         if result.wake:
             self._wake(result.wake, result.group or "")
         if result.steer is not None:  # the pod is sent to (or passed on) this node: nominate it there
-            generation = self.scheduler.generation(result.group or "")
+            generation = self.scheduler.plans.generation(result.group or "")
             steer = result.steer
             self._spawn(self.actions.nominate([(pod.namespace, pod.name)], generation, lambda *_: steer), "nominate")
         if result.nodes:
@@ -170,15 +171,15 @@ class Extender:
         gang); topogang preempts for the whole gang instead, evicting its own victims. Plain
         pods: kube-scheduler's own choice, unchanged."""
         key = args.pod_key
-        if self.scheduler.pod(key) is None:  # the request can be ahead of our watch
+        if self.lookup.pod(key) is None:  # the request can be ahead of our watch
             with contextlib.suppress(InvalidObject):
                 pod = parse_pod(args.pod)
-                if self.scheduler.was_deleted(pod):  # or behind it
+                if self.lookup.was_deleted(pod):  # or behind it
                     return wire.encode_victims({})
                 self.scheduler.observe_pod(pod)
-        if self.scheduler.group_of(key) is None:
+        if self.lookup.group_of(key) is None:
             # a pod naming a gang that cannot be resolved yet is no plain pod either
-            return wire.encode_victims({} if self.scheduler.waiting(key) is not None else args.victims)
+            return wire.encode_victims({} if self.lookup.waiting(key) is not None else args.victims)
         start = time.perf_counter()
         event = self.scheduler.preempt(key, time.monotonic())
         if event is not None:
@@ -204,7 +205,7 @@ class Extender:
         assert p is not None
         self.metrics.preemptions.inc()
         self.metrics.preemption_victims.inc(len(p.pods))
-        victims = [pod for key in p.pods if (pod := self.scheduler.pod(key)) is not None]
+        victims = [pod for key in p.pods if (pod := self.lookup.pod(key)) is not None]
         for pod in victims:
             self._emit(pod, "Preempted", f"Preempted by {event.group} for {p.domain}", "Normal")
         for member in self._unbound_members(event.group):
@@ -213,7 +214,7 @@ class Extender:
 
     def _nominated_victim(self, group: str) -> Callable[[str], bool]:
         def wanted(key: str) -> bool:
-            nom = self.scheduler.nomination(group)
+            nom = self.scheduler.preempting.nomination(group)
             return nom is not None and key in nom.pending
 
         return wanted
@@ -225,18 +226,17 @@ class Extender:
         r = event.repair
         assert r is not None
         self.metrics.repairs.inc()
-        moved = [pod for key in r.moved if (pod := self.scheduler.pod(key)) is not None]
+        moved = [pod for key in r.moved if (pod := self.lookup.pod(key)) is not None]
         for pod in moved:
             self._emit(pod, "GangRepair", f"Evicted so that {event.group} can {r.describe()}", "Normal")
         self._emit_group(event.group, "GangRepair", r.describe(), "Warning")
-        self._spawn(
-            self._evict_all(event.group, moved, lambda key: self.scheduler.repair_pending(event.group, key)), "eviction"
-        )
+        repairs = self.scheduler.repairs
+        self._spawn(self._evict_all(event.group, moved, lambda key: repairs.pending(event.group, key)), "eviction")
 
     def _expire_repairs(self, now: float) -> None:
         """Gangs no repair mended in time: say so; evict those that ask for it, whole."""
         for group, pods in self.scheduler.expire_repairs(now):
-            why = self.scheduler.reason_text(group)
+            why = self.scheduler.reasons.text(group)
             self.metrics.unrepairable.inc()
             log.warning("gang could not be repaired", group=group, evicting=[p.key for p in pods][:20], reason=why)
             self._emit_group(group, "Unrepairable", why, "Warning")
@@ -271,11 +271,11 @@ class Extender:
         """A victim pod changed or went: wake its gang's members soon if it was the last. A node
         came or changed, or a pod went: wake the members parked for want of room (at most once a
         second)."""
-        if kind == "node" or (kind == "pod" and isinstance(key, str) and self.scheduler.pod(key) is None):
+        if kind == "node" or (kind == "pod" and isinstance(key, str) and self.lookup.pod(key) is None):
             self._room_changed()  # a node came or changed, or a pod went: there may be room
             if kind == "node":
                 return
-        if kind != "pod" or self._wake_soon or not isinstance(key, str) or not self.scheduler.is_victim(key):
+        if kind != "pod" or self._wake_soon or not isinstance(key, str) or not self.scheduler.preempting.is_victim(key):
             return
         try:
             loop = asyncio.get_running_loop()
@@ -286,7 +286,7 @@ class Extender:
 
     def _wake_preempted(self) -> None:
         self._wake_soon = False
-        for group in self.scheduler.take_preempted():
+        for group in self.scheduler.preempting.take_ready():
             log.info("victims gone", group=group)
             self.changed(group)
             self._wake_members(group)
@@ -302,19 +302,19 @@ class Extender:
 
     def _wake_parked(self) -> None:
         self._room_wake = None
-        short = [p for p in self._refused if (g := self.scheduler.group_of(p)) is not None and self._wants_room(g)]
+        short = [p for p in self._refused if (g := self.lookup.group_of(p)) is not None and self._wants_room(g)]
         for p in short:
             self._refused.pop(p, None)
         if short:
             names = [(k.namespace, k.name) for k in map(GroupKey.parse, short)]
-            self._spawn(self.actions.wake(names, self.scheduler.next_generation()), "wake")
+            self._spawn(self.actions.wake(names, self.scheduler.plans.next_generation()), "wake")
 
     def _wants_room(self, group: str) -> bool:
-        reason = self.scheduler.reason(group)
+        reason = self.scheduler.reasons.get(group)
         return isinstance(reason, Shortfall) and reason.kind in (NO_DOMAIN, NO_CAPACITY)
 
     def _unbound_members(self, group: str) -> list[PodInfo]:
-        pods = (self.scheduler.pod(k) for k in self.scheduler.members(group))
+        pods = (self.lookup.pod(k) for k in self.lookup.members(group))
         return [p for p in pods if p is not None and p.node_name is None]
 
     def _wake_members(self, group: str) -> None:
@@ -324,13 +324,13 @@ class Extender:
             self._refused.pop(p.key, None)
         if parked:
             pods = [(p.namespace, p.name) for p in parked]
-            self._spawn(self.actions.wake(pods, self.scheduler.next_generation()), "wake")
+            self._spawn(self.actions.wake(pods, self.scheduler.plans.next_generation()), "wake")
 
     # -- bind ------------------------------------------------------------------------------------
 
     async def bind(self, args: wire.BindArgs) -> bytes:
         key = args.pod_key
-        cached = self.scheduler.pod(key)
+        cached = self.lookup.pod(key)
         if cached is not None and args.uid and cached.uid and cached.uid != args.uid:
             # The default binder's uid precondition: a call for a pod since replaced binds nothing.
             log.info("bind refused", pod=key, node=args.node, reason="uid changed", uid=args.uid, now=cached.uid)
@@ -372,7 +372,7 @@ class Extender:
         """Hold this bind call at its gang's gate for at most the call budget. Past it the call is
         answered with a retryable error while the pod stays arrived (its node and reservation
         kept): kube-scheduler requeues it, and the gate binds it with the rest either way."""
-        group = self.scheduler.group_of(key) or ""
+        group = self.lookup.group_of(key) or ""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[str] = loop.create_future()
         old = self._waiting.pop(key, None)
@@ -392,7 +392,7 @@ class Extender:
             return
         if self._waiting.get(key) is future:
             del self._waiting[key]
-        arrived, total = self.scheduler.gate_progress(group)
+        arrived, total = self.scheduler.gates.progress(group)
         future.set_result(
             f"topogang: waiting at gang {group}'s bind gate ({arrived}/{total} of the minimum arrived);"
             f" the pod keeps its place on {node} and binds with the gang"
@@ -401,7 +401,7 @@ class Extender:
 
     async def _bind_all(self, batch: Sequence[tuple[str, str]]) -> dict[str, str]:
         """Bind every pod of a released gate at once; answer the calls that were waiting."""
-        groups = {g for p, _ in batch if (g := self.scheduler.group_of(p))}
+        groups = {g for p, _ in batch if (g := self.lookup.group_of(p))}
         for group in groups:
             timer = self._gates.pop(group, None)
             if timer is not None:
@@ -416,7 +416,7 @@ class Extender:
         now = time.monotonic()
         for group in groups:
             first = self._first_seen.pop(group, None)
-            if first is not None and not any(self.scheduler.group_of(p) == group for p in errors):
+            if first is not None and not any(self.lookup.group_of(p) == group for p in errors):
                 self.metrics.gang_wait.observe(now - first)  # the gate opened: the whole minimum is bound
             self.changed(group)
         if len(batch) > 1 or groups:
@@ -432,7 +432,7 @@ class Extender:
         return errors
 
     def _bound_to(self, pod_key: str, node: str) -> bool:
-        pod = self.scheduler.pod(pod_key)
+        pod = self.lookup.pod(pod_key)
         return pod is not None and pod.node_name == node
 
     async def _bind_one(self, pod_key: str, node: str) -> str:
@@ -450,7 +450,7 @@ class Extender:
         return error
 
     async def _post_binding(self, pod_key: str, node: str) -> str:
-        pod = self.scheduler.pod(pod_key)
+        pod = self.lookup.pod(pod_key)
         if pod is None:
             self.metrics.bind_failed(BIND_POD_GONE)
             return "topogang: the pod no longer exists"
@@ -468,12 +468,12 @@ class Extender:
         """GROUP's silence timer fired: wait on while a new member came within the bind timeout,
         else close the gate (no partial gang: the plan is released, the waiting calls fail)."""
         now = time.monotonic()
-        left = self.scheduler.gate_silence_left(group, now, self.bind_timeout)
+        left = self.scheduler.gates.silence_left(group, now, self.bind_timeout)
         if left is not None and left > 0:
             self._gates[group] = asyncio.get_running_loop().call_later(left, self._gate_expired, group)
             return
         self._gates.pop(group, None)
-        missing = self.scheduler.gate_missing(group)
+        missing = self.scheduler.gates.missing(group)
         waiting = self.scheduler.gate_timeout(group, self.bind_timeout) if left is not None else []
         if waiting:
             self.metrics.gate_timeouts.inc()
@@ -483,13 +483,13 @@ class Extender:
                 group=group,
                 arrived=len(waiting),
                 missing=missing[:10],
-                reason=self.scheduler.reason_text(group),
+                reason=self.scheduler.reasons.text(group),
             )
         self._fail_dropped(BIND_GATE_TIMEOUT)
 
     def _fail_dropped(self, why: str) -> None:
         """Answer the bind calls waiting at gates the core closed; WHY is the metric's reason."""
-        for pod, reason in self.scheduler.take_dropped():
+        for pod, reason in self.scheduler.gates.take_dropped():
             waiter = self._waiting.pop(pod, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(f"topogang: {reason.render()}")
@@ -505,20 +505,20 @@ class Extender:
         """The periodic sweep: plans that stopped progressing, and memory of pods and gangs gone."""
         now = time.monotonic()
         for group, waiting in self.scheduler.expire(now).items():
-            reason = self.scheduler.reason_text(group)
+            reason = self.scheduler.reasons.text(group)
             log.warning("plan expired", group=group, waiting=len(waiting), reason=reason)
             self.changed(group)
         for nom in self.scheduler.expire_preemptions(now):
             self.metrics.preemption_timeouts.inc()
-            log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reason_text(nom.group))
+            log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reasons.text(nom.group))
             self.changed(nom.group)
         self._wake_preempted()
         self._expire_repairs(now)
         self._fail_dropped(BIND_PLAN_RELEASED)
         self._evict_overdue()
-        for key in [k for k in self._refused if self.scheduler.pod(k) is None]:
+        for key in [k for k in self._refused if self.lookup.pod(k) is None]:
             del self._refused[key]
-        groups = set(self.scheduler.groups())
+        groups = set(self.lookup.groups())
         for group in [g for g in self._pending_logged if g not in groups]:
             del self._pending_logged[group]
         for group in [g for g in self._refreshed if g not in groups]:
@@ -545,9 +545,9 @@ class Extender:
         """Part-bound gangs that did not reach their minimum in time: evict what was bound, so no
         gang runs below its minimum; the PodGroup status and an Event say why."""
         for group, bound in self.recovery.overdue(self.scheduler, time.monotonic()).items():
-            why = self.scheduler.reason_text(group)
+            why = self.scheduler.reasons.text(group)
             log.warning("evicting a gang left below its minimum", group=group, pods=bound[:20], reason=why)
-            pods = [pod for key in bound if (pod := self.scheduler.pod(key)) is not None]
+            pods = [pod for key in bound if (pod := self.lookup.pod(key)) is not None]
             self._spawn(self._evict_below_minimum(group, pods), "eviction")
             self._emit_group(group, "PartialGangEvicted", why, "Warning")
             self.changed(group)
@@ -569,7 +569,7 @@ class Extender:
             timer.cancel()
         self._gates.clear()
         self.scheduler.release_all(Released(R_NOT_LEADER))
-        self.scheduler.drop_preemptions()
+        self.scheduler.preempting.drop_all()
         self._fail_dropped(BIND_NOT_LEADER)
         for waiter in self._waiting.values():
             if not waiter.done():
@@ -610,12 +610,12 @@ class Extender:
         moves it back to the active queue at once (a new pod elsewhere would not). With
         nomination on, every planned member is also nominated on its planned node, in the same
         write, so that its next attempt tries that node first, alone."""
-        planned = self.scheduler.reserved(group) if self.scheduler.nominate else {}
+        planned = self.scheduler.reserved(group) if self.scheduler.steering.enabled else {}
         steer = [p for p in pods if p in planned]  # each one's node is asked as its write goes out
         parked = [p for p in pods if p in self._refused and p not in planned]
         for p in [*parked, *steer]:
             self._refused.pop(p, None)
-        generation = self.scheduler.generation(group)
+        generation = self.scheduler.plans.generation(group)
         if steer:
             keys = [GroupKey.parse(p) for p in steer]
             self._spawn(
@@ -648,7 +648,7 @@ class Extender:
             return  # no loop (a test driving the core): nothing parked to wake
         by_group: dict[str, list[str]] = {}
         for pod in self._refused:
-            group = self.scheduler.group_of(pod)
+            group = self.lookup.group_of(pod)
             if group is not None:
                 by_group.setdefault(group, []).append(pod)
         for group, pods in by_group.items():
@@ -657,9 +657,9 @@ class Extender:
     def _marks_unschedulable(self, group: str | None) -> bool:
         """PodGroup spec.markUnschedulable: false (seed 001) asks for no unschedulable Events on
         its pods; kube-scheduler's own FailedScheduling Events are not topogang's to withhold."""
-        if group is None or not self.scheduler.has_pods(group):
+        if group is None or not self.lookup.has_pods(group):
             return True
-        spec = self.scheduler.view(group).spec
+        spec = self.lookup.view(group).spec
         return spec is None or spec.mark_unschedulable is not False
 
     def _emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:

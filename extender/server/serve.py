@@ -173,7 +173,7 @@ def _watch(
     """The gauges read at each scrape."""
     m.watch(
         extender.metrics,
-        reservations=scheduler.reservation_count,
+        reservations=scheduler.lookup.reservation_count,
         phases=writer.phase_counts,
         status_writes=lambda: {"ok": writer.writes["ok"], "failed": writer.writes["failed"]},
         cache_ready=lambda: float(cache.ready),
