@@ -151,10 +151,10 @@ class Extender:
         if self._refreshed.get(group) == reason:
             return
         self._refreshed[group] = reason
-        why = self.scheduler.reason(group)
+        why = self.scheduler.reasons.get(group)
         if isinstance(why, Shortfall) and why.kind == INCOMPLETE:
             return
-        stale = [p for p in self.scheduler.members(group) if self._refused.get(p, reason) != reason]
+        stale = [p for p in self.lookup.members(group) if self._refused.get(p, reason) != reason]
         if stale:
             self._wake(stale, group)
 
