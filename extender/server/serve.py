@@ -52,7 +52,7 @@ async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple
     actions = KubeActions(client)
     extender = _extender(settings, scheduler, actions)
     writer = PodGroupWriter(client, scheduler, actions)
-    extender.changed = writer.touch
+    extender.report.changed = writer.touch
     label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
     webhook = GatesMode(gates, client, scheduler, extender, lambda: cache.ready) if gates and gates.webhook else None
 
