@@ -43,6 +43,7 @@ import structlog
 
 from extender.core.decisions import FINISHED, INVALID, PENDING, R_GANG_INCOMPLETE, SCHEDULED, GroupStatus
 from extender.core.scheduler import GangScheduler
+from extender.kube.background import Background
 from extender.kube.client import ApiError, JSONDict
 from extender.kube.podgroup_status import (
     API_VERSION,
@@ -129,7 +130,7 @@ class PodGroupWriter:
         self._dirty: set[str] = set()
         self._dirty_pods: set[str] = set()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Background("podgroup writer", self._run)
         self._said: dict[str, str] = {}  # group -> the last problem logged (said once)
         scheduler.lookup.subscribe(self._changed)
 
@@ -137,16 +138,16 @@ class PodGroupWriter:
 
     @property
     def running(self) -> bool:
-        return self._task is not None
+        return self._loop.running
 
     def touch(self, group: str) -> None:
         """GROUP's status may have changed (a decision was made about it)."""
-        if self._task is not None:
+        if self._loop.running:
             self._dirty.add(group)
             self._wake.set()
 
     def _changed(self, kind: str, key: object) -> None:
-        if self._task is None:
+        if not self._loop.running:
             return
         if kind == "pod":
             self._dirty_pods.add(str(key))
@@ -166,16 +167,11 @@ class PodGroupWriter:
     # -- running --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="podgroup writer")
+        self._loop.start()
 
     async def stop(self) -> None:
         """Stop at once and forget everything (a later start learns it again from the objects)."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
         for tick in self._ticks.values():
             tick.cancel()
         self._ticks.clear()

@@ -32,6 +32,7 @@ import structlog
 
 from extender.core.decisions import PlanEvent
 from extender.core.scheduler import GangScheduler
+from extender.kube.background import Background
 from extender.kube.client import ApiError
 from extender.kube.resources import PODS
 from extender.model.pod import TOPOGANG_GATE, PodInfo
@@ -119,14 +120,14 @@ class Ungater:
         self._everything = True  # look at every gated pod (room may have been freed)
         self._sent: dict[str, str] = {}  # pod -> node: patched, the cache does not show it yet
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Background("ungater", self._run)
         self._generation = -1
         scheduler.state.subscribe(self._changed)
 
     # -- feed -----------------------------------------------------------------------------------
 
     def _changed(self, kind: str, key: object) -> None:
-        if self._task is None:
+        if not self._loop.running:
             return
         if kind == "pod":
             pod = self.scheduler.state.pods.get(str(key))
@@ -147,16 +148,12 @@ class Ungater:
     # -- running --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None:
+        if not self._loop.running:
             self._everything = True
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="ungater")
+            self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
         self._dirty.clear()
         self._sent.clear()
 
