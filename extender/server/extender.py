@@ -107,9 +107,6 @@ class Extender:
                 self.wakeups.wake_members(event.group)
         return wire.encode_victims({})
 
-    async def bind(self, args: wire.BindArgs) -> bytes:
-        return await self.binds.bind(args)
-
     def decided(self, event: PlanEvent, seconds: float) -> None:
         """A planning decision made outside kube-scheduler's calls (gates mode's ungater): the
         same follow-up as in a filter call (a preemption's or a repair's evictions included)."""
