@@ -183,8 +183,8 @@ class Ungater:
             self._everything = False
             self._dirty.update(k for k, p in pods.items() if gated(p))
         dirty, self._dirty = self._dirty, set()
-        membership = self.scheduler.membership
-        groups = sorted({g for k in dirty if k in pods and (g := membership.group_of(k)) is not None})
+        lookup = self.scheduler.lookup
+        groups = sorted({g for k in dirty if k in pods and (g := lookup.group_of(k)) is not None})
         for group in groups:
             await self.release(group)
 
@@ -193,7 +193,7 @@ class Ungater:
     def plan(self, group: str) -> dict[str, str]:
         """Plan GROUP through the core; its gated pods that have a node now (pod -> node)."""
         state, scheduler = self.scheduler.state, self.scheduler
-        view = scheduler.membership.view(group)
+        view = scheduler.lookup.view(group)
         waiting = [state.pods[k] for k in view.pods if k in state.pods and gated(state.pods[k]) and k not in self._sent]
         if not waiting:
             return {}
