@@ -45,7 +45,6 @@ from extender.core.decisions import (
     FilterResult,
     GroupStatus,
     PlanEvent,
-    PreemptionTimedOut,
     Released,
     Repairing,
 )
@@ -80,7 +79,6 @@ class GangScheduler:
         self.membership = Membership(state)
         self.plan_ttl = plan_ttl
         self.plans = Plans(state)
-        self.domains = self.plans.last_domains  # group -> where its last plan put each constrained scope
         self.reasons = Reasons()
         self.steering = Steering(state, self.membership, self.plans, enabled=nominate)
         self.gates = BindGate(state, self.membership, self.plans)
@@ -323,10 +321,8 @@ class GangScheduler:
     def expire_preemptions(self, now: float) -> list[Nomination]:
         """Release the room held for gangs whose victims did not leave in time."""
         late = self.preempting.expire(now)
-        timeout = self.preempting.nominations.timeout
         for nom in late:
-            left = tuple(sorted(nom.pending))
-            self.reasons.record(nom.group, PreemptionTimedOut(nom.preemption.domain, left, timeout))
+            self.reasons.record(nom.group, nom.timed_out(self.preempting.nominations.timeout))
         return late
 
     # -- what the cluster tells us -------------------------------------------------------------
