@@ -129,7 +129,7 @@ def build(nodes: int, pods: int, gang_size: int) -> GangScheduler:
 
 def query(scheduler: GangScheduler) -> int:
     """What the server asks: each pod's gang (the filter path), each gang's status (the writer)."""
-    groups = {g for key in list(scheduler.state.pods) if (g := scheduler.group_of(key)) is not None}
+    groups = {g for key in list(scheduler.state.pods) if (g := scheduler.lookup.group_of(key)) is not None}
     for group in groups:
         scheduler.status(group)
     return len(groups)

@@ -38,10 +38,18 @@ TOPOLOGY = parse_topology({"metadata": {"name": "dc"}, "spec": {"levels": [{"nod
 
 
 def cluster(n: int, seed: int = 7) -> tuple[list[NodeInfo], dict[str, dict[str, int]]]:
+    """N GPU nodes and what is used on a quarter of them."""
+    used: dict[str, dict[str, int]] = {}
+    return nodes_of(n, seed, used), used
+
+
+def nodes_of(n: int, seed: int, used: dict[str, dict[str, int]] | None = None) -> list[NodeInfo]:
+    """N GPU nodes in racks of 8-16, 8 racks a block, 2,500 nodes a zone (the one synthetic
+    cluster of the benchmarks). With USED, a quarter of the nodes get some of their room used
+    there (the same seed gives the same racks either way)."""
     rng = random.Random(seed)
     nodes: list[NodeInfo] = []
-    used: dict[str, dict[str, int]] = {}
-    zone, block, rack = 0, 0, 0
+    block, rack = 0, 0
     while len(nodes) < n:
         size = min(rng.randint(8, 16), n - len(nodes))
         rack += 1
@@ -53,9 +61,9 @@ def cluster(n: int, seed: int = 7) -> tuple[list[NodeInfo], dict[str, dict[str, 
             labels = {LEVELS[0]: f"z{zone}", LEVELS[1]: f"b{block}", LEVELS[2]: f"r{rack}", HOSTNAME_LABEL: name}
             alloc = {GPU: 8000, "cpu": 96_000, "memory": 1_024 * 2**30 * 1000, "pods": 110_000}
             nodes.append(NodeInfo(name, labels, alloc))
-            if rng.random() < 0.25:
+            if used is not None and rng.random() < 0.25:
                 used[name] = {GPU: rng.randint(1, 8) * 1000, "cpu": 8000, "pods": 1000}
-    return nodes, used
+    return nodes
 
 
 def gang_objects(pods: int) -> tuple[object, list[object]]:

@@ -30,9 +30,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from plan_scale import GPU, LEVELS, TOPOLOGY, gang_objects
+from plan_scale import GPU, TOPOLOGY, gang_objects, nodes_of
 
-from extender.model.node import HOSTNAME_LABEL, NodeInfo
+from extender.model.node import NodeInfo
 from extender.placement import ClusterSnapshot, NodeTable, Plan, build_gang, plan
 from extender.placement.snapshot import DictUsage
 from extender.placement.victim_search import find_victims
@@ -42,24 +42,6 @@ GANGS = 1_000
 FULL = 0.9
 PRIORITIES = (10, 20, 50, 100, 2_000)
 PREEMPTOR = 1_000
-
-
-def nodes_of(n: int, seed: int) -> list[NodeInfo]:
-    rng = random.Random(seed)
-    nodes: list[NodeInfo] = []
-    block, rack = 0, 0
-    while len(nodes) < n:
-        size = min(rng.randint(8, 16), n - len(nodes))
-        rack += 1
-        if rack % 8 == 1:
-            block += 1
-        zone = 1 + len(nodes) // 2500
-        for i in range(size):
-            name = f"gpu-z{zone}-b{block}-r{rack}-{i}"
-            labels = {LEVELS[0]: f"z{zone}", LEVELS[1]: f"b{block}", LEVELS[2]: f"r{rack}", HOSTNAME_LABEL: name}
-            alloc = {GPU: 8000, "cpu": 96_000, "memory": 1_024 * 2**30 * 1000, "pods": 110_000}
-            nodes.append(NodeInfo(name, labels, alloc))
-    return nodes
 
 
 def workloads_of(nodes: list[NodeInfo], seed: int) -> list[Workload]:

@@ -431,7 +431,7 @@ async def stuck_pods(kube: KubeClient, pods: list[dict[str, Any]]) -> list[str]:
     for body in live:
         if body["spec"].get("nodeName"):
             continue
-        info = scheduler.pod(f"{NS}/{body['metadata']['name']}")
+        info = scheduler.lookup.pod(f"{NS}/{body['metadata']['name']}")
         if info is not None and scheduler.filter(info, names, 0.0).nodes:
             stuck.append(info.key)
     return stuck

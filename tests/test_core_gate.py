@@ -40,7 +40,7 @@ def test_a_gang_arriving_steadily_for_longer_than_the_timeout_binds_whole() -> N
     # One member every 1.5 s; the bind timeout is 2 s; the whole gang takes 3 s to arrive.
     for i, key in enumerate(keys[:2]):
         assert scheduler.bind(key, plan[key], 1.5 * i).action == WAIT
-        left = scheduler.gate_silence_left("default/g", 1.5 * i + 1.0, 2.0)
+        left = scheduler.gates.silence_left("default/g", 1.5 * i + 1.0, 2.0)
         assert left is not None
         assert left > 0
     last = scheduler.bind(keys[2], plan[keys[2]], 3.0)
@@ -52,12 +52,12 @@ def test_a_silent_gate_closes_and_says_how_many_came() -> None:
     scheduler, keys, plan = setup()
     scheduler.bind(keys[0], plan[keys[0]], 0.0)
     scheduler.bind(keys[1], plan[keys[1]], 1.0)
-    assert scheduler.gate_progress("default/g") == (2, 3)
-    left = scheduler.gate_silence_left("default/g", 3.0, 2.0)
+    assert scheduler.gates.progress("default/g") == (2, 3)
+    left = scheduler.gates.silence_left("default/g", 3.0, 2.0)
     assert left is not None
     assert left <= 0
     assert scheduler.gate_timeout("default/g", 2.0) == sorted(keys[:2])
-    assert scheduler.reason_text("default/g") == (
+    assert scheduler.reasons.text("default/g") == (
         "bind gate timed out: 2/3 pods of the minimum reached bind, and none more for 2s"
     )
     assert not scheduler.state.reservations
@@ -107,7 +107,7 @@ def test_a_planned_node_cordoned_while_members_wait_binds_none_and_plans_again()
     assert last.event.outcome == "replanned"
     assert cordoned not in scheduler.reserved("default/g").values()
     assert set(scheduler.reserved("default/g")) == set(keys)
-    assert {p for p, _ in scheduler.take_dropped()} == set(keys)  # every waiting call fails
+    assert {p for p, _ in scheduler.gates.take_dropped()} == set(keys)  # every waiting call fails
     assert last.error == (
         f"topogang: re-planning: planned node(s) {cordoned} no longer fit"
         " (deleted, cordoned, not ready or full); planned again"

@@ -91,7 +91,7 @@ def test_a_plan_that_makes_no_progress_expires() -> None:
     released = scheduler.expire(100.0)
     assert released == {"default/g": [keys[0]]}
     assert not scheduler.state.reservations
-    dropped = [(pod, why.render()) for pod, why in scheduler.take_dropped()]
+    dropped = [(pod, why.render()) for pod, why in scheduler.gates.take_dropped()]
     assert dropped == [(keys[0], "plan expired after 60s without all pods binding")]
 
 

@@ -207,7 +207,7 @@ def test_a_gang_that_does_not_fit_preempts_then_binds_where_its_victims_were() -
     assert plain.nodes == []
     for i in range(4):
         sched.delete_pod(f"default/one-{i}")
-    assert sched.take_preempted() == ["default/urgent"]
+    assert sched.preempting.take_ready() == ["default/urgent"]
     placed = sched.filter(sched.state.pods["default/urgent-0"], NODES, 2.0)
     assert placed.event is not None
     assert placed.event.outcome == "planned"

@@ -78,7 +78,7 @@ def test_a_replacement_with_room_in_its_segments_rack_goes_there_and_nothing_mov
     assert result.nodes == ["z1-b1-r3-n3"]
     assert result.event is not None
     assert result.event.outcome == "planned"
-    assert scheduler.last_repair("default/g") is None
+    assert scheduler.repairs.last_of("default/g") is None
 
 
 def test_a_segment_without_room_moves_whole_to_a_free_rack_of_the_zone() -> None:
@@ -115,7 +115,7 @@ def test_a_segment_without_room_moves_whole_to_a_free_rack_of_the_zone() -> None
     for i in (0, 1, 2, 3, 6, 7):
         assert scheduler.state.pods[keys[i]].node_name == f"z1-b1-r{i // 2 + 1}-n{i % 2 + 1}"
     assert scheduler.status("default/g").reason != R_REPAIRING
-    last = scheduler.last_repair("default/g")
+    last = scheduler.repairs.last_of("default/g")
     assert last is not None
     assert last.message.startswith("moving SubGroup seg-2 from rack z1/b1/r3 to rack z1/b1/r5")
 
@@ -178,7 +178,7 @@ def test_the_last_repair_is_in_the_podgroup_status_and_in_explain() -> None:
     fresh, _ = setup()
     pg = {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}}
     apply_object(fresh, {**pg, "spec": {"minMember": 8}, "status": {"lastRepair": body["lastRepair"]}})
-    assert fresh.last_repair_text("default/g") == f"{moved} (at 2026-11-23T18:00:00Z)"
+    assert fresh.repairs.last_text("default/g") == f"{moved} (at 2026-11-23T18:00:00Z)"
 
 
 def test_a_gang_whose_plan_was_just_carried_out_is_repaired_too_and_binds_its_moved_part_together() -> None:
@@ -226,5 +226,5 @@ async def test_the_server_evicts_the_moved_pods_whether_the_repair_came_from_a_f
         for _ in range(5):
             await asyncio.sleep(0)
         assert actions.evicted == ["default/w-5"], path
-        assert ("g", "GangRepair: " + scheduler.last_repair_text("default/g")) in actions.events, path
+        assert ("g", "GangRepair: " + scheduler.repairs.last_text("default/g")) in actions.events, path
         await extender.close()

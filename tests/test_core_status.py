@@ -78,7 +78,7 @@ def test_the_domains_outlive_the_carried_out_plan() -> None:
     for k in keys:
         scheduler.delete_pod(k)
     scheduler.expire(3.0)  # the gang is gone: so is what we knew of it
-    assert "default/g" not in scheduler.domains
+    assert "default/g" not in scheduler.plans.last_domains
 
 
 def test_a_gang_no_rack_holds_carries_the_shortfall_kind() -> None:

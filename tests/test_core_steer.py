@@ -14,7 +14,7 @@ from tests.test_core_lifecycle import NODES, planned, setup
 
 def steering() -> tuple[GangScheduler, list[str]]:
     scheduler, keys = setup()
-    scheduler.nominate = True
+    scheduler.steering.enabled = True
     return scheduler, keys
 
 
@@ -90,7 +90,7 @@ def test_the_planning_call_nominates_the_other_members_in_the_order_they_arrived
     scheduler, _ = setup()
     spec = podgroup({"minMember": 4}, name="h")
     scheduler.state.set_podgroup("default/h", spec)
-    scheduler.nominate = True
+    scheduler.steering.enabled = True
     order = ["h-10", "h-2", "h-1", "h-0"]
     for name in order:
         scheduler.observe_pod(pod(name, group="h"))

@@ -279,10 +279,10 @@ async def test_the_sweep_forgets_finished_plans_and_pods_that_are_gone(setup: An
     scheduler.delete_pod("default/g-0")
     scheduler.observe_pod(pod("lonely", group="gone"))
     await call(client, "filter", args(pod("lonely", group="gone")))
-    assert "default/lonely" in extender._refused
+    assert "default/lonely" in extender.wakeups.refused
     scheduler.delete_pod("default/lonely")
     extender.expire()
-    assert "default/lonely" not in extender._refused
+    assert "default/lonely" not in extender.wakeups.refused
 
 
 async def test_a_pod_naming_a_podgroup_that_does_not_exist_yet_waits(setup: Any) -> None:
@@ -336,7 +336,7 @@ async def test_members_parked_for_room_are_woken_when_a_node_comes(setup: Any, m
     """kube-scheduler may retry a refused member on a node event before topogang's watch has
     seen the node; once topogang sees it, it requeues the members parked for want of room itself
     (and not those of a gang that is merely incomplete)."""
-    monkeypatch.setattr("extender.server.extender.ROOM_WAKE_DELAY", 0.01)
+    monkeypatch.setattr("extender.server.wakeups.ROOM_WAKE_DELAY", 0.01)
     client, scheduler, recorder = await setup()
     for n in grid(nodes=4)[1:]:  # one node left: the gang of 4 cannot fit
         scheduler.state.delete_node(n.name)
@@ -356,7 +356,7 @@ async def test_members_parked_for_room_are_woken_when_a_node_comes(setup: Any, m
 
 async def test_with_nomination_a_plan_nominates_every_member_and_steers_one_left_out(setup: Any) -> None:
     client, scheduler, recorder = await setup()
-    scheduler.nominate = True
+    scheduler.steering.enabled = True
     pods = [member(i) for i in range(4)]
     for p in pods:
         scheduler.observe_pod(p)

@@ -133,7 +133,7 @@ async def test_a_retry_that_comes_while_its_pods_binding_is_in_flight_shares_it(
     # "already assigned", failing the call of a pod that is bound).
     client, extender, _ = await start(aiohttp_client, bind_timeout=5.0, call_budget=0.05)
     slow = SlowBinder()
-    extender.actions = slow
+    extender.binds.actions = slow
     pods, nodes = await planned_nodes(client, extender)
     await asyncio.gather(*(call(client, "bind", bind_body(p, nodes[p.key])) for p in pods[:3]))
     last = asyncio.create_task(call(client, "bind", bind_body(pods[3], nodes[pods[3].key])))

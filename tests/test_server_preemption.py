@@ -90,7 +90,7 @@ async def test_a_gang_members_preempt_call_evicts_the_gangs_victims(aiohttp_clie
 async def test_a_victim_under_a_budget_is_tried_again_until_the_room_is_released(
     aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("extender.server.extender.EVICT_RETRY", 0.01)
+    monkeypatch.setattr("extender.server.evictions.EVICT_RETRY", 0.01)
     actions = Evictions(blocked={"default/one-2"})
     client, _, _ = await start(aiohttp_client, actions)
     await call(client, "preempt", preempt_args("urgent-0"))

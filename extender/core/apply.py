@@ -84,7 +84,7 @@ def _last_repair(scheduler: GangScheduler, key: str, body: JSON) -> None:
     last = status.get("lastRepair") if isinstance(status, Mapping) else None
     if isinstance(last, Mapping) and isinstance(last.get("message"), str):
         when = last.get("time")
-        scheduler.note_repair(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
+        scheduler.repairs.note(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
 
 
 def delete_object(scheduler: GangScheduler, body: JSON) -> None:

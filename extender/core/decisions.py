@@ -6,7 +6,7 @@ simulator to its tables. `PlanEvent` is the one record of every placement decisi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from extender.placement import (
@@ -15,6 +15,7 @@ from extender.placement import (
     NO_DOMAIN,
     SEARCH_LIMIT,
     DomainRef,
+    Plan,
     Preemption,
     Repair,
     Shortfall,
@@ -209,6 +210,13 @@ class FilterResult:
     # traded (a stale one would count against that node in kube-scheduler's view).
     steer: str | None = None
 
+    @classmethod
+    def refusal(
+        cls, nodes: Sequence[str], reason: str, group: str | None = None, event: PlanEvent | None = None
+    ) -> FilterResult:
+        """No node will do and preemption would not help: the gang as a whole is the problem."""
+        return cls([], unresolvable=dict.fromkeys(nodes, reason), event=event, reason=reason, group=group)
+
 
 @dataclass(frozen=True)
 class BindDecision:
@@ -238,6 +246,20 @@ class PlanEvent:
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
     preemption: Preemption | None = None  # outcome "preempting": the victims and the room they free
     repair: Repair | None = None  # outcome "repairing": the scopes moved and the pods evicted for it
+
+    @classmethod
+    def of(
+        cls,
+        group: str,
+        outcome: str,
+        p: Plan,
+        reason: str = "",
+        preemption: Preemption | None = None,
+        repair: Repair | None = None,
+    ) -> PlanEvent:
+        """A decision that placed every pod of plan P (a repair, a preemption)."""
+        pods, nodes = len(p.assignments), tuple(p.assignments.values())
+        return cls(group, outcome, pods, nodes, p.domains, reason, p.attempts, p.levels, preemption, repair)
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"group": self.group, "outcome": self.outcome, "pods": self.pods}
@@ -283,10 +305,76 @@ class SubGroupStatus:
 
 
 @dataclass(frozen=True)
+class Finished:
+    """Every pod of the gang ran to completion."""
+
+    succeeded: int
+    failed: int
+
+    def render(self) -> str:
+        return f"finished: {self.succeeded} pod(s) succeeded, {self.failed} failed"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The gang's minimum is bound: it runs."""
+
+    pods: int
+
+    def render(self) -> str:
+        return f"{self.pods} pod(s) bound"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """Planned and reserved; waiting for the rest of the minimum to bind."""
+
+    missing: int  # pods of the minimum not bound yet
+
+    def render(self) -> str:
+        return f"planned; waiting for {self.missing} pod(s) of the minimum to bind"
+
+
+@dataclass(frozen=True)
+class QueueBlocked:
+    """spec.queue names a queue the cluster does not have."""
+
+    group: str
+    problem: str  # queues.queue_problem's first answer
+
+    def render(self) -> str:
+        return f"PodGroup {self.group}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class NotPlanned:
+    """Complete, and no member has been filtered yet (`explain` says more: it can plan now)."""
+
+    def render(self) -> str:
+        return "waiting to be planned"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A sentence an edge composed itself, in place of what the core said (`explain`'s dry run)."""
+
+    text: str
+
+    def render(self) -> str:
+        return self.text
+
+
+# What a status message says, in order: where the gang stands, then what last happened to it.
+Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline
+
+
+@dataclass(frozen=True)
 class GroupStatus:
+    """Where a gang stands, as data; `message` is composed from it when an edge reads it."""
+
     key: str
     phase: str
-    message: str
+    detail: str = ""  # text made elsewhere (an invalid object's field errors); it opens the message
     pods: int = 0
     planned: int = 0
     bound: int = 0
@@ -297,6 +385,19 @@ class GroupStatus:
     # marked unschedulable on the node pool; -1 (or unset) never marks it.
     node_pool_unschedulable: bool = False
     last_repair: str = ""  # what the gang's last repair moved, from where to where
+    said: tuple[Said, ...] = ()  # what the message says, in order
+    waiting: tuple[tuple[str, str], ...] = ()  # (pod, why) of pods waiting outside the gang, sorted
+    warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings
+
+    @property
+    def message(self) -> str:
+        parts = [self.detail] if self.detail else []
+        parts += [s.render() for s in self.said]
+        if self.waiting:
+            parts.append("; ".join(f"{pod}: {why}" for pod, why in self.waiting))
+        if warnings := "; ".join(self.warnings):
+            parts.append(warnings)
+        return "; ".join(parts)
 
     @property
     def unschedulable(self) -> bool:

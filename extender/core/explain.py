@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING
+from extender.core.decisions import R_WAITING, Headline
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
 from extender.placement import (
@@ -57,7 +57,7 @@ class Explanation:
 
 def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
     """Gangs named NAME ("ns/name"): the PodGroup itself, or the gangs of the workload NAME."""
-    groups = scheduler.groups()
+    groups = scheduler.lookup.groups()
     if name in groups:
         return [name]
     wanted = GroupKey.parse(name)
@@ -66,19 +66,19 @@ def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
         key = GroupKey.parse(g)
         if key.namespace != wanted.namespace:
             continue
-        owner = scheduler.view(g).owner  # the workload a derived gang comes from
+        owner = scheduler.lookup.view(g).owner  # the workload a derived gang comes from
         if (owner is not None and owner.name == wanted.name) or key.name.endswith(f"-{wanted.name}"):
             out.append(g)
     return sorted(out)
 
 
 def explain(scheduler: GangScheduler, group: str) -> Explanation:
-    view = scheduler.view(group)
+    view = scheduler.lookup.view(group)
     status = scheduler.status(group)
     notes = [*view.warnings, *(f"{pod}: {why}" for pod, why in sorted(view.waiting.items()))]
     notes += _gated(scheduler, view.pods)
     gang = view.built.gang if view.built is not None else None
-    repaired = scheduler.last_repair_text(group)
+    repaired = scheduler.repairs.last_text(group)
     if gang is None or not view.valid:
         return Explanation(group, view.source, status.phase, status.message, notes=tuple(notes), last_repair=repaired)
     state = scheduler.state
@@ -118,22 +118,19 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     shapes = {s.describe(): left_out(snapshot, s) for s in gang.shapes}
     # A complete gang this scheduler never tried (always so for `explain` on a live cluster,
     # whose cache is fresh) would say "waiting to be planned": the dry run knows better.
-    message = status.message.replace(WAITING, headline, 1) if status.reason == R_WAITING else status.message
+    message = replace(status, said=(Headline(headline),)).message if status.reason == R_WAITING else status.message
     left = {k: v for k, v in shapes.items() if v}
     return replace(base, message=message, outcome=outcome, left_out=left, preemption=preemption)
 
 
-WAITING = "waiting to be planned"  # GangScheduler.status's message for R_WAITING
-
-
 def _preemption(scheduler: GangScheduler, group: str, dry_run: bool) -> tuple[str, ...]:
     """The preemption under way for GROUP; else, when it does not fit, what one would do now."""
-    nom = scheduler.nomination(group)
+    nom = scheduler.preempting.nomination(group)
     if nom is not None:
         return (f"under way: {nom.describe()}", *_victims(nom.preemption))
     if not dry_run:
         return ()
-    found = scheduler.preemption_now(group)
+    found = scheduler.preempting.dry_run(group)
     if isinstance(found, NoPreemption):
         return (f"would not help: {found.reason}",)
     return (f"would evict in {found.domain}:", *_victims(found))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from extender.core.decisions import Preempting
+from extender.core.decisions import Preempting, PreemptionTimedOut
 from extender.placement import Preemption
 
 
@@ -36,6 +36,10 @@ class Nomination:
 
     def describe(self) -> str:
         return self.reason().render()
+
+    def timed_out(self, seconds: float) -> PreemptionTimedOut:
+        """Why the room is given back: these victims did not leave within SECONDS."""
+        return PreemptionTimedOut(self.preemption.domain, tuple(sorted(self.pending)), seconds)
 
 
 class Nominations:

@@ -8,6 +8,9 @@ gone      a pod left: when it was a gang's last victim, the gang is ready to be 
 settle    a ready gang's reservations are given back just before it is planned for real,
           into the room its victims left.
 expire    nominations whose victims did not go in time are released.
+
+The server and `explain` read the nominations through it too (`nomination`, `is_victim`,
+`take_ready`, `dry_run`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from extender.core.cluster import ClusterState
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination, Nominations
 from extender.core.preemption import find_preemption
-from extender.placement import NoPreemption, Preemption
+from extender.placement import NoPreemption, Preemption, PreemptionResult
 
 RETRY = 5.0  # seconds between two searches for one gang that found nothing
 
@@ -75,3 +78,30 @@ class Preempting:
         self.settle(group)
         self._tried.pop(group, None)
         self.last.pop(group, None)
+
+    def drop_all(self) -> None:
+        """Give back the room held for every preempting gang (this replica stops leading)."""
+        for nom in self.nominations:
+            self.settle(nom.group)
+
+    def nomination(self, group: str) -> Nomination | None:
+        """The preemption under way for GROUP, if any."""
+        return self.nominations.get(group)
+
+    def is_victim(self, pod: str) -> bool:
+        """Whether POD is being evicted to make room for some gang."""
+        return self.nominations.is_victim(pod)
+
+    def take_ready(self) -> list[str]:
+        """Gangs whose victims have all gone since the last call: their members need waking."""
+        return self.nominations.take_ready()
+
+    def dry_run(self, group: str) -> PreemptionResult:
+        """What a preemption for GROUP would evict now (nothing is held or evicted)."""
+        return find_preemption(self.state, self.membership, group, exclude=self.nominations.evicting())
+
+    def sweep(self, groups: set[str]) -> None:
+        """Forget the gangs not in GROUPS (gone)."""
+        for nom in self.nominations:
+            if nom.group not in groups:
+                self.forget(nom.group)

@@ -20,11 +20,11 @@ from extender.placement import meets_minimum
 
 def bound_below_minimum(scheduler: GangScheduler, group: str) -> list[str] | None:
     """The bound members of GROUP when some but not all of its minimum is bound, else None."""
-    view = scheduler.view(group)
+    view = scheduler.lookup.view(group)
     gang = view.built.gang if view.valid and view.built is not None else None
     if gang is None:
         return None
-    pods = [p for k in view.pods if (p := scheduler.pod(k)) is not None]
+    pods = [p for k in view.pods if (p := scheduler.lookup.pod(k)) is not None]
     if any(p.terminal for p in pods):
         return None
     bound = {p.key for p in pods if p.node_name is not None}
@@ -41,7 +41,7 @@ class Recovery:
     def start(self, scheduler: GangScheduler, now: float) -> list[PlanEvent]:
         """Find the part-bound gangs, plan the rest of each, start their clocks."""
         events = []
-        for group in scheduler.groups():
+        for group in scheduler.lookup.groups():
             if group in self.deadlines or bound_below_minimum(scheduler, group) is None:
                 continue
             self.deadlines[group] = now + self.within
@@ -55,7 +55,7 @@ class Recovery:
         that made it (or are gone) stop being watched."""
         out = {}
         for group, deadline in list(self.deadlines.items()):
-            bound = bound_below_minimum(scheduler, group) if scheduler.has_pods(group) else None
+            bound = bound_below_minimum(scheduler, group) if scheduler.lookup.has_pods(group) else None
             if bound is None:
                 del self.deadlines[group]
             elif now >= deadline:

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from extender.core.cluster import ClusterState
+from extender.core.decisions import R_REPAIRING, Reason, Repairing, Unrepairable
 from extender.model.pod import PodInfo
 from extender.placement import ClusterSnapshot, Gang, Repair, plan_repair
 
@@ -137,3 +138,39 @@ class Repairs:
         for group in stuck:
             self.settle(group)
         return late + stuck
+
+    def reason(self, group: str) -> Repairing:
+        """Why GROUP's members wait: its repair under way."""
+        underway = self.underway[group]
+        return Repairing(underway.repair.describe(), len(underway.pending))
+
+    def verdict(self, pods: list[PodInfo], why: Reason | None) -> tuple[Unrepairable, list[PodInfo]]:
+        """A gang given up (PODS, last said WHY): the reason, and its running pods to evict
+        (none unless the workload asks to be evicted whole)."""
+        evict, note = unrepairable_policy(pods)
+        bound = [p for p in pods if p.node_name is not None and not p.terminal] if evict else []
+        text = why.render() if why is not None and why.kind != R_REPAIRING else "the moved pods did not leave"
+        return Unrepairable(text, self.timeout, len(bound), note), bound
+
+    def pending(self, group: str, pod: str) -> bool:
+        """Whether POD must still leave for GROUP's repair under way."""
+        underway = self.underway.get(group)
+        return underway is not None and pod in underway.pending
+
+    def last_of(self, group: str) -> LastRepair | None:
+        """GROUP's last repair (what moved, and when), if any."""
+        return self.last.get(group)
+
+    def note(self, group: str, text: str) -> None:
+        """GROUP's PodGroup status tells of a repair (made by this or an earlier leader)."""
+        self.recorded[group] = text
+
+    def last_text(self, group: str) -> str:
+        """The last repair of GROUP this replica made, else the one its PodGroup tells of."""
+        live = self.last.get(group)
+        return live.message if live is not None else self.recorded.get(group, "")
+
+    def sweep(self, groups: set[str]) -> None:
+        """Forget the gangs not in GROUPS (gone)."""
+        for group in (set(self.underway) | set(self.broken) | set(self.last)) - groups:
+            self.forget(group)

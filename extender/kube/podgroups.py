@@ -43,6 +43,7 @@ import structlog
 
 from extender.core.decisions import FINISHED, INVALID, PENDING, R_GANG_INCOMPLETE, SCHEDULED, GroupStatus
 from extender.core.scheduler import GangScheduler
+from extender.kube.background import Background
 from extender.kube.client import ApiError, JSONDict
 from extender.kube.podgroup_status import (
     API_VERSION,
@@ -129,24 +130,24 @@ class PodGroupWriter:
         self._dirty: set[str] = set()
         self._dirty_pods: set[str] = set()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Background("podgroup writer", self._run)
         self._said: dict[str, str] = {}  # group -> the last problem logged (said once)
-        scheduler.subscribe(self._changed)
+        scheduler.lookup.subscribe(self._changed)
 
     # -- feed -----------------------------------------------------------------------------------
 
     @property
     def running(self) -> bool:
-        return self._task is not None
+        return self._loop.running
 
     def touch(self, group: str) -> None:
         """GROUP's status may have changed (a decision was made about it)."""
-        if self._task is not None:
+        if self._loop.running:
             self._dirty.add(group)
             self._wake.set()
 
     def _changed(self, kind: str, key: object) -> None:
-        if self._task is None:
+        if not self._loop.running:
             return
         if kind == "pod":
             self._dirty_pods.add(str(key))
@@ -166,16 +167,11 @@ class PodGroupWriter:
     # -- running --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="podgroup writer")
+        self._loop.start()
 
     async def stop(self) -> None:
         """Stop at once and forget everything (a later start learns it again from the objects)."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
         for tick in self._ticks.values():
             tick.cancel()
         self._ticks.clear()
@@ -202,7 +198,7 @@ class PodGroupWriter:
             await asyncio.sleep(self.interval)  # debounce: a gang is written at most once per interval
 
     def _all_groups(self) -> set[str]:
-        groups = self.scheduler.known_groups()
+        groups = self.scheduler.lookup.known_groups()
         for gone in set(self._written) - groups:
             del self._written[gone]
         for gone in set(self.phases) - groups:
@@ -215,7 +211,7 @@ class PodGroupWriter:
         """Write what changed for every gang marked since the last flush."""
         scheduler = self.scheduler
         for pod in self._dirty_pods:
-            group = scheduler.group_of(pod)
+            group = scheduler.lookup.group_of(pod)
             if group is not None:
                 self._dirty.add(group)
         self._dirty_pods.clear()
@@ -226,7 +222,7 @@ class PodGroupWriter:
             if time.perf_counter() - since > SLICE:
                 await asyncio.sleep(0)  # many gangs: let kube-scheduler's calls in between
                 since = time.perf_counter()
-            if not scheduler.exists(group):
+            if not scheduler.lookup.exists(group):
                 self.phases.pop(group, None)  # neither pods nor an object: gone
                 continue
             status = self.scheduler.status(group)
@@ -308,21 +304,21 @@ class PodGroupWriter:
         self.touch(group)
 
     def _generation(self, group: str, written: _Written) -> int:
-        spec = self.scheduler.podgroup(group)
+        spec = self.scheduler.lookup.podgroup(group)
         return spec.generation if spec is not None and spec.generation else written.generation
 
     async def _target(self, group: str, namespace: str, name: str, path: str) -> _Written | None:
         """What was last written to GROUP's object, creating or updating the object first for a
         gang derived from a workload; None when topogang does not write this gang."""
         scheduler = self.scheduler
-        view = scheduler.view(group) if scheduler.has_pods(group) else None
+        view = scheduler.lookup.view(group) if scheduler.lookup.has_pods(group) else None
         written = self._written.get(group)
         if view is not None and view.owner is not None:  # derived from a workload
             owner = view.owner
-            seen = scheduler.watched_object(owner.api_version, owner.kind, namespace, owner.name)
+            seen = scheduler.lookup.watched_object(owner.api_version, owner.kind, namespace, owner.name)
             if seen is None or (seen.get("metadata") or {}).get("uid") != owner.uid:
                 return None  # the workload is gone (its PodGroup goes with it) or not visible
-            existing = scheduler.podgroup(group)
+            existing = scheduler.lookup.podgroup(group)
             if existing is not None and existing.labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
                 self._say(group, "PodGroup of this name exists and is not managed by topogang; not writing it")
                 return None
@@ -336,10 +332,10 @@ class PodGroupWriter:
             written = self._remember(group, obj, written)
             written.applied = desired
             return written
-        spec = scheduler.podgroup(group)
+        spec = scheduler.lookup.podgroup(group)
         if spec is not None and spec.api_version != API_VERSION:
             return None  # KAI-Scheduler's PodGroup: its status is KAI's
-        if spec is None and not scheduler.podgroup_invalid(group):
+        if spec is None and not scheduler.lookup.podgroup_invalid(group):
             return None
         if written is None:
             written = self._remember(group, await self.client.get(path), None)

@@ -32,6 +32,7 @@ import structlog
 
 from extender.core.decisions import PlanEvent
 from extender.core.scheduler import GangScheduler
+from extender.kube.background import Background
 from extender.kube.client import ApiError
 from extender.kube.resources import PODS
 from extender.model.pod import TOPOGANG_GATE, PodInfo
@@ -119,14 +120,14 @@ class Ungater:
         self._everything = True  # look at every gated pod (room may have been freed)
         self._sent: dict[str, str] = {}  # pod -> node: patched, the cache does not show it yet
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Background("ungater", self._run)
         self._generation = -1
         scheduler.state.subscribe(self._changed)
 
     # -- feed -----------------------------------------------------------------------------------
 
     def _changed(self, kind: str, key: object) -> None:
-        if self._task is None:
+        if not self._loop.running:
             return
         if kind == "pod":
             pod = self.scheduler.state.pods.get(str(key))
@@ -147,16 +148,12 @@ class Ungater:
     # -- running --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None:
+        if not self._loop.running:
             self._everything = True
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="ungater")
+            self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._loop.stop()
         self._dirty.clear()
         self._sent.clear()
 
@@ -186,8 +183,8 @@ class Ungater:
             self._everything = False
             self._dirty.update(k for k, p in pods.items() if gated(p))
         dirty, self._dirty = self._dirty, set()
-        membership = self.scheduler.membership
-        groups = sorted({g for k in dirty if k in pods and (g := membership.group_of(k)) is not None})
+        lookup = self.scheduler.lookup
+        groups = sorted({g for k in dirty if k in pods and (g := lookup.group_of(k)) is not None})
         for group in groups:
             await self.release(group)
 
@@ -196,7 +193,7 @@ class Ungater:
     def plan(self, group: str) -> dict[str, str]:
         """Plan GROUP through the core; its gated pods that have a node now (pod -> node)."""
         state, scheduler = self.scheduler.state, self.scheduler
-        view = scheduler.membership.view(group)
+        view = scheduler.lookup.view(group)
         waiting = [state.pods[k] for k in view.pods if k in state.pods and gated(state.pods[k]) and k not in self._sent]
         if not waiting:
             return {}
@@ -224,10 +221,7 @@ class Ungater:
         planned = self.plan(group)
         if not planned:
             return
-        gp = self.scheduler.plans.get(group)
-        if gp is not None:
-            gp.gate.opened = True  # the gate opens now; from here kube-scheduler binds them
-            gp.touched = time.monotonic()
+        self.scheduler.gates.opened_elsewhere(group, time.monotonic())  # from here kube-scheduler binds them
         self._sent.update(planned)
         start = time.perf_counter()
         results = await asyncio.gather(*(self._ungate(pod, node) for pod, node in sorted(planned.items())))

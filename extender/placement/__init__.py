@@ -10,8 +10,9 @@ from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.gang_from_podgroup import BuiltGang, build_gang
 from extender.placement.leftout import Excluded, Exclusion, left_out
 from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
+from extender.placement.ref import DomainRef
 from extender.placement.repair import Repair, plan_repair
-from extender.placement.result import DomainRef, Plan, PlanResult, Unplaceable
+from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, DictUsage, NodeTable
 from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
 from extender.placement.victim_search import find_victims

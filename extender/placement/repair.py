@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 
 from extender.placement.engine import plan
 from extender.placement.gang import Gang, Scope
-from extender.placement.result import DomainRef, Plan
+from extender.placement.ref import DomainRef
+from extender.placement.result import Plan
 from extender.placement.snapshot import ClusterSnapshot
 
 

@@ -6,17 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from extender.placement.reasons import Shortfall
-
-
-@dataclass(frozen=True, slots=True)
-class DomainRef:
-    """A domain of the gang's Topology, by value: its level's name and its path of label values."""
-
-    level: str  # "rack", "node", "cluster"
-    path: str  # "z1/b1/r3" from the coarsest level down; the node's name at the node level; "" for the cluster
-
-    def __str__(self) -> str:
-        return f"{self.level} {self.path}" if self.path else "the cluster"
+from extender.placement.ref import DomainRef
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from extender.model.node import NodeInfo
 from extender.model.topology import TopologySpec
-from extender.placement.result import DomainRef
+from extender.placement.ref import DomainRef
 
 IntArray = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]

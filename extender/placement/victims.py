@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from extender.model.pod import POD_SLOT
-from extender.placement.result import DomainRef, Plan
+from extender.placement.ref import DomainRef
+from extender.placement.result import Plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ async def _bind(extender: Extender, body: bytes) -> bytes:
     validate.dns1123_label("ExtenderBindingArgs.PodNamespace", args.namespace)
     validate.dns1123_subdomain("ExtenderBindingArgs.PodName", args.name, "pod")
     validate.dns1123_subdomain("ExtenderBindingArgs.Node", args.node, "node")
-    return await extender.bind(args)
+    return await extender.binds.bind(args)
 
 
 def _preempt(extender: Extender, body: bytes) -> bytes:

@@ -52,7 +52,7 @@ async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple
     actions = KubeActions(client)
     extender = _extender(settings, scheduler, actions)
     writer = PodGroupWriter(client, scheduler, actions)
-    extender.changed = writer.touch
+    extender.report.changed = writer.touch
     label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
     webhook = GatesMode(gates, client, scheduler, extender, lambda: cache.ready) if gates and gates.webhook else None
 
@@ -173,7 +173,7 @@ def _watch(
     """The gauges read at each scrape."""
     m.watch(
         extender.metrics,
-        reservations=scheduler.reservation_count,
+        reservations=scheduler.lookup.reservation_count,
         phases=writer.phase_counts,
         status_writes=lambda: {"ok": writer.writes["ok"], "failed": writer.writes["failed"]},
         cache_ready=lambda: float(cache.ready),

@@ -87,7 +87,7 @@ class Simulation:
     def _synthesize(self, objects: Sequence[Loaded]) -> None:
         """A workload given without pods gets the pods (and intermediate owners, such as a
         JobSet's Jobs) its controller would create; pods given in the input are used as they are."""
-        with_pods = self.scheduler.families()
+        with_pods = self.scheduler.lookup.families()
         for obj in objects:
             meta = obj.body.get("metadata") or {}
             name, ns = meta.get("name"), meta.get("namespace") or "default"
@@ -168,9 +168,9 @@ class Simulation:
                 elif decision.action == REJECT:
                     reasons[key] = decision.error
         # Pods still at the gate: the rest of their minimum never came, so the gate times out.
-        for group in sorted({g for k in assumed if (g := self.scheduler.group_of(k))}):
+        for group in sorted({g for k in assumed if (g := self.scheduler.lookup.group_of(k))}):
             for key in self.scheduler.gate_timeout(group, 0):
-                reasons[key] = self.scheduler.reason_text(group, "bind gate timed out")
+                reasons[key] = self.scheduler.reasons.text(group, "bind gate timed out")
         return self._result(events, reasons)
 
     def _evict(self, event: PlanEvent) -> bool:
@@ -193,9 +193,9 @@ class Simulation:
         def key(k: str) -> tuple[int, float, int]:
             pod = self.state.pods[k]
             priority, created = self.state.pod_priority(pod), pod.created
-            group = scheduler.group_of(k)
+            group = scheduler.lookup.group_of(k)
             if group is not None:
-                view = scheduler.view(group)
+                view = scheduler.lookup.view(group)
                 priority, created = max(priority, view.priority), view.created
             return queue_key(priority, created, self.order.get(k, 0))
 
@@ -247,8 +247,8 @@ class Simulation:
     def _result(self, events: list[PlanEvent], reasons: dict[str, str]) -> SimResult:
         scheduler = self.scheduler
         leaf_of: dict[str, str] = {}
-        for group in scheduler.groups():
-            view = scheduler.view(group)
+        for group in scheduler.lookup.groups():
+            view = scheduler.lookup.view(group)
             gang = view.built.gang if view.built else None
             if gang is not None:
                 for scope in gang.scopes:
@@ -259,7 +259,7 @@ class Simulation:
             if key in self.running:
                 continue
             pod = self.state.pods[key]
-            pod_group = scheduler.group_of(key)
+            pod_group = scheduler.lookup.group_of(key)
             if pod.node_name is None and key not in reasons and pod_group is not None:
                 reasons[key] = self.scheduler.status(pod_group).message
             pods.append(
@@ -273,7 +273,7 @@ class Simulation:
                     "" if pod.node_name else reasons.get(key, ""),
                 )
             )
-        groups = [self.scheduler.status(g) for g in scheduler.groups()] + self.invalid
+        groups = [self.scheduler.status(g) for g in scheduler.lookup.groups()] + self.invalid
         return SimResult(pods, groups, events, self.state, self.warnings, self.preempted)
 
 

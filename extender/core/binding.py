@@ -1,0 +1,98 @@
+"""The bind gate, as kube-scheduler's bind calls meet it: all of a gang's minimum, or none.
+
+A member of the minimum waits at its plan's gate (`gate.Gate`) until every pod of the minimum
+has reached bind, then all are bound together; pods beyond the minimum bind once the minimum
+has. Before the gate opens, every arrived member's node is checked against the cluster as it is
+now: a node deleted, cordoned, not ready or filled meanwhile opens nothing (the coordinator
+plans the gang again). The bind calls waiting at a gate whose plan was dropped are kept here
+until the server fails them (`take_dropped`).
+"""
+
+from __future__ import annotations
+
+from extender.core.cluster import ClusterState
+from extender.core.decisions import BIND, DONE, R_BIND_TIMEOUT, REJECT, WAIT, BindDecision, Reason, Released
+from extender.core.membership import Membership
+from extender.core.plans import Plans
+
+
+class BindGate:
+    def __init__(self, state: ClusterState, membership: Membership, plans: Plans) -> None:
+        self._state = state
+        self._membership = membership
+        self._plans = plans
+        self._dropped: list[tuple[str, Reason]] = []  # (pod, why): binds waiting at a gate that closed
+
+    def arrive(self, pod_key: str, node: str, now: float) -> BindDecision:
+        """POD_KEY's bind call for NODE. A REJECT with `stale` nodes: the whole minimum arrived,
+        but those planned nodes no longer fit, so nothing binds (the caller plans again)."""
+        group = self._membership.group_of(pod_key)
+        if group is None:
+            return BindDecision(BIND, ((pod_key, node),))
+        pod = self._state.pods.get(pod_key)
+        if pod is not None and pod.node_name is not None:
+            # Bound by topogang when its gate opened, after this call's attempt began.
+            if pod.node_name == node:
+                return BindDecision(DONE)
+            return BindDecision(REJECT, error=f"topogang: the pod is bound to {pod.node_name} already, not {node}")
+        gp = self._plans.get(group)
+        planned = gp.reserved.get(pod_key) if gp else None
+        if gp is None or planned is None:
+            return BindDecision(REJECT, error=f"topogang: gang {group} has no plan for this pod; it will be retried")
+        if planned != node:
+            return BindDecision(REJECT, error=f"topogang: the pod is planned on {planned}, not {node}")
+        gp.touched = now
+        if gp.gate.opened:
+            return BindDecision(BIND, ((pod_key, node),))
+        gp.gate.arrive(pod_key, node, now)
+        if not gp.gate.complete(gp.reserved):
+            return BindDecision(WAIT)
+        # The whole minimum is at the gate. Its nodes are checked against the cluster as it is
+        # now (one may have been deleted, cordoned, gone not ready or filled by another scheduler
+        # while the members waited).
+        stale = tuple(sorted({n for n in gp.gate.arrived.values() if not self._plans.still_fits(n)}))
+        if not stale:
+            return BindDecision(BIND, gp.gate.open())
+        return BindDecision(REJECT, stale=stale)
+
+    def missing(self, group: str) -> list[str]:
+        """Pods of the minimum that have not reached bind yet."""
+        gp = self._plans.get(group)
+        return gp.gate.missing(gp.reserved) if gp is not None else []
+
+    def progress(self, group: str) -> tuple[int, int]:
+        """(arrived, total) of GROUP's minimum still unbound."""
+        gp = self._plans.get(group)
+        return gp.gate.counts(gp.reserved) if gp is not None else (0, 0)
+
+    def silence_left(self, group: str, now: float, timeout: float) -> float | None:
+        """Seconds before GROUP's gate closes for want of a new member (<= 0: due); None: no
+        member is waiting at it."""
+        gp = self._plans.get(group)
+        return gp.gate.silence_left(now, timeout) if gp is not None else None
+
+    def closing(self, group: str, seconds: float) -> Released | None:
+        """Why GROUP's gate closes now that no new member came for SECONDS; None: it has no
+        gate still shut."""
+        gp = self._plans.get(group)
+        if gp is None or gp.gate.opened:
+            return None
+        arrived, total = gp.gate.counts(gp.reserved)
+        return Released(R_BIND_TIMEOUT, arrived, total, seconds)
+
+    def opened_elsewhere(self, group: str, now: float) -> None:
+        """GROUP's pods are let through without bind calls (gates mode: kube-scheduler binds
+        each one); its gate counts as opened from NOW."""
+        gp = self._plans.get(group)
+        if gp is not None:
+            gp.gate.opened = True
+            gp.touched = now
+
+    def drop(self, pods: list[str], why: Reason) -> None:
+        """The bind calls of PODS wait at a gate that closed."""
+        self._dropped.extend((p, why) for p in pods)
+
+    def take_dropped(self) -> list[tuple[str, Reason]]:
+        """Bind calls waiting at gates that were released since the last call, and why."""
+        out, self._dropped = self._dropped, []
+        return out

@@ -1,0 +1,152 @@
+"""Plans and their reservations: the room each planned gang holds until its pods bind.
+
+A plan being carried out is a `GroupPlan`: the placement, the pods it still holds a node for
+(each one reserved in `ClusterState`, so other gangs plan around it and plain pods keep off it),
+and its bind gate. `Plans` is the only writer of those reservations: a plan is held, extended,
+its members traded between nodes, a member let go when it binds or leaves, and the whole plan
+released. Where each gang's last plan put its constrained scopes outlives the plan (`domains`),
+for its status once it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from extender.core.cluster import ClusterState
+from extender.core.decisions import FilterResult
+from extender.core.gate import Gate
+from extender.model.pod import PodInfo
+from extender.placement import DomainRef, Plan
+
+RESERVED = "topogang: capacity reserved for a gang"
+
+
+@dataclass
+class GroupPlan:
+    """A plan being carried out: what is reserved, what has reached the bind gate."""
+
+    plan: Plan
+    generation: int
+    reserved: dict[str, str]  # pod -> node, not bound yet
+    gate: Gate  # the minimum, who of it reached bind, and when the last new one did
+    created: float
+    touched: float  # last progress: a plan, a pod reaching bind
+
+
+class Plans:
+    def __init__(self, state: ClusterState) -> None:
+        self._state = state
+        self._by_group: dict[str, GroupPlan] = {}
+        self._domains: dict[str, Mapping[str, DomainRef]] = {}  # group -> where its last plan put each scope
+        self._generation = 0
+        self.last_domains: Mapping[str, Mapping[str, DomainRef]] = MappingProxyType(self._domains)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def __contains__(self, group: object) -> bool:
+        return group in self._by_group
+
+    def __getitem__(self, group: str) -> GroupPlan:
+        return self._by_group[group]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._by_group))
+
+    def __len__(self) -> int:
+        return len(self._by_group)
+
+    def get(self, group: str | None) -> GroupPlan | None:
+        return self._by_group.get(group) if group is not None else None
+
+    def reserved(self, group: str) -> Mapping[str, str]:
+        """Pod -> planned node for GROUP's pods that hold a reservation."""
+        gp = self._by_group.get(group)
+        return gp.reserved if gp is not None else {}
+
+    def domains(self, group: str) -> Mapping[str, DomainRef]:
+        """Where GROUP's plan (or, once carried out, its last plan) put each constrained scope."""
+        gp = self._by_group.get(group)
+        return gp.plan.domains if gp is not None else self._domains.get(group, {})
+
+    def generation(self, group: str) -> int:
+        gp = self._by_group.get(group)
+        return gp.generation if gp else 0
+
+    def next_generation(self) -> int:
+        """A new generation number, for a plan or for wake-ups that are not a new plan."""
+        self._generation += 1
+        return self._generation
+
+    def still_fits(self, node: str) -> bool:
+        """Whether NODE exists, is schedulable, and none of its room is overcommitted."""
+        info = self._state.nodes.get(node)
+        if info is None or not info.schedulable:
+            return False
+        return all(self._state.free_on(node, r) >= 0 for r in info.allocatable)
+
+    def admit_plain(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
+        """Plain pods pass, except onto nodes where they would take a gang's reserved room."""
+        reserved = self._state.reserved_nodes
+        failed = {}
+        if reserved:
+            for node in nodes:
+                if node in reserved and any(self._state.free_on(node, r) < v for r, v in pod.requests.items()):
+                    failed[node] = RESERVED
+        if not failed:
+            return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
+        return FilterResult([n for n in nodes if n not in failed], failed=failed, reason=RESERVED)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def hold(self, group: str, result: Plan, now: float) -> tuple[dict[str, str], str]:
+        """Reserve RESULT's pods that GROUP's plan does not hold yet: a new plan, or the plan
+        extended. Returns (pod -> node reserved now, "planned" or "extended")."""
+        gp = self._by_group.get(group)
+        new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
+        for pod, node in new.items():
+            self._state.reserve(pod, node, self._state.pods[pod].requests)
+        self._domains[group] = result.domains
+        if gp is None:
+            gate = Gate(frozenset(result.minimum))
+            self._by_group[group] = GroupPlan(result, self.next_generation(), dict(new), gate, now, now)
+            return new, "planned"
+        gp.reserved.update(new)
+        gp.touched = now
+        return new, "extended"
+
+    def swap(self, gp: GroupPlan, pod: str, mate: str) -> None:
+        """POD and MATE (interchangeable members of one plan) trade their planned nodes."""
+        mine, theirs = gp.reserved[pod], gp.reserved[mate]
+        gp.reserved[pod], gp.reserved[mate] = theirs, mine
+        self._state.reserve(pod, theirs, self._state.pods[pod].requests)
+        self._state.reserve(mate, mine, self._state.pods[mate].requests)
+
+    def let_go(self, gp: GroupPlan, pod: str, *, bound: bool) -> None:
+        """POD no longer needs its planned room: it BOUND (there or elsewhere: it is no longer
+        waited for at the gate either), or it left."""
+        del gp.reserved[pod]
+        if bound:
+            gp.gate.arrived.pop(pod, None)
+        self._state.unreserve(pod)
+
+    def release(self, group: str) -> GroupPlan | None:
+        """Drop GROUP's plan and the reservation of every pod it still held."""
+        gp = self._by_group.pop(group, None)
+        if gp is None:
+            return None
+        for pod in gp.reserved:
+            self._state.unreserve(pod)
+        self._domains.pop(group, None)
+        return gp
+
+    def sweep(self, groups: set[str]) -> list[str]:
+        """Forget plans carried out (every pod bound) and the last domains of gangs not in
+        GROUPS (gone); returns the groups whose plans were forgotten."""
+        done = [g for g, gp in self._by_group.items() if gp.gate.opened and not gp.reserved]
+        for group in done:
+            del self._by_group[group]  # carried out: the bound pods now speak for the gang
+        for group in set(self._domains) - groups:
+            del self._domains[group]
+        return done
