@@ -286,7 +286,7 @@ async def test_the_sweep_forgets_finished_plans_and_pods_that_are_gone(setup: An
 
 
 async def test_a_pod_naming_a_podgroup_that_does_not_exist_yet_waits(setup: Any) -> None:
-    client, scheduler, _ = await setup()
+    client, scheduler, recorder = await setup()
     early = pod("early-0", group="later")
     scheduler.observe_pod(early)
     reply = await call(client, "filter", args(early))
@@ -294,6 +294,9 @@ async def test_a_pod_naming_a_podgroup_that_does_not_exist_yet_waits(setup: Any)
     assert set(reply["FailedAndUnresolvableNodes"].values()) == {
         "topogang: PodGroup default/later (named by the pod) does not exist yet"
     }
+    await asyncio.sleep(0)
+    # No Event of topogang's: the PodGroup, not seen yet, may say markUnschedulable: false.
+    assert recorder.events == []
     scheduler.state.set_podgroup("default/later", podgroup({"minMember": 1}, name="later"))
     assert len((await call(client, "filter", args(early)))["NodeNames"]) == 1
 

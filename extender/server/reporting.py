@@ -52,9 +52,13 @@ class Reporter:
             self.emit(member, reason, message, "Normal")
 
     def marks_unschedulable(self, group: str | None) -> bool:
-        """PodGroup spec.markUnschedulable: false (seed 001) asks for no unschedulable Events on
-        its pods; kube-scheduler's own FailedScheduling Events are not topogang's to withhold."""
-        if group is None or not self._lookup.has_pods(group):
+        """PodGroup spec.markUnschedulable: false (KAI's hierarchical PodGroup design) asks for no
+        unschedulable Events on its pods; kube-scheduler's own FailedScheduling Events are not
+        topogang's to withhold. A pod in no gang yet gets none: the PodGroup it names may not have
+        reached our watch, and may say false (kube-scheduler's Event carries the reason)."""
+        if group is None:
+            return False
+        if not self._lookup.has_pods(group):
             return True
         spec = self._lookup.view(group).spec
         return spec is None or spec.mark_unschedulable is not False
