@@ -21,7 +21,9 @@ from extender.placement import ClusterSnapshot, Plan, build_gang, plan
 from tests.builders import GPU, TOPO, grid, racks_of
 from tests.grouping_builders import group, group_file, jobset, kubeflow, pods_of, template
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples" / "workloads").glob("*.yaml"))
+_WORKLOADS = Path(__file__).parent.parent / "examples" / "workloads"
+# A file per workload, or a folder for one that comes with the objects its operator creates (Grove)
+EXAMPLES = sorted([*_WORKLOADS.glob("*.yaml"), *(p for p in _WORKLOADS.iterdir() if p.is_dir())])
 STORY_2 = kubeflow(
     "TFJob",
     {
