@@ -123,8 +123,11 @@ def _references(pg: Mapping[str, Any], ns: str, obj: str, where: str, gang: _Pod
         elif pod_ns != ns:
             why = f"is {pod_ns!r}: a PodGang lists pods of its own namespace {ns!r} only"
             errors.append(FieldError(obj, f"{at}.namespace", why))
+        elif pod in gang.listed:
+            why = f"lists Pod {pod}, which {gang.listed[pod][1]} lists already"
+            errors.append(FieldError(obj, at, why))
         else:
-            gang.listed.setdefault(pod, (name, f"{where}.podReferences"))
+            gang.listed[pod] = (name, f"{where}.podReferences")
     return len(refs)
 
 
