@@ -7,9 +7,11 @@ operator creates is synthesized; a ResourceInterface on Dynamo's object hands of
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
@@ -340,3 +342,21 @@ def test_a_changed_podgang_regroups_its_pods_in_the_scheduler() -> None:
     changed = scheduler.membership.view("ml/podgang-llm-0")
     assert changed.spec is None
     assert changed.message == "PodGang ml/llm-0: spec.podgroups[0].minReplicas: expected an integer >= 1, got 0"
+
+
+def test_the_simulator_uses_the_podgangs_given_over_the_ones_it_would_make(tmp_path: Path) -> None:
+    # Grove's PodGang translated the domains through its ClusterTopologyBinding; the one given in
+    # the input (here: a worker minimum of 1, not the template's 2) is the one grouped.
+    from extender.simulate.loader import load
+    from extender.simulate.runner import Simulation
+
+    workload = pcs(sg_replicas=2)
+    _, _, base = podgang_objects(workload)
+    given = copy.deepcopy(base)
+    given["spec"]["podgroups"][2]["minReplicas"] = 1
+    path = tmp_path / "grove.yaml"
+    path.write_text(yaml.safe_dump_all([workload, given]))
+    sim = Simulation(load([str(path)]))
+    view = sim.scheduler.membership.view("ml/podgang-llm-0")
+    assert view.spec is not None
+    assert {s.name: s.min_member for s in view.spec.subgroups}["llm-0-prefill-0-worker"] == 1
