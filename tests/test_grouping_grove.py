@@ -18,6 +18,7 @@ from extender.core.cluster import ClusterState
 from extender.core.scheduler import GangScheduler
 from extender.grouping import ObjectIndex, family_key, group_pods, synthesize
 from extender.grouping.kinds.grove import PODGANG
+from extender.model.errors import InvalidObject
 from extender.model.pod import PodInfo, parse_pod
 from tests.grouping_builders import NS, errors, group, members, pods_of, render
 
@@ -360,3 +361,32 @@ def test_the_simulator_uses_the_podgangs_given_over_the_ones_it_would_make(tmp_p
     view = sim.scheduler.membership.view("ml/podgang-llm-0")
     assert view.spec is not None
     assert {s.name: s.min_member for s in view.spec.subgroups}["llm-0-prefill-0-worker"] == 1
+
+
+SYNTH_BAD: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "scaling-group-names-an-unknown-clique",
+        {"cliqueNames": ["leader", "decoder"]},
+        "PodCliqueSet ml/llm: spec.template.podCliqueScalingGroups[0].cliqueNames: names decoder,"
+        " which spec.template.cliques does not define",
+    ),
+    (
+        "scaling-group-without-cliques",
+        {"cliqueNames": []},
+        "PodCliqueSet ml/llm: spec.template.podCliqueScalingGroups[0].cliqueNames: expected clique names, got []",
+    ),
+    (
+        "min-available-above-replicas",
+        {"replicas": 1, "minAvailable": 2},
+        "PodCliqueSet ml/llm: spec.template.podCliqueScalingGroups[0].minAvailable: is 2, more than replicas 1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "want"), [c[1:] for c in SYNTH_BAD], ids=[c[0] for c in SYNTH_BAD])
+def test_a_podcliqueset_grove_would_refuse_is_not_synthesized(change: dict[str, Any], want: str) -> None:
+    workload = pcs(replicas=2)
+    workload["spec"]["template"]["podCliqueScalingGroups"][0].update(change)
+    with pytest.raises(InvalidObject) as exc:
+        synthesize(workload)
+    assert [str(e) for e in exc.value.errors] == [want]

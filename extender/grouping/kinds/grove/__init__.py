@@ -27,7 +27,8 @@ PodCliqueSet fill in what the PodGang's own constraint leaves unset (KAI's order
 the SubGroup of its PodClique (its controller); one listed in another PodGroup's podReferences,
 or a reference to another namespace (KAI refuses those), makes the gang Invalid. A pod whose
 PodGang is not visible yet waits. `spec.priorityClassName` is not read: a gang's priority is its
-pods'. Unknown fields are not reported (as for other workload objects: Grove writes them).
+pods'. The PodCliques' annotations (KAI segments) are not read: the PodGang is the tree, as in
+KAI. Unknown fields are not reported (as for other workload objects: Grove writes them).
 DynamoGraphDeployment -> PodCliqueSet: Dynamo's object is not read; a ResourceInterface on it
 without podGroups hands off to this grouper (KAI's generic pod-grouping design).
 

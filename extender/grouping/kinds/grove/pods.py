@@ -27,6 +27,7 @@ from extender.grouping.kinds.grove.names import (
 from extender.grouping.synthesis import JSON, Synthesis
 from extender.grouping.values import count, list_at, mapping_at
 from extender.model.errors import FieldError
+from extender.model.raw import literal
 
 
 @dataclass(frozen=True)
@@ -121,13 +122,47 @@ def _podgang(out: Synthesis, gang: _Gang, template: Mapping[str, Any], labels: M
         out.owners[-1]["metadata"]["annotations"] = {TOPOLOGY_NAME: topology}
 
 
+@dataclass(frozen=True)
+class _ScalingGroup:
+    name: str
+    replicas: int
+    minimum: int
+    cliques: tuple[_Clique, ...]
+    pack: JSON | None
+
+
+def _scaling_groups(out: Synthesis, template: Mapping[str, Any], cliques: dict[str, _Clique]) -> list[_ScalingGroup]:
+    """spec.template.podCliqueScalingGroups, checked as Grove's admission checks them."""
+    raws = list_at(template, "podCliqueScalingGroups", out.obj, "spec.template", out.errors)
+    groups = []
+    for _, at, sg, name in out.named(raws, "name", "spec.template.podCliqueScalingGroups"):
+        replicas = count(sg, "replicas", 1, out.obj, at, out.errors)
+        minimum = count(sg, "minAvailable", 1, out.obj, at, out.errors)
+        if minimum > replicas:
+            out.errors.append(FieldError(out.obj, f"{at}.minAvailable", f"is {minimum}, more than replicas {replicas}"))
+        names = sg.get("cliqueNames")
+        if not isinstance(names, list) or not names:
+            out.errors.append(FieldError(out.obj, f"{at}.cliqueNames", f"expected clique names, got {literal(names)}"))
+            continue
+        unknown = [str(c) for c in names if str(c) not in cliques]
+        if unknown:
+            why = f"names {', '.join(unknown)}, which spec.template.cliques does not define"
+            out.errors.append(FieldError(out.obj, f"{at}.cliqueNames", why))
+            continue
+        members = tuple(cliques[str(c)] for c in names)
+        groups.append(_ScalingGroup(name, replicas, minimum, members, _domain_pack(sg.get("topologyConstraint"))))
+    return groups
+
+
 def synthesize_podcliqueset(out: Synthesis) -> None:
     replicas = count(out.spec, "replicas", 0, out.obj, "spec", out.errors)  # Grove's default is 0
     template = mapping_at(out.spec, "template", out.obj, "spec", out.errors)
     cliques = _cliques(out, template)
     pcs_pack = _domain_pack(template.get("topologyConstraint"))
-    sgs = list_at(template, "podCliqueScalingGroups", out.obj, "spec.template", out.errors)
-    in_group = {str(c) for sg in sgs if isinstance(sg, Mapping) for c in (sg.get("cliqueNames") or [])}
+    groups = _scaling_groups(out, template, cliques)
+    if out.errors:
+        return
+    in_group = {c.name for sg in groups for c in sg.cliques}
     base_labels = {**MANAGED_BY, PART_OF: out.name}
     for r in range(replicas):
         replica = {PCS_REPLICA: str(r)}
@@ -137,32 +172,23 @@ def synthesize_podcliqueset(out: Synthesis) -> None:
             if name not in in_group:
                 labels = {**replica, COMPONENT: "pcs-podclique"}
                 _make_clique(out, c, f"{out.name}-{r}-{name}", out.ref(), labels, base)
-        for _, at, sg, sg_name in out.named(sgs, "name", "spec.template.podCliqueScalingGroups"):
-            sg_replicas = count(sg, "replicas", 1, out.obj, at, out.errors)
-            sg_min = count(sg, "minAvailable", 1, out.obj, at, out.errors)
-            pcsg = f"{out.name}-{r}-{sg_name}"
-            sg_spec = {"replicas": sg_replicas, "minAvailable": sg_min, "cliqueNames": sg.get("cliqueNames") or []}
+        for sg in groups:
+            pcsg = f"{out.name}-{r}-{sg.name}"
+            sg_spec = {"replicas": sg.replicas, "minAvailable": sg.minimum, "cliqueNames": [c.name for c in sg.cliques]}
             pcsg_labels = {**base_labels, **replica, COMPONENT: "pcs-podcliquescalinggroup"}
             pcsg_ref = out.owner(GROVE_V1, "PodCliqueScalingGroup", pcsg, out.ref(), pcsg_labels, sg_spec)
-            sg_pack = _domain_pack(sg.get("topologyConstraint"))
-            for j in range(sg_replicas):
-                gang = base if j < sg_min else _Gang(f"{pcsg}-{j - sg_min}", sg_pack or pcs_pack)
+            for j in range(sg.replicas):
+                # replicas below minAvailable are in the base PodGang; each one beyond is its own
+                gang = base if j < sg.minimum else _Gang(f"{pcsg}-{j - sg.minimum}", sg.pack or pcs_pack)
                 if gang is not base:
                     scaled.append(gang)
-                members = []
-                for clique_name in sg.get("cliqueNames") or []:
-                    member = cliques.get(str(clique_name))
-                    if member is None:
-                        why = f"names {clique_name!r}, which spec.template.cliques does not define"
-                        out.errors.append(FieldError(out.obj, f"{at}.cliqueNames", why))
-                        continue
-                    labels = {**replica, COMPONENT: "pcsg-podclique", PCSG: pcsg, PCSG_REPLICA: str(j)}
-                    if gang is not base:
-                        labels[BASE_PODGANG] = base.name
-                    pclq = f"{pcsg}-{j}-{member.name}"
-                    _make_clique(out, member, pclq, pcsg_ref, labels, gang)
-                    members.append(pclq)
-                if gang is base and sg_pack is not None:
-                    base.groups.append({"name": f"{pcsg}-{j}", "podGroupNames": members, "topologyConstraint": sg_pack})
+                labels = {**replica, COMPONENT: "pcsg-podclique", PCSG: pcsg, PCSG_REPLICA: str(j)}
+                if gang is not base:
+                    labels[BASE_PODGANG] = base.name
+                members = [f"{pcsg}-{j}-{c.name}" for c in sg.cliques]
+                for c, pclq in zip(sg.cliques, members, strict=True):
+                    _make_clique(out, c, pclq, pcsg_ref, labels, gang)
+                if gang is base and sg.pack is not None:
+                    base.groups.append({"name": f"{pcsg}-{j}", "podGroupNames": members, "topologyConstraint": sg.pack})
         for gang in (base, *scaled):
             _podgang(out, gang, template, base_labels)
