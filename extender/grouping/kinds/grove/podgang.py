@@ -43,6 +43,7 @@ class _PodGang:
 
     draft: GangDraft
     listed: dict[str, tuple[str, str]] = field(default_factory=dict)  # pod name -> (PodGroup, its field)
+    names: set[str] = field(default_factory=set)  # its PodGroups (sets: a PodGang may list thousands)
 
 
 def _references(pg: Mapping[str, Any], ns: str, obj: str, where: str, gang: _PodGang, name: str) -> int:
@@ -82,9 +83,10 @@ def _podgroups(spec: Mapping[str, Any], ns: str, obj: str, gang: _PodGang) -> li
         if not isinstance(name, str) or not name:
             errors.append(FieldError(obj, f"{where}.name", f"expected a non-empty name, got {literal(name)}"))
             continue
-        if any(p.name == name for p in parts):
+        if name in gang.names:
             errors.append(FieldError(obj, f"{where}.name", f"{name!r} is listed twice"))
             continue
+        gang.names.add(name)
         minimum = pg.get("minReplicas")
         if not isinstance(minimum, int) or isinstance(minimum, bool) or minimum < 1:
             errors.append(FieldError(obj, f"{where}.minReplicas", f"expected an integer >= 1, got {literal(minimum)}"))
@@ -100,11 +102,12 @@ def _podgroups(spec: Mapping[str, Any], ns: str, obj: str, gang: _PodGang) -> li
     return parts
 
 
-def _group_configs(spec: Mapping[str, Any], obj: str, parts: list[Part], draft: GangDraft) -> dict[str, str]:
+def _group_configs(spec: Mapping[str, Any], obj: str, gang: _PodGang) -> dict[str, str]:
     """spec.topologyConstraintGroupConfigs: a parent SubGroup per entry; PodGroup -> its parent."""
-    errors = draft.errors
-    names = [p.name for p in parts]
+    draft = gang.draft
+    errors, names = draft.errors, gang.names
     parent_of: dict[str, str] = {}
+    groups: set[str] = set()
     for j, raw in enumerate(list_at(spec, "topologyConstraintGroupConfigs", obj, "spec", errors)):
         where = f"spec.topologyConstraintGroupConfigs[{j}]"
         cfg: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
@@ -113,7 +116,7 @@ def _group_configs(spec: Mapping[str, Any], obj: str, parts: list[Part], draft: 
         if not isinstance(name, str) or not name:
             errors.append(FieldError(obj, f"{where}.name", f"expected a non-empty name, got {literal(name)}"))
             continue
-        if name in names or any(s.name == name for s in draft.parents):
+        if name in names or name in groups:
             errors.append(FieldError(obj, f"{where}.name", f"{name!r} is taken by another PodGroup or group"))
             continue
         if members is not None and (not isinstance(members, list) or not all(isinstance(m, str) for m in members)):
@@ -125,13 +128,15 @@ def _group_configs(spec: Mapping[str, Any], obj: str, parts: list[Part], draft: 
             continue  # groups nothing (KAI skips it too)
         for m in members:
             if m not in names:
-                why = f"names {m!r}, which spec.podgroups does not list (have: {', '.join(names)})"
+                have = ", ".join(p.name for p in draft.parts)
+                why = f"names {m!r}, which spec.podgroups does not list (have: {have})"
                 errors.append(FieldError(obj, f"{where}.podGroupNames", why))
             elif m in parent_of:
                 why = f"{m!r} is in {parent_of[m]!r} already: a PodGroup belongs to one group"
                 errors.append(FieldError(obj, f"{where}.podGroupNames", why))
             else:
                 parent_of[m] = name
+        groups.add(name)
         draft.parents.append(SubGroupSpec(name, None))  # every member required, as in the PodGang
         c = _pack(cfg, obj, where, errors)
         if c is not None:
@@ -175,9 +180,9 @@ def read_podgang(link: Link, name: str, body: Mapping[str, Any]) -> _PodGang:
     )
     draft.global_constraint = spec_c
     gang = _PodGang(draft)
-    parts = _podgroups(spec, ns, obj, gang)
-    parent_of = _group_configs(spec, obj, parts, draft)
-    draft.parts = [Part(p.name, p.replicas, p.minimum, parent=parent_of.get(p.name)) for p in parts]
+    draft.parts = _podgroups(spec, ns, obj, gang)
+    parent_of = _group_configs(spec, obj, gang)
+    draft.parts = [Part(p.name, p.replicas, p.minimum, parent=parent_of.get(p.name)) for p in draft.parts]
     return gang
 
 
@@ -210,9 +215,9 @@ def group_podcliqueset(link: Link) -> WorkloadDraft:
             gangs[key] = read[name].draft
         gang = read[name]
         clique = _clique_of(pod, below)
-        names = [p.name for p in gang.draft.parts]
-        if clique not in names:
-            why = f"names {gang.draft.obj}, which has no PodGroup for its PodClique {clique} (have: {', '.join(names)})"
+        if clique not in gang.names:
+            have = ", ".join(p.name for p in gang.draft.parts)
+            why = f"names {gang.draft.obj}, which has no PodGroup for its PodClique {clique} (have: {have})"
             return Claim(key, None, FieldError(who, label_field(PODGANG), why))
         listed = gang.listed.get(pod.name)
         if listed is not None and listed[0] != clique:
