@@ -390,3 +390,23 @@ def test_a_podcliqueset_grove_would_refuse_is_not_synthesized(change: dict[str, 
     with pytest.raises(InvalidObject) as exc:
         synthesize(workload)
     assert [str(e) for e in exc.value.errors] == [want]
+
+
+def test_pods_created_before_their_podgang_are_grouped_once_it_appears() -> None:
+    workload = pcs(sg_replicas=2)
+    s = synthesize(workload)
+    scheduler = GangScheduler(ClusterState())
+    podgangs = [o for o in s.owners if o["kind"] == "PodGang"]
+    for body in (workload, *(o for o in s.owners if o["kind"] != "PodGang"), *s.pods):
+        apply_object(scheduler, body)
+    assert scheduler.membership.groups() == []
+    assert scheduler.membership.waiting("ml/llm-0-frontend-0") == (
+        "PodGang ml/llm-0 (its grove.io/podgang label) is not visible yet; it decides the PodGroup"
+    )
+    for body in podgangs:
+        apply_object(scheduler, body)
+    assert scheduler.membership.groups() == ["ml/podgang-llm-0"]
+    view = scheduler.membership.view("ml/podgang-llm-0")
+    assert view.spec is not None
+    assert len(view.pods) == 9
+    assert scheduler.membership.waiting("ml/llm-0-frontend-0") is None

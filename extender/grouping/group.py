@@ -155,13 +155,16 @@ class _Claims:
         self.members: dict[tuple[_DraftKey, str], list[ClaimedPod]] = {}
         self.orphans: dict[tuple[str, str, str, str], tuple[Link, list[PodInfo]]] = {}
         self.declined: dict[str, _DraftKey] = {}  # pod -> the ResourceInterface draft that matched it to no leaf
+        self.handing_off: dict[str, bool] = {}  # ResourceInterface -> whether it hands off (read once)
 
     def handlers(self, link: Link) -> list[tuple[str, Grouper]]:
         out: list[tuple[str, Grouper]] = []
         ri = self.ris.get(link.gvk)
         # One that hands off does so whatever the object says: it needs no object to be visible
         # (KAI's generic pod-grouping design: Dynamo -> Grove pods reach the PodCliqueSet below).
-        if ri is not None and not hands_off(ri):
+        if ri is not None and ri.name not in self.handing_off:
+            self.handing_off[ri.name] = hands_off(ri)
+        if ri is not None and not self.handing_off[ri.name]:
             out.append((f"ResourceInterface {ri.name}", _ri_grouper(ri)))
         builtin = BUILTIN.get(link.gvk)
         if builtin is not None:
