@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from extender.grouping.grouper import Grouper
 from extender.grouping.kinds import grove, job, jobset, kubeflow, lws, ray
-from extender.grouping.kinds.kind import Reads, Synthesizer, WorkloadKind, owner
+from extender.grouping.kinds.kind import Reads, Synthesizer, WorkloadKind, no_reads, owner
 from extender.model.resource import Resource
 
 KINDS: tuple[WorkloadKind, ...] = (
@@ -25,7 +25,7 @@ BY_GVK: dict[tuple[str, str], WorkloadKind] = {k.gvk: k for k in KINDS}
 BUILTIN: dict[tuple[str, str], Grouper] = {gvk: k.group for gvk, k in BY_GVK.items()}
 SYNTHESIZERS: dict[tuple[str, str], Synthesizer] = {gvk: k.synthesize for gvk, k in BY_GVK.items()}
 # The objects besides owners each grouper reads for a pod (only kinds that read some).
-SIDE_READS: dict[tuple[str, str], Reads] = {gvk: k.reads for gvk, k in BY_GVK.items() if k.watch}
+SIDE_READS: dict[tuple[str, str], Reads] = {gvk: k.reads for gvk, k in BY_GVK.items() if k.reads is not no_reads}
 
 # The index label of each kind, as seed 000's table lists it (Jobs: when Indexed).
 DEFAULT_INDEX_LABELS: dict[tuple[str, str], str] = {
