@@ -40,6 +40,7 @@ SHIPPED_CONFIG = ROOT / "scheduler-config" / "extender.yaml"
 CRDS = [
     *sorted((ROOT / "manifests" / "base" / "crds").glob("*.yaml")),
     ROOT / "e2e" / "crds" / "workloads.yaml",
+    ROOT / "e2e" / "crds" / "grove.yaml",
     ROOT / "e2e" / "crds" / "queues-flavors.yaml",
 ]
 

@@ -192,12 +192,14 @@ def group(
 
 
 def group_file(path: Path) -> tuple[GroupingResult, list[PodInfo]]:
-    """The gangs of an example file: its workloads' synthesized pods, grouped seeing every object
+    """The gangs of an example file (or folder): its workloads' synthesized pods, grouped seeing every object
     of the file; also the pods."""
-    docs: list[JSON] = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    docs: list[JSON] = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
     workloads = [d for d in docs if can_synthesize(str(d.get("apiVersion")), str(d.get("kind")))]
     pods, owners = pods_of(*workloads)
-    return group_pods(pods, ObjectIndex([*docs, *owners]), {}), pods
+    # objects of the file win over synthesized ones, as in the simulator
+    return group_pods(pods, ObjectIndex([*owners, *docs]), {}), pods
 
 
 def only(result: GroupingResult) -> Grouping:

@@ -11,7 +11,9 @@ from extender.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "examples" / "cluster-64.yaml"
-WORKLOADS = sorted((ROOT / "examples" / "workloads").glob("*.yaml"))
+_FOLDER = ROOT / "examples" / "workloads"
+# A file per workload, or a folder for one that comes with the objects its operator creates (Grove)
+WORKLOADS = sorted([*_FOLDER.glob("*.yaml"), *(p for p in _FOLDER.iterdir() if p.is_dir())])
 
 
 @pytest.mark.parametrize("path", WORKLOADS, ids=[p.stem for p in WORKLOADS])

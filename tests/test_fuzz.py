@@ -7,7 +7,8 @@
   values: grouping never raises, and a valid workload grouped beside the fuzzed one gets the same
   gang as alone and is planned (a gang with bad input never blocks another).
 - PodGroup, Topology and ResourceInterface bodies: the parsers return or raise InvalidObject
-  (never another exception); a fuzzed ResourceInterface never stops the grouping of others.
+  (never another exception); a fuzzed ResourceInterface, or Grove PodGang, never stops the
+  grouping of others.
 
 Example counts are modest (FUZZ below) so `make test` stays quick; TOPOGANG_FUZZ=deep runs many
 more.
@@ -403,3 +404,53 @@ def test_a_bad_podgroup_never_blocks_another_gang(spec: Any) -> None:
         scheduler.observe_pod(p)
     planned = scheduler.filter(pods[0], nodes, now=1.0)
     assert len(planned.nodes) == 1, planned.reason
+
+
+pack = maybe(keyed({"packConstraint": maybe(keyed({"required": names, "preferred": names}))}))
+podgang_specs = maybe(
+    keyed(
+        {
+            "podgroups": maybe(
+                st.lists(
+                    keyed(
+                        {
+                            "name": st.one_of(st.sampled_from(["llm-0-frontend", "llm-0-prefill-0-leader"]), names),
+                            "minReplicas": st.one_of(st.integers(-2, 4), json_values),
+                            "podReferences": maybe(
+                                st.lists(keyed({"namespace": st.one_of(st.just("ml"), names), "name": names}))
+                            ),
+                            "topologyConstraint": pack,
+                        }
+                    ),
+                    max_size=3,
+                )
+            ),
+            "topologyConstraint": pack,
+            "topologyConstraintGroupConfigs": maybe(
+                st.lists(keyed({"name": names, "podGroupNames": maybe(st.lists(names)), "topologyConstraint": pack}))
+            ),
+        }
+    )
+)
+
+
+@FUZZ
+@given(
+    spec=podgang_specs,
+    annotations=maybe(st.dictionaries(st.sampled_from([*ANNOTATIONS, "grove.io/topology-name"]), names, max_size=3)),
+)
+def test_a_bad_podgang_never_raises_nor_blocks_other_workloads(spec: Any, annotations: Any) -> None:
+    """Grove's PodGang llm-0 with any spec: its gang is grouped or Invalid; the TFJob beside it
+    is grouped as ever."""
+    from tests.test_grouping_grove import pcs
+
+    grove = pcs(sg_replicas=2)
+    other = kubeflow("TFJob", {"Worker": 4}, name="other")
+    pods, owners = pods_of(grove, other)
+    podgang = next(o for o in owners if o["kind"] == "PodGang")
+    fuzzed = {**podgang, "metadata": {**podgang["metadata"], "annotations": annotations}, "spec": spec}
+    result = group_pods(pods, ObjectIndex([grove, other, *owners, fuzzed]), {})
+    alone = group_pods(pods_of(other)[0], ObjectIndex([other, *pods_of(other)[1]]), {})
+    (key,) = alone.groups
+    assert result.groups[key] == alone.groups[key]
+    assert "ml/podgang-llm-0" in result.groups

@@ -21,7 +21,9 @@ from extender.placement import ClusterSnapshot, Plan, build_gang, plan
 from tests.builders import GPU, TOPO, grid, racks_of
 from tests.grouping_builders import group, group_file, jobset, kubeflow, pods_of, template
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples" / "workloads").glob("*.yaml"))
+_WORKLOADS = Path(__file__).parent.parent / "examples" / "workloads"
+# A file per workload, or a folder for one that comes with the objects its operator creates (Grove)
+EXAMPLES = sorted([*_WORKLOADS.glob("*.yaml"), *(p for p in _WORKLOADS.iterdir() if p.is_dir())])
 STORY_2 = kubeflow(
     "TFJob",
     {
@@ -134,3 +136,34 @@ def test_a_jobsets_leader_and_workers_jobs_sharing_a_podset_group_land_in_one_ra
     got = place(result, made)["ml/jobset-js"].assignments
     assert len(got) == 7
     assert len(set(racks_of(got).values())) == 1, got
+
+
+def test_grove_scaling_group_replicas_each_in_one_rack_the_podgang_in_one_zone() -> None:
+    # A PodCliqueSet's prefill scaling group (a leader and 3 workers, 8 GPUs each) with 3 replicas,
+    # all in the base PodGang: its topologyConstraintGroupConfigs put each replica in one rack, the
+    # PodCliqueSet's constraint the whole PodGang in one zone. Six nodes of each of z1's racks are
+    # taken, so no rack of z1 holds even a replica's minimum (a leader and 2 workers): the PodGang
+    # goes to z2, whole. Three of each z2 rack's are taken: filled rack by rack, a replica would
+    # straddle two racks.
+    from tests.test_grouping_grove import pcs
+
+    workload = pcs(sg_replicas=3, sg_min=3)
+    for c in workload["spec"]["template"]["cliques"]:
+        c["spec"]["podSpec"] = template(gpus=0 if c["name"] == "frontend" else 8)["spec"]
+    made, _ = pods_of(workload)
+    result = group(workload)
+    taken = {f"z1-b{b}-r{r}-n{n}": {GPU: 8000} for b in (1, 2) for r in (1, 2) for n in range(1, 7)}
+    taken |= {f"z2-b{b}-r{r}-n{n}": {GPU: 8000} for b in (1, 2) for r in (1, 2) for n in range(1, 4)}
+    got = place(result, made, nodes=64, **taken)["ml/podgang-llm-0"].assignments
+    assert len(got) == 13
+    racks = racks_of(got)
+    g = result.groups["ml/podgang-llm-0"]
+    assert g.podgroup is not None
+    by_replica: dict[str, set[str]] = {}
+    for pod, leaf in g.subgroup_of.items():
+        parent = next(s.parent for s in g.podgroup.subgroups if s.name == leaf)
+        if parent is not None:
+            by_replica.setdefault(parent, set()).add(racks[pod])
+    assert sorted(by_replica) == [f"llm-0-prefill-{j}" for j in range(3)]
+    assert all(len(r) == 1 for r in by_replica.values()), by_replica
+    assert {node.split("-")[0] for node in got.values()} == {"z2"}

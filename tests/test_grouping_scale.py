@@ -68,3 +68,27 @@ def test_the_work_per_subgroup_does_not_grow_with_the_tree(monkeypatch: pytest.M
     reads[0] = 0
     _group_segments(SEGMENTS)
     assert reads[0] <= 2 * half + READS_PER_SUBGROUP  # doubling the SubGroups at most doubles the reads
+
+
+def test_a_gang_of_many_pods_is_grouped_without_comparing_pods_pairwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 5,000 pods of one Job: sorting them out once is linear; comparing each with the others
+    # (a `pod not in kept` test) took minutes. Counted as ClaimedPod comparisons, with a budget.
+    from extender.grouping.grouper import ClaimedPod
+
+    pods = 5_000
+    compared = [0]
+    eq = ClaimedPod.__eq__
+
+    def counted(a: ClaimedPod, b: object) -> bool:
+        compared[0] += 1
+        if compared[0] > pods:
+            raise _Budget(f"more than {pods} ClaimedPod comparisons")
+        return eq(a, b)
+
+    monkeypatch.setattr(ClaimedPod, "__eq__", counted)
+    workload = job(parallelism=pods, indexed=False)
+    members = [owned_pod(f"batch-{i}", ("batch/v1", "Job", "batch")) for i in range(pods)]
+    result = group_pods(members, ObjectIndex([workload]), {})
+    (g,) = result.groups.values()
+    assert g.valid, g.errors
+    assert len(g.subgroup_of) == pods

@@ -202,6 +202,10 @@ def test_the_watched_table_names_each_resource_once_and_covers_the_grouper_kinds
         ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
         ("jobset.x-k8s.io", "JobSet"),
         ("ray.io", "RayJob"),
+        ("grove.io", "PodCliqueSet"),
+        ("grove.io", "PodCliqueScalingGroup"),
+        ("grove.io", "PodClique"),
+        ("scheduler.grove.io", "PodGang"),
     ]:
         assert want in kinds
 

@@ -103,6 +103,7 @@ class Membership:
         self._group_family: dict[str, Family] = {}
         self._views: dict[str, GroupView] = {}
         self._dirty_pods: set[str] = set(state.pods)
+        self._dirty_readers: set[str] = set()  # pods that read an object that changed
         self._dirty_families: set[Family] = set()
         self._all_dirty = False
         state.subscribe(self._changed)
@@ -118,7 +119,10 @@ class Membership:
         elif kind == "object":
             assert isinstance(key, tuple)
             _, obj_kind, ns, name = key
-            self._dirty_pods.update(self._readers.get((obj_kind, ns, name), ()))
+            readers = self._readers.get((obj_kind, ns, name), ())
+            self._dirty_pods.update(readers)
+            # their pods unchanged, their gangs' trees may not be (a PodGang, an owner's spec)
+            self._dirty_readers.update(readers)
         elif kind == "podgroup":
             self._dirty_families.add(Family(PODGROUP, GroupKey.parse(str(key))))
             self._views.pop(str(key), None)
@@ -165,6 +169,10 @@ class Membership:
                 self._families.setdefault(family, set()).add(key)
                 self._dirty_families.add(family)
         self._dirty_pods.clear()
+        for key in self._dirty_readers:
+            if (family := self._family.get(key)) is not None:
+                self._dirty_families.add(family)
+        self._dirty_readers.clear()
         for family in self._dirty_families:
             self._regroup(family)
         self._dirty_families.clear()

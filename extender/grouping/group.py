@@ -22,9 +22,9 @@ from typing import Any
 from extender.grouping import names as n
 from extender.grouping.assemble import assemble
 from extender.grouping.grouper import ClaimedPod, GangDraft, Grouper, Link, Part, WorkloadDraft
-from extender.grouping.kinds import BUILTIN
+from extender.grouping.kinds import BUILTIN, SIDE_READS
 from extender.grouping.objects import ObjectLookup
-from extender.grouping.resource_interface import ResourceInterface, group_with, index_resource_interfaces
+from extender.grouping.resource_interface import ResourceInterface, group_with, hands_off, index_resource_interfaces
 from extender.grouping.result import Grouping, GroupingResult
 from extender.grouping.values import annotations_of, controller_ref
 from extender.model.errors import FieldError
@@ -59,17 +59,17 @@ class _Chains:
                 break
             seen.add(ident)
             if (ref.api_version, ref.kind) in n.PLAIN_OWNERS:
-                out.append(Link(ref, pod.namespace, None))
+                out.append(Link(ref, pod.namespace, None, self.objects))
                 break
             owner_pod = (
                 self.pods.get(f"{pod.namespace}/{ref.name}") if (ref.api_version, ref.kind) == ("v1", "Pod") else None
             )
             if owner_pod is not None:  # LeaderWorkerSet: the leader pod owns its workers' StatefulSet
-                out.append(Link(ref, pod.namespace, _pod_body(owner_pod)))
+                out.append(Link(ref, pod.namespace, _pod_body(owner_pod), self.objects))
                 ref = owner_pod.controller
                 continue
             obj = self.objects.get(ref.api_version, ref.kind, pod.namespace, ref.name)
-            out.append(Link(ref, pod.namespace, obj))
+            out.append(Link(ref, pod.namespace, obj, self.objects))
             if obj is None:
                 break
             ref = controller_ref(obj)
@@ -109,6 +109,10 @@ def family_key(
         return Family(PODGROUP, GroupKey.parse(named)), ()
     chain = _Chains(objects, pods).chain(pod)
     read = tuple((link.ref.kind, link.namespace, link.ref.name) for link in chain)
+    for link in chain:  # objects besides owners a grouper reads for this pod (a Grove PodGang)
+        side = SIDE_READS.get(link.gvk)
+        if side is not None:
+            read += tuple((kind, link.namespace, name) for kind, name in side(pod))
     if not chain or any(link.gvk in n.PLAIN_OWNERS for link in chain):
         return None, read
     top = chain[-1]
@@ -151,11 +155,16 @@ class _Claims:
         self.members: dict[tuple[_DraftKey, str], list[ClaimedPod]] = {}
         self.orphans: dict[tuple[str, str, str, str], tuple[Link, list[PodInfo]]] = {}
         self.declined: dict[str, _DraftKey] = {}  # pod -> the ResourceInterface draft that matched it to no leaf
+        self.handing_off: dict[str, bool] = {}  # ResourceInterface -> whether it hands off (read once)
 
     def handlers(self, link: Link) -> list[tuple[str, Grouper]]:
         out: list[tuple[str, Grouper]] = []
         ri = self.ris.get(link.gvk)
-        if ri is not None:
+        # One that hands off does so whatever the object says: it needs no object to be visible
+        # (KAI's generic pod-grouping design: Dynamo -> Grove pods reach the PodCliqueSet below).
+        if ri is not None and ri.name not in self.handing_off:
+            self.handing_off[ri.name] = hands_off(ri)
+        if ri is not None and not self.handing_off[ri.name]:
             out.append((f"ResourceInterface {ri.name}", _ri_grouper(ri)))
         builtin = BUILTIN.get(link.gvk)
         if builtin is not None:
@@ -180,6 +189,9 @@ class _Claims:
                 claim = draft.classify(pod, chain[:i]) if draft is not None else None
                 if claim is None and draft is not None and name.startswith("ResourceInterface"):
                     self.declined.setdefault(pod.key, dkey)
+                if claim is not None and claim.wait is not None:
+                    self.waiting[pod.key] = claim.wait
+                    return
                 if claim is not None:
                     self.members.setdefault((dkey, claim.gang), []).append(ClaimedPod(pod, claim.part, claim.error))
                     return
@@ -193,15 +205,16 @@ class _Claims:
         which makes the workload Invalid naming them. A lower owner's grouper keeps its pods."""
         taken = {dkey for dkey, _ in self.members if dkey[0].startswith("ResourceInterface")}
         moved: list[tuple[_DraftKey, PodInfo]] = []
+        # one pass each (a `not in kept` test made a gang of n pods cost n^2 comparisons)
         for (dkey, gang), ms in list(self.members.items()):
-            kept = [m for m in ms if not self._moves(m.pod, dkey[1:], taken)]
-            moved += [(self.declined[m.pod.key], m.pod) for m in ms if m not in kept]
-            self.members[(dkey, gang)] = kept
+            moves = [self._moves(m.pod, dkey[1:], taken) for m in ms]
+            moved += [(self.declined[m.pod.key], m.pod) for m, move in zip(ms, moves, strict=True) if move]
+            self.members[(dkey, gang)] = [m for m, move in zip(ms, moves, strict=True) if not move]
         for okey, (top, ps) in list(self.orphans.items()):
             owner = (*top.gvk, top.namespace, top.ref.name)
-            kept_pods = [p for p in ps if not self._moves(p, owner, taken)]
-            moved += [(self.declined[p.key], p) for p in ps if p not in kept_pods]
-            self.orphans[okey] = (top, kept_pods)
+            moving = [self._moves(p, owner, taken) for p in ps]
+            moved += [(self.declined[p.key], p) for p, move in zip(ps, moving, strict=True) if move]
+            self.orphans[okey] = (top, [p for p, move in zip(ps, moving, strict=True) if not move])
         for dkey, pod in moved:
             draft = self.drafts[dkey]
             assert draft is not None

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.grouping.objects import ObjectLookup
 from extender.model.errors import FieldError
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import SubGroupSpec, TopologyConstraint
@@ -68,6 +69,9 @@ class Link:
     ref: OwnerRef
     namespace: str
     obj: Mapping[str, Any] | None
+    # Other objects a grouper may read (a Grove PodGang, named by the pod): the kind declares
+    # them as `WorkloadKind.reads`, so a change to one regroups the pods that read it.
+    objects: ObjectLookup | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -89,6 +93,7 @@ class Claim:
     gang: str
     part: str | None
     error: FieldError | None = None
+    wait: str | None = None  # the pod waits (an object its grouper reads is not visible yet): why
 
 
 # (pod, the links between the pod and this owner, direct controller first) -> a claim, or None

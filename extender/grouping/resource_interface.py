@@ -413,16 +413,30 @@ def _known_fields(ev: _Evaluator, body: Mapping[str, Any]) -> None:
         ev.known(spec.get("gangScheduling"), GANG_FIELDS, "spec.gangScheduling")
 
 
-def group_with(ri: ResourceInterface, link: Link, runner: JqRunner = RUNNER) -> WorkloadDraft | None:
-    """The gangs `ri` defines for the owner object; None hands it off (no podGroups)."""
-    root = link.obj or {}
+def _pod_groups(ri: ResourceInterface) -> Any:
     spec = ri.body.get("spec")
     gang_scheduling = spec.get("gangScheduling") if isinstance(spec, Mapping) else None
-    pod_groups = gang_scheduling.get("podGroups") if isinstance(gang_scheduling, Mapping) else None
+    return gang_scheduling.get("podGroups") if isinstance(gang_scheduling, Mapping) else None
+
+
+def hands_off(ri: ResourceInterface) -> bool:
+    """No podGroups and no misspelt field: `ri` hands every object of its kind to the built-in
+    grouper and the owners below (KAI's generic pod-grouping design), without reading it."""
+    if _pod_groups(ri):
+        return False
+    ev = _Evaluator(ri, {})
+    _known_fields(ev, ri.body)
+    return not ev.errors
+
+
+def group_with(ri: ResourceInterface, link: Link, runner: JqRunner = RUNNER) -> WorkloadDraft | None:
+    """The gangs `ri` defines for the owner object; None hands it off (no podGroups)."""
+    if hands_off(ri):
+        return None
+    root = link.obj or {}
+    pod_groups = _pod_groups(ri)
     ev = _Evaluator(ri, root, runner)
     _known_fields(ev, ri.body)
-    if not pod_groups and not ev.errors:
-        return None
     pod_groups = pod_groups or [{}]  # a misspelt field: one gang, Invalid, says which
     source = f"{link.label} via ResourceInterface {ri.name}"
     gangs: dict[str, GangDraft] = {}
@@ -459,4 +473,4 @@ def group_with(ri: ResourceInterface, link: Link, runner: JqRunner = RUNNER) -> 
     return WorkloadDraft(gangs, classify, source, link.label, link.ref, list(ev.errors))
 
 
-__all__ = ["ResourceInterface", "group_with", "index_resource_interfaces", "is_expression"]
+__all__ = ["ResourceInterface", "group_with", "hands_off", "index_resource_interfaces", "is_expression"]

@@ -14,13 +14,14 @@ grace period of 0 would) and listed in the result. Plain pods never preempt here
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
 from extender.core.apply import apply_object
-from extender.core.cluster import ClusterState
+from extender.core.cluster import ClusterState, object_key
 from extender.core.decisions import BIND, INVALID, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
@@ -86,7 +87,8 @@ class Simulation:
 
     def _synthesize(self, objects: Sequence[Loaded]) -> None:
         """A workload given without pods gets the pods (and intermediate owners, such as a
-        JobSet's Jobs) its controller would create; pods given in the input are used as they are."""
+        JobSet's Jobs) its controller would create; pods and owners given in the input are used
+        as they are."""
         with_pods = self.scheduler.lookup.families()
         for obj in objects:
             meta = obj.body.get("metadata") or {}
@@ -101,6 +103,8 @@ class Simulation:
                 continue
             try:
                 for owner in made.owners:
+                    if self._given(owner):
+                        continue  # given in the input (a Grove PodGang as Grove wrote it): used as it is
                     apply_object(self.scheduler, owner)
                 for body in made.pods:
                     pod = parse_pod(body)
@@ -108,6 +112,11 @@ class Simulation:
                     self.scheduler.observe_pod(pod)
             except InvalidObject as exc:
                 raise InputError(f"{obj.source}: {exc}") from None
+
+    def _given(self, owner: Mapping[str, Any]) -> bool:
+        meta = owner.get("metadata") or {}
+        api, kind = str(owner.get("apiVersion")), str(owner.get("kind"))
+        return object_key(api, kind, meta.get("namespace"), str(meta.get("name"))) in self.state.objects
 
     def _add(self, obj: Loaded) -> None:
         if obj.kind != "Pod":

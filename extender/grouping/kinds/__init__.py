@@ -6,17 +6,26 @@ module with a `KINDS` tuple and one entry below; every table is derived from `KI
 from __future__ import annotations
 
 from extender.grouping.grouper import Grouper
-from extender.grouping.kinds import job, jobset, kubeflow, lws, ray
-from extender.grouping.kinds.kind import Synthesizer, WorkloadKind, owner
+from extender.grouping.kinds import grove, job, jobset, kubeflow, lws, ray
+from extender.grouping.kinds.kind import Reads, Synthesizer, WorkloadKind, no_reads, owner
 from extender.model.resource import Resource
 
-KINDS: tuple[WorkloadKind, ...] = (*job.KINDS, *kubeflow.KINDS, *lws.KINDS, *jobset.KINDS, *ray.KINDS)
+KINDS: tuple[WorkloadKind, ...] = (
+    *job.KINDS,
+    *kubeflow.KINDS,
+    *lws.KINDS,
+    *jobset.KINDS,
+    *ray.KINDS,
+    *grove.KINDS,
+)
 
 BY_GVK: dict[tuple[str, str], WorkloadKind] = {k.gvk: k for k in KINDS}
 
 # The built-in groupers and synthesizers, by the (apiVersion, kind) of the owner they read.
 BUILTIN: dict[tuple[str, str], Grouper] = {gvk: k.group for gvk, k in BY_GVK.items()}
 SYNTHESIZERS: dict[tuple[str, str], Synthesizer] = {gvk: k.synthesize for gvk, k in BY_GVK.items()}
+# The objects besides owners each grouper reads for a pod (only kinds that read some).
+SIDE_READS: dict[tuple[str, str], Reads] = {gvk: k.reads for gvk, k in BY_GVK.items() if k.reads is not no_reads}
 
 # The index label of each kind, as seed 000's table lists it (Jobs: when Indexed).
 DEFAULT_INDEX_LABELS: dict[tuple[str, str], str] = {
@@ -30,8 +39,13 @@ INTERMEDIATE_OWNERS = (
     owner("apps", "v1", "ReplicaSet", "replicasets"),
 )
 
-# Every owner the pod grouper reads on its walk from a pod up to its workload.
-OWNER_RESOURCES: tuple[Resource, ...] = (*(k.resource for k in KINDS), *INTERMEDIATE_OWNERS)
+# Every owner the pod grouper reads on its walk from a pod up to its workload, and the other
+# objects a kind's grouper reads (Grove's PodGangs).
+OWNER_RESOURCES: tuple[Resource, ...] = (
+    *(k.resource for k in KINDS),
+    *INTERMEDIATE_OWNERS,
+    *(r for k in KINDS for r in k.watch),
+)
 
 __all__ = [
     "BUILTIN",
@@ -40,6 +54,7 @@ __all__ = [
     "INTERMEDIATE_OWNERS",
     "KINDS",
     "OWNER_RESOURCES",
+    "SIDE_READS",
     "SYNTHESIZERS",
     "Synthesizer",
     "WorkloadKind",

@@ -7,10 +7,19 @@ from dataclasses import dataclass
 
 from extender.grouping.grouper import Grouper
 from extender.grouping.synthesis import Synthesis
+from extender.model.pod import PodInfo
 from extender.model.resource import Resource
 
 # Adds the pods (and intermediate owners) the kind's controller would create to the Synthesis.
 Synthesizer = Callable[[Synthesis], None]
+
+# The objects besides its owners the grouper reads for a pod, as (kind, name) in the pod's
+# namespace: a change to one of them regroups the pod (Grove: the PodGang the pod names).
+Reads = Callable[[PodInfo], tuple[tuple[str, str], ...]]
+
+
+def no_reads(pod: PodInfo) -> tuple[tuple[str, str], ...]:
+    return ()
 
 
 @dataclass(frozen=True)
@@ -19,6 +28,10 @@ class WorkloadKind:
     group: Grouper  # its gangs and how its pods join them
     synthesize: Synthesizer  # the pods its controller would create
     index_label: str | None = None  # seed 000's default pod index label (a Job's: when Indexed)
+    reads: Reads = no_reads
+    # What else the cache must watch for this kind: the owners between its pods and it (Grove's
+    # PodCliques) and the objects `reads` names (Grove's PodGangs).
+    watch: tuple[Resource, ...] = ()
 
     @property
     def gvk(self) -> tuple[str, str]:
