@@ -129,7 +129,7 @@ async def create_tfjob(kube: KubeClient, namespace: str, *, zone_required: bool)
     return names
 
 
-# -- seed 000's stories ------------------------------------------------------------------------------
+# -- KAI's segment design's stories ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("zone_required", [False, True], ids=["story-1-racks", "story-2-racks-in-one-zone"])
@@ -205,7 +205,7 @@ async def test_indexed_job_with_segments(
     assert {r for rs in segments.values() for r in rs} == {"z0-b0-r1", "z0-b0-r2"}
 
 
-# -- a PodGroup like seed 001's example 2 ---------------------------------------------------------------
+# -- a PodGroup like KAI's hierarchical PodGroup design's example 2 -------------------------------------------
 
 
 async def test_podgroup_leaders_and_workers_per_block(

@@ -96,7 +96,7 @@ def env(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
 
 
-# -- seed 000's story 2 and seed 001's example 2 land as in extender mode ----------------------------------
+# -- KAI's segment design's story 2 and KAI's hierarchical PodGroup design's example 2 land as in extender mode ---
 
 
 async def test_tfjob_story_2_lands_in_four_racks_of_one_zone_with_its_segment_env(

@@ -1,6 +1,6 @@
 """A node fails under a running gang: only the broken part is repaired, on the real control plane.
 
-The gang is seed 000's story 2: a TFJob whose 16 workers form 4 segments of 4, each required in
+The gang is KAI's segment design's story 2: a TFJob whose 16 workers form 4 segments of 4, each required in
 one rack, the whole job required in one zone (`create_tfjob`). There is no training-operator
 here, so the test stands in for it and for the pod garbage collector: when a node is deleted,
 the pod that ran on it is deleted and created again under the same name, and any pod of the job

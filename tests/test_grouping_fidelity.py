@@ -1,4 +1,4 @@
-"""The seeds' annotation spellings as the grouper reads them: seed 004's own Kueue names
+"""The seeds' annotation spellings as the grouper reads them: Kueue's TAS KEP's own Kueue names
 (require-topology, prefer-topology, "auto") on a PodTemplate and on the workload, the LWS
 subgroup-key label; each written rule ends in the PodGroup tree, and a bad level is reported on
 every spelling naming the annotation.

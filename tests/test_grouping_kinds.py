@@ -1,5 +1,5 @@
 """Every built-in grouper: the PodGroup tree and minima it derives from the workload's spec, and
-which SubGroup each synthesized pod joins (seed 000's replica-type SubGroups).
+which SubGroup each synthesized pod joins (KAI's segment design's replica-type SubGroups).
 
 Trees are rendered one SubGroup a line (tests/grouping_builders.render): `min=` is minMember
 (pods), `sub=` is minSubGroup (child SubGroups).

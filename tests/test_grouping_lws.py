@@ -1,4 +1,4 @@
-"""LeaderWorkerSet (seed 002): one PodGroup per group, exclusive topology, and subgroups with
+"""LeaderWorkerSet (the LWS subgroup KEP): one PodGroup per group, exclusive topology, and subgroups with
 subGroupSize, including the shift of worker indexes when the leader requests no accelerator.
 """
 
@@ -43,7 +43,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], dict[str, list[str]]]] = [
         },
     ),
     (
-        # seed 002: the leader requests no accelerator, so subgroup = (worker-index - 1) / 4 and
+        # the LWS subgroup KEP: the leader requests no accelerator, so subgroup = (worker-index - 1) / 4 and
         # the leader shares subgroup 0 with four workers
         "subgroups-leader-without-accelerator-shifts-worker-indexes",
         lws(1, 9, annotations=SUBGROUP, sub_group_size=4, leader=CPU_LEADER),

@@ -1,4 +1,4 @@
-"""The grouper's output through build_gang and the engine: seed 000's story 2 from synthesized
+"""The grouper's output through build_gang and the engine: KAI's segment design's story 2 from synthesized
 pods, every example workload placed on a 64-node cluster, and unknown levels reported by
 build_gang naming the annotation.
 

@@ -1,4 +1,4 @@
-"""ResourceInterface (seed 003): the RayCluster example end to end, foreach and nested foreach
+"""ResourceInterface (KAI's pod-grouping design): the RayCluster example end to end, foreach and nested foreach
 with jq variables, minReplicasPath order, classifiers, topology paths, hand-off, and the
 Invalid groups a broken expression or a wrong type makes.
 """

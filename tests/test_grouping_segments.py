@@ -1,4 +1,4 @@
-"""Segments (seed 000) and Kueue PodSet slices (seed 004): the SubGroups they add under a replica
+"""Segments (KAI's segment design) and Kueue PodSet slices (Kueue's TAS KEP): the SubGroups they add under a replica
 type, their minima (elastic segments beyond the minimum are 0), which segment each pod joins,
 and when they are ignored with a warning.
 """

@@ -1,4 +1,4 @@
-"""Seed 001's worked examples 1-4 and seed 000's story 2, with exact plans.
+"""Seed 001's worked examples 1-4 and KAI's segment design's story 2, with exact plans.
 
 The cluster (grid(zones=2, blocks=2, racks=2, nodes=4), 8 GPUs per node):
 

@@ -81,7 +81,7 @@ def container(gpus: int = 1) -> dict[str, Any]:
     return {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "1"}}}
 
 
-# -- LeaderWorkerSet (seed 002) -------------------------------------------------------------------
+# -- LeaderWorkerSet (the LWS subgroup KEP) -------------------------------------------------------------------
 
 
 def test_lws_kep_example_puts_subgroups_on_four_racks_and_groups_in_two_blocks(
@@ -177,7 +177,7 @@ def test_explain_says_which_pod_is_gated_and_by_which_gate(tmp_path: Path, capsy
     assert "Note: default/g-1: gated by kueue.x-k8s.io/topology" in out
 
 
-# -- nested constraints (seed 001) ------------------------------------------------------------------
+# -- nested constraints (KAI's hierarchical PodGroup design) --------------------------------------------------
 
 NESTED = [
     podgroup(
@@ -219,7 +219,7 @@ def test_a_coarser_subgroup_constraint_is_a_warning_in_simulate_and_explain(
     assert f"Note: {NESTED_WARNING}" in capsys.readouterr().out
 
 
-# -- Kueue ResourceFlavor (seed 004) ----------------------------------------------------------------
+# -- Kueue ResourceFlavor (Kueue's TAS KEP) ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("version", ["v1beta1", "v1beta2"])

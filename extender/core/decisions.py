@@ -381,7 +381,7 @@ class GroupStatus:
     subgroups: tuple[SubGroupStatus, ...] = ()
     domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
     reason: str = ""  # one of the R_* reasons above, or a Shortfall kind
-    # PodGroup spec.schedulingBackoff 1 (seed 001): a planning attempt failed, so the gang is
+    # PodGroup spec.schedulingBackoff 1 (KAI's hierarchical PodGroup design): a planning attempt failed, so the gang is
     # marked unschedulable on the node pool; -1 (or unset) never marks it.
     node_pool_unschedulable: bool = False
     last_repair: str = ""  # what the gang's last repair moved, from where to where

@@ -1,4 +1,4 @@
-"""PodGroup spec.queue (seed 001) against the queues the cluster has.
+"""PodGroup spec.queue (KAI's hierarchical PodGroup design) against the queues the cluster has.
 
 A queue is KAI-Scheduler's cluster-scoped `scheduling.run.ai` Queue, or Kueue's LocalQueue in
 the PodGroup's namespace, whichever of their APIs is installed. A queue that no installed API

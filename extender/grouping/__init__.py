@@ -41,7 +41,7 @@ The rules, module by module: `group` (the order in which a pod's group is decide
 (what a grouper reads and answers), `assemble` (replica types and segments become the SubGroup
 tree), `annotations` (KAI's and Kueue's placement, segment and slice annotations), `kinds`
 (one module per workload kind: its grouper, pod synthesizer, index label, owner Resource and
-labels; `kinds.KINDS` lists them), `resource_interface` (seed 003's declarative grouper with jq),
+labels; `kinds.KINDS` lists them), `resource_interface` (KAI's pod-grouping design's declarative grouper with jq),
 `synthesize` (pods for workloads given without them), `objects` (what the grouper reads besides
 pods, and an ObjectLookup over a list of raw objects), `result` (what `group_pods` returns).
 """

@@ -7,7 +7,7 @@ For each pod, in this order:
      objects are visible) is tried from the topmost owner down. At each owner a ResourceInterface
      for its kind goes first, then the built-in grouper; either may hand off ("not mine"), and
      the next grouper, then the next owner down, is tried. A known owner topogang cannot see yet
-     makes the pod wait: its spec decides the tree (seed 003's pre-defined hierarchy).
+     makes the pod wait: its spec decides the tree (KAI's pod-grouping design's pre-defined hierarchy).
   3. No grouper claims it: one gang per topmost owner, of the pods that share it, all required
      (DaemonSet and Node owners excepted: their pods stay plain).
   4. No owner and no group name: a plain pod.

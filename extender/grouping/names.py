@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from extender.model.labels import TOPOLOGY_ANNOTATION
 
-# -- KAI's workload annotations (seed 000) --------------------------------------------------------
+# -- KAI's workload annotations (KAI's segment design) --------------------------------------------------------
 KAI_TOPOLOGY = TOPOLOGY_ANNOTATION  # "kai.scheduler/topology": which Topology object
 KAI_REQUIRED = "kai.scheduler/topology-required-placement"
 KAI_PREFERRED = "kai.scheduler/topology-preferred-placement"
@@ -18,7 +18,7 @@ KAI_SEGMENT_PREFERRED = "kai.scheduler/segment-topology-preferred-placement"
 KAI_POD_INDEX_LABEL = "kai.scheduler/pod-index-label"
 KAI_SEGMENT_ANNOTATIONS = (KAI_SEGMENT_SIZE, KAI_SEGMENT_REQUIRED, KAI_SEGMENT_PREFERRED)
 
-# -- Kueue's PodSet annotations (seed 004 and Kueue's TAS API) -------------------------------------
+# -- Kueue's PodSet annotations (Kueue's TAS KEP and Kueue's TAS API) -------------------------------------
 KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
@@ -28,7 +28,7 @@ KUEUE_SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constra
 KUEUE_MAX_LAYERS = 3
 # PodSets (PodTemplates) that share this name are placed under one constraint, in one domain.
 KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
-# Seed 004's own names, read as aliases of the podset-* ones.
+# The TAS KEP's own names, read as aliases of the podset-* ones.
 KUEUE_REQUIRE = "kueue.x-k8s.io/require-topology"
 KUEUE_PREFER = "kueue.x-k8s.io/prefer-topology"
 

@@ -24,7 +24,7 @@ class ObjectLookup(Protocol):
 class ObjectIndex:
     """Raw objects by (apiVersion, kind, namespace, name); ResourceInterfaces kept apart.
 
-    ResourceInterfaces are read as `scheduling.topogang.io/v1alpha1` and, as seed 003 spells
+    ResourceInterfaces are read as `scheduling.topogang.io/v1alpha1` and, as KAI's pod-grouping design spells
     them, `kai.scheduler/v1`.
     """
 

@@ -1,4 +1,4 @@
-"""ResourceInterface (seed 003): a declarative grouper per target kind, with jq expressions.
+"""ResourceInterface (KAI's pod-grouping design): a declarative grouper per target kind, with jq expressions.
 
     apiVersion: scheduling.topogang.io/v1alpha1
     kind: ResourceInterface                      # cluster-scoped

@@ -1,4 +1,4 @@
-"""Kueue's ResourceFlavor (seed 004), the parts placement reads: which Topology its nodes form
+"""Kueue's ResourceFlavor (Kueue's TAS KEP), the parts placement reads: which Topology its nodes form
 and the node labels that admit a pod to it (Kueue puts them in the pod's nodeSelector).
 """
 

@@ -1,4 +1,4 @@
-"""PodGroup: a gang of pods with nested SubGroups and topology constraints (design seed 001).
+"""PodGroup: a gang of pods with nested SubGroups and topology constraints (KAI's hierarchical PodGroup design).
 
 `minMember` of the PodGroup or of a SubGroup counts its children: its SubGroups where it has
 any, else its pods. `minSubGroup` (from `scheduling.run.ai/v2alpha2`) is the same count spelled
@@ -52,7 +52,7 @@ class TopologyConstraint:
     topology: str | None = None
     field: str = ""  # where it was written, e.g. "spec.topologyConstraints.subGroups.decode"
     # LeaderWorkerSet's exclusive topology: the scope's domain of the required level holds no
-    # other gang's pods. Set by the grouper (not part of seed 001's API).
+    # other gang's pods. Set by the grouper (not part of KAI's hierarchical PodGroup design's API).
     exclusive: bool = False
 
     @property

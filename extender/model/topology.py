@@ -98,7 +98,7 @@ class TopologySpec:
         return " > ".join(level.display for level in self.levels)
 
 
-# A preferred level written "auto" (Kueue, seed 004): the finest level of the Topology, from
+# A preferred level written "auto" (Kueue, Kueue's TAS KEP): the finest level of the Topology, from
 # which placement climbs to the first level where one domain holds the scope.
 AUTO_LEVEL = "auto"
 

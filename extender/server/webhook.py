@@ -57,7 +57,7 @@ def segment_env(segment: SegmentPosition) -> dict[str, str]:
         "TOPOGANG_SEGMENT_INDEX": str(segment.segment),
         "TOPOGANG_SEGMENT_SIZE": str(segment.size),
         "TOPOGANG_INDEX_IN_SEGMENT": str(segment.index_in_segment),
-        "KAI_SEGMENT_INDEX": str(segment.segment),  # seed 000's name for the same number
+        "KAI_SEGMENT_INDEX": str(segment.segment),  # KAI's segment design's name for the same number
     }
 
 

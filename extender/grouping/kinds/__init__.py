@@ -27,7 +27,7 @@ SYNTHESIZERS: dict[tuple[str, str], Synthesizer] = {gvk: k.synthesize for gvk, k
 # The objects besides owners each grouper reads for a pod (only kinds that read some).
 SIDE_READS: dict[tuple[str, str], Reads] = {gvk: k.reads for gvk, k in BY_GVK.items() if k.reads is not no_reads}
 
-# The index label of each kind, as seed 000's table lists it (Jobs: when Indexed).
+# The index label of each kind, as KAI's segment design's table lists it (Jobs: when Indexed).
 DEFAULT_INDEX_LABELS: dict[tuple[str, str], str] = {
     gvk: k.index_label for gvk, k in BY_GVK.items() if k.index_label is not None
 }

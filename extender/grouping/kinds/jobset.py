@@ -3,7 +3,7 @@
     PodGroup <ns>/jobset-<name>
     └── <replicatedJob>            the pod template's KAI placement: all its Jobs
         ├── <replicatedJob>-0      one Job: minMember = parallelism capped by completions; the
-        │                          template's Kueue podset-* placement (each Job on its own, seed 004);
+        │                          template's Kueue podset-* placement (each Job on its own, Kueue's TAS KEP);
         └── <replicatedJob>-1      segments / slices of the Job's completion indexes below it
 
 `alpha.jobset.sigs.k8s.io/exclusive-topology` (on the JobSet or on a replicated Job's template)

@@ -27,7 +27,7 @@ class WorkloadKind:
     resource: Resource  # the owner object as the API server serves it (watched by the cache)
     group: Grouper  # its gangs and how its pods join them
     synthesize: Synthesizer  # the pods its controller would create
-    index_label: str | None = None  # seed 000's default pod index label (a Job's: when Indexed)
+    index_label: str | None = None  # KAI's segment design's default pod index label (a Job's: when Indexed)
     reads: Reads = no_reads
     # What else the cache must watch for this kind: the owners between its pods and it (Grove's
     # PodCliques) and the objects `reads` names (Grove's PodGangs).

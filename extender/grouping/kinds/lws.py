@@ -1,4 +1,4 @@
-"""LeaderWorkerSet (seed 002): one PodGroup per group (replica) of leader + workers.
+"""LeaderWorkerSet (the LWS subgroup KEP): one PodGroup per group (replica) of leader + workers.
 
     PodGroup <ns>/leaderworkerset-<name>-<group index>     exclusive-topology: required + exclusive
     ├── leader    minMember 1
@@ -49,7 +49,7 @@ SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
 LEADER_COUNT = 1  # one leader per group; workers' worker-index starts after it
 
 # Extended resources that count as an accelerator (LWS shifts subgroup indexes when the leader
-# requests none, seed 002).
+# requests none, the LWS subgroup KEP).
 ACCELERATOR_RESOURCES = frozenset(
     {"nvidia.com/gpu", "amd.com/gpu", "google.com/tpu", "intel.com/gpu", "habana.ai/gaudi", "aws.amazon.com/neuron"}
 )
@@ -106,7 +106,7 @@ class _Shape:
     replicas: int  # groups
     size: int  # pods per group, the leader included
     sgs: int | None  # subGroupSize, when the group is cut into subgroups
-    shift: bool = False  # worker indexes shifted by the leader (seed 002)
+    shift: bool = False  # worker indexes shifted by the leader (the LWS subgroup KEP)
     excluded: bool = False  # LeaderExcluded: the leader is outside every subgroup
 
     def part_of(self, worker: int) -> str:
