@@ -126,6 +126,11 @@ async def events_about(kube: KubeClient, namespace: str, name: str) -> list[str]
     return out
 
 
+async def says(kube: KubeClient, namespace: str, name: str, text: str) -> bool:
+    """Whether an Event on object NAME says TEXT."""
+    return any(text in m for m in await events_about(kube, namespace, name))
+
+
 async def create_podgroup(
     kube: KubeClient, namespace: str, name: str, spec: Mapping[str, Any], topology: str | None = "e2e-dc"
 ) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from e2e.scenario import (
     gpu_pod,
     install,
     pods,
+    says,
     wait_all_bound,
 )
 from e2e.topogang import CRDS, Topogang, scheduler_config
@@ -290,19 +291,15 @@ async def test_members_refused_while_their_gang_was_incomplete_come_to_show_why_
         if i < 3:
             said = f"gang {i + 1}/4 pods present"
             await eventually(
-                lambda i=i, said=said: _says(kube, namespace, f"late-{i}", said), within=60, what=f"late-{i}: {said!r}"
+                lambda i=i, said=said: says(kube, namespace, f"late-{i}", said), within=60, what=f"late-{i}: {said!r}"
             )
     want = "4 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; the best rack fits 3"
 
     async def reason_on_every_pod() -> bool:
-        return all([await _says(kube, namespace, f"late-{i}", want) for i in range(4)])
+        return all([await says(kube, namespace, f"late-{i}", want) for i in range(4)])
 
     await eventually(reason_on_every_pod, within=60, what=f"an Event saying {want!r} on each pod")
     assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))
-
-
-async def _says(kube: KubeClient, namespace: str, pod: str, text: str) -> bool:
-    return any(text in m for m in await events_about(kube, namespace, pod))
 
 
 async def test_two_competing_gangs_one_runs_whole_the_other_waits_whole(
@@ -344,7 +341,7 @@ async def test_a_gang_becomes_feasible_when_nodes_are_added(
 
     async def refused() -> bool:
         # Every one of the four, those refused while the gang was incomplete included.
-        return all([await _says(kube, namespace, f"grow-{i}", "the best rack fits 2") for i in range(4)])
+        return all([await says(kube, namespace, f"grow-{i}", "the best rack fits 2") for i in range(4)])
 
     await eventually(refused, within=60, what="each member to be refused for want of room")
     assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))

@@ -30,11 +30,11 @@ from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_co
 from e2e.scenario import (
     create,
     create_podgroup,
-    events_about,
     eventually,
     gpu_pod,
     install,
     pods,
+    says,
     wait_all_bound,
 )
 from e2e.test_extender import TOPOLOGY, create_tfjob, node_racks, racks_of
@@ -324,16 +324,12 @@ async def test_an_infeasible_gang_stays_gated_with_its_reason_in_status_and_an_e
     pg = await eventually(status_says, within=60, what=f"PodGroup big's status to say {want!r}")
     assert pg["status"]["phase"] == "Pending"
     await eventually(
-        lambda: _has_event(kube, namespace, "big", want), within=30, what="an Event on PodGroup big with the reason"
+        lambda: says(kube, namespace, "big", want), within=30, what="an Event on PodGroup big with the reason"
     )
     for pod in (await pod_map(kube, namespace)).values():
         assert gated(pod)
         assert not pod["spec"].get("nodeName")
         assert pinned_node(pod) is None
-
-
-async def _has_event(kube: KubeClient, namespace: str, name: str, text: str) -> bool:
-    return any(text in m for m in await events_about(kube, namespace, name))
 
 
 async def test_plain_pods_are_untouched_and_schedule(

@@ -19,9 +19,9 @@ import pytest
 import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes
-from e2e.scenario import collection, create, eventually, install, wait_all_bound
+from e2e.scenario import collection, create, eventually, wait_all_bound
 from e2e.test_extender import RACK, TOPOLOGY, ZONE, node_racks, racks_of
-from e2e.topogang import CRDS, Topogang, scheduler_config
+from e2e.topogang import Topogang, serving
 from extender.grouping import synthesize
 from extender.grouping.kinds.grove import SCHEDULING_GATE
 from extender.kube.client import ApiError, KubeClient
@@ -37,14 +37,8 @@ LEVEL_KEYS = {"zone": ZONE, "rack": RACK}
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def topogang(kubeconfig: Path, control_plane: ControlPlane) -> AsyncIterator[Topogang]:
-    async with await KubeClient.connect(kubeconfig) as kube:
-        await install(kube, CRDS, TOPOLOGY)
-    async with Topogang.start(kubeconfig, control_plane.logs_dir) as server:
-        await control_plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
-        try:
-            yield server
-        finally:
-            await control_plane.restart_scheduler_async(None)
+    async with serving(kubeconfig, control_plane, TOPOLOGY) as server:
+        yield server
 
 
 def clique(name: str, replicas: int, resources: JSON) -> JSON:

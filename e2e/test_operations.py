@@ -24,9 +24,9 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
-from e2e.scenario import create, create_podgroup, eventually, gpu_pod, install, wait_all_bound
+from e2e.scenario import create, create_podgroup, eventually, gpu_pod, wait_all_bound
 from e2e.test_extender import RACK, TOPOLOGY, create_tfjob
-from e2e.topogang import CRDS, Topogang, scheduler_config
+from e2e.topogang import Topogang, serving
 from extender.kube.client import ApiError, KubeClient
 from extender.kube.leader_label import LEADER_LABEL
 
@@ -38,14 +38,8 @@ NOT_LEADER = "topogang: not the leader"
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def topogang(kubeconfig: Path, control_plane: ControlPlane) -> AsyncIterator[Topogang]:
-    async with await KubeClient.connect(kubeconfig) as kube:
-        await install(kube, CRDS, TOPOLOGY)
-    async with Topogang.start(kubeconfig, control_plane.logs_dir) as server:
-        await control_plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
-        try:
-            yield server
-        finally:
-            await control_plane.restart_scheduler_async(None)
+    async with serving(kubeconfig, control_plane, TOPOLOGY) as server:
+        yield server
 
 
 async def podgroup(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:

@@ -33,7 +33,10 @@ from typing import Any
 
 import yaml
 
+from e2e.controlplane import ControlPlane
 from e2e.controlplane.pki import ClientIdentity, make_pki
+from e2e.scenario import install
+from extender.kube.client import KubeClient
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_CONFIG = ROOT / "scheduler-config" / "extender.yaml"
@@ -200,3 +203,19 @@ class Topogang:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topogang serve not ready after {seconds:.0f}s:\n{self.tail()}")
             await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    kubeconfig: Path, control_plane: ControlPlane, *objects: Mapping[str, Any]
+) -> AsyncIterator[Topogang]:
+    """topogang's CRDs and OBJECTS installed, topogang started, kube-scheduler configured to call
+    it; kube-scheduler goes back to running alone on the way out."""
+    async with await KubeClient.connect(kubeconfig) as kube:
+        await install(kube, CRDS, *objects)
+    async with Topogang.start(kubeconfig, control_plane.logs_dir) as server:
+        await control_plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
+        try:
+            yield server
+        finally:
+            await control_plane.restart_scheduler_async(None)
