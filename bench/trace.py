@@ -38,7 +38,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tracesim import cluster as clusters
-from bench.tracesim import metrics, policies, public, workload
+from bench.tracesim import compare, metrics, policies, public, workload
 from bench.tracesim.replay import Replay, replay
 from extender.core.reservations import Settings
 
@@ -93,6 +93,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--write-trace", type=Path, help="write the first generated trace as CSV and go on")
     p.add_argument("--relax", action="store_true", help="drop every required constraint: what the constraints cost")
     p.add_argument("--policies", default="", help="comma-separated subset (default: all)")
+    p.add_argument("--paired", default="bestfit", help="policy the others are compared with, trace by trace")
     p.add_argument("--warmup", type=float, default=0.1, help="share of arrivals before measuring")
     p.add_argument("--json", action="store_true", help="one JSON object per policy, load and bounded share")
     p.add_argument("--json-out", type=Path, help="also write those objects to this file")
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             print(table(rows, COLUMNS))
             print(table(rows, WAITS))
             print(spread(rows))
+            print(compare.describe(rows, args.paired))
             print(first_fit_gap(rows), flush=True)
     if args.json_out:
         args.json_out.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n" for r in every))

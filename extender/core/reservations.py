@@ -60,6 +60,9 @@ class Settings:
     whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
     move: bool = True  # move to another domain expected to free clearly sooner (a quarter of the wait)
     move_margin: float = 300.0  # ... and at least this many seconds sooner
+    # Only gangs reserved at this level or a coarser one (0 the cluster, 1 its first level ...);
+    # None: any gang. Gangs that fit where room frees often do not need one.
+    coarsest_only: int | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ class Layout:
         ]
         self._members = list(zip(order, bounds, strict=True))
         self._parents: dict[tuple[int, int], IntArray] = {}
+        self._level_for: dict[Demand, int | None] = {}
 
     @property
     def nodes(self) -> int:
@@ -171,10 +175,14 @@ class Layout:
         """The gang's required level, else the finest level where one empty domain holds it."""
         if demand.level is not None:
             return demand.level
-        for level in range(len(self.domain_of) - 1, -1, -1):
-            if (self.room(self.capacity, demand, level) >= demand.pods).any():
-                return level
-        return None
+        if demand not in self._level_for:
+            found = None
+            for level in range(len(self.domain_of) - 1, -1, -1):
+                if (self.room(self.capacity, demand, level) >= demand.pods).any():
+                    found = level
+                    break
+            self._level_for[demand] = found
+        return self._level_for[demand]
 
 
 def _fit(free: Matrix, demand: Demand) -> IntArray:
@@ -257,6 +265,9 @@ def reserve(
     it, or another domain is expected to hold it clearly sooner)."""
     if not queue or settings.limit <= 0:
         return ()
+    if settings.coarsest_only is not None:
+        cut = settings.coarsest_only
+        queue = [w for w in queue if (lv := layout.level_for(w.demand)) is not None and lv <= cut]
     heads: set[str] = set()
     seen: set[int] = set()
     for w in queue if settings.heads else ():
