@@ -68,6 +68,37 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas") from None
 
 
+def _variant(text: str) -> tuple[str, dict[str, Any]]:
+    """NAME:FIELD=VALUE;FIELD=VALUE -> (NAME, Settings fields), typed as Settings declares them."""
+    name, _, body = text.partition(":")
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    out: dict[str, Any] = {}
+    for item in filter(None, body.split(";")):
+        key, _, value = item.partition("=")
+        if key not in fields:
+            raise argparse.ArgumentTypeError(f"{text!r}: {key!r} is not a Settings field ({', '.join(fields)})")
+        kind = str(fields[key].type)
+        if value.lower() == "none":
+            out[key] = None
+        elif kind.startswith("bool"):
+            out[key] = value.lower() in ("1", "true", "yes")
+        elif kind.startswith("int"):
+            out[key] = int(value)
+        else:
+            out[key] = float(value)
+    if not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME:FIELD=VALUE;...")
+    return name, out
+
+
+def _policies(cluster: clusters.Cluster, settings: Settings, args: argparse.Namespace) -> list[policies.Policy]:
+    extra: list[policies.Policy] = [
+        policies.Topogang(cluster, f"topogang+{name}", reserve=dataclasses.replace(settings, **fields))
+        for name, fields in args.variant
+    ]
+    return [*policies.all_policies(cluster, settings), *extra]
+
+
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     spec, reserve = workload.TraceSpec(), Settings()
@@ -83,6 +114,15 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=4, help="traces generated (seeds SEED, SEED+1...); figures are means")
     p.add_argument("--reserve-after", type=float, default=reserve.reserve_after, help="seconds before a reservation")
     p.add_argument("--reservations", type=int, default=reserve.limit, help="reservations at once")
+    p.add_argument(
+        "--variant",
+        action="append",
+        type=_variant,
+        default=[],
+        metavar="NAME:FIELD=VALUE;...",
+        help="one more policy, topogang+NAME, with these reservation Settings fields changed (repeatable),"
+        " e.g. --variant 'large:coarsest_only=1;hold_within=1800'",
+    )
     p.add_argument("--trace", type=Path, help="replay this CSV instead of generating traces (loads do not apply)")
     p.add_argument(
         "--public",
@@ -110,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     shape = dataclasses.replace(clusters.SHAPES[args.shape], uneven=args.uneven, cordoned=args.cordoned, seed=args.seed)
     cluster = clusters.build(shape)
     settings = Settings(reserve_after=args.reserve_after, limit=args.reservations)
-    names = [p.name for p in policies.all_policies(cluster, settings)]
+    names = [p.name for p in _policies(cluster, settings, args)]
     wanted = args.policies.split(",") if args.policies else names
     if not set(wanted) <= set(names):
         print(f"trace.py: --policies {args.policies}: choose from {', '.join(names)}", file=sys.stderr)
@@ -146,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         per_trace: list[list[dict[str, Any]]] = []
         for i, jobs in enumerate(traces):
             rows, runs = [], []
-            for policy in policies.all_policies(cluster, settings):
+            for policy in _policies(cluster, settings, args):
                 if policy.name not in wanted:
                     continue
                 start = time.perf_counter()
@@ -272,7 +312,7 @@ def targets(rows: list[dict[str, Any]]) -> str:
         if r["topology_aware"] and r["broken_required"]:
             out.append(f"  {r['policy']}: {r['broken_required']} required constraints broken (target 0): MISSED")
     bf = by.get("bestfit")
-    for name in ("topogang", "topogang+reserve"):
+    for name in [r["policy"] for r in at if r["policy"].startswith("topogang") and r["policy"] != "topogang-loose"]:
         tg = by.get(name)
         if tg is None or bf is None:
             continue
