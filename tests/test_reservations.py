@@ -209,13 +209,3 @@ def test_coarsest_only_leaves_gangs_that_fit_a_finer_domain_without_a_reservatio
     assert [r.key for r in reserve(100.0, queue, f, pods, lay, (), Settings(limit=1))] == ["rack-sized"]
     only = reserve(100.0, queue, f, pods, lay, (), Settings(limit=1, coarsest_only=BLOCK))
     assert [(r.key, r.level) for r in only] == [("block-sized", BLOCK)]  # the head among the block-sized
-
-
-def test_hold_within_holds_nothing_until_the_estimated_start_draws_near() -> None:
-    lay = layout()
-    f, pods = _busy()  # block 0 frees at 400, block 1 at 450
-    queue = [Waiting("big", 0, 0.0, whole_nodes(4, level=BLOCK))]
-    far = reserve(100.0, queue, f, pods, lay, (), Settings(hold_within=200.0))
-    assert [(r.domain, r.start, len(r.nodes)) for r in far] == [(0, 400.0, 0)]  # 300 s off: nothing held
-    near = reserve(250.0, queue, f, pods, lay, far, Settings(hold_within=200.0))
-    assert [(r.domain, r.start, r.made, len(r.nodes)) for r in near] == [(0, 400.0, 100.0, 4)]

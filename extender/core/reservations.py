@@ -63,9 +63,6 @@ class Settings:
     # Only gangs reserved at this level or a coarser one (0 the cluster, 1 its first level ...);
     # None: any gang. Gangs that fit where room frees often do not need one.
     coarsest_only: int | None = None
-    # Hold room only once the estimated start is this close (seconds); until then the gang keeps
-    # its domain and estimate and holds nothing. None: hold from the first pass.
-    hold_within: float | None = None
 
 
 @dataclass(frozen=True)
@@ -312,8 +309,6 @@ def reserve(
         level, made = chosen, old.made if old is not None else now
         members = layout.members(level, found.domain)
         nodes = members if settings.whole_domain else _held(layout, level, found, w.demand, free, ordered)
-        if settings.hold_within is not None and found.start - now > settings.hold_within:
-            nodes = nodes[:0]  # too far off: the room stays in use until the start draws near
         out.append(Reservation(w.key, w.priority, level, found.domain, nodes, found.start, made))
         taken[members] = True
     return tuple(out)
