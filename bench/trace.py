@@ -13,11 +13,16 @@ and the figures (means over the traces) are printed side by side, one table per 
     .venv/bin/python bench/trace.py --public trace_kalos.csv  # AcmeTrace or Helios, mapped (tracesim/public.py)
     .venv/bin/python bench/trace.py --write-trace t.csv      # the first generated trace, to edit
     .venv/bin/python bench/trace.py --relax                  # the same jobs without constraints
+    .venv/bin/python bench/trace.py --loads 0.85 --seeds 16 --policies topogang,bestfit   # paired, 16 traces
+    .venv/bin/python bench/trace.py --variant 'large:coarsest_only=1'   # one more policy: topogang+large
 
 Policies (bench/tracesim/policies.py): topogang (extender.placement.plan, the server's call),
 topogang+reserve (the same with extender.core.reservations: --reserve-after, --reservations),
 topogang-loose (its default compactness off), bestfit (Kueue TAS BestFit), fullest
-(KAI-Scheduler's binpack), first-fit (topology-blind). Shapes (bench/tracesim/cluster.py): 512,
+(KAI-Scheduler's binpack), first-fit (topology-blind), and topogang+NAME for each --variant
+(reservation Settings fields changed). Under each table the policies are compared with --paired
+(bestfit) trace by trace: the mean difference, its 95% interval and on how many traces each did
+better (bench/tracesim/compare.py); the targets carry the same interval. Shapes (bench/tracesim/cluster.py): 512,
 4096, nvl72. Figures are defined in bench/tracesim/metrics.py. The targets printed are issue
 22's, at the headline load 0.85, quoted and not tuned for. Pictures (matplotlib, `pip install -e
 '.[bench]'`) go to --pictures DIR (default bench/out): the first trace at the headline load, and
