@@ -267,7 +267,7 @@ def describe(cluster: clusters.Cluster, args: argparse.Namespace, settings: Sett
         f" {s.cordoned} cordoned\n"
         f"trace: {source}; sizes: S <= {rack} GPUs (a rack), M <= {block} (a block), L larger\n"
         f"reservations (topogang+reserve): after {settings.reserve_after:g} s or first at its priority,"
-        f" at most {settings.limit}"
+        f" at most {settings.limit}, unbounded pods expected to run at least {settings.floor:g} s more"
     )
 
 

@@ -7,7 +7,8 @@ way Slurm's backfill does, on the topology:
 
 - Who: a waiting gang that has waited `reserve_after` seconds, or that is first in queue order at
   its priority; at most `limit` gangs, in queue order (priority, then age), so a higher-priority
-  gang takes a lower one's place (and domain) when the limit is reached.
+  gang takes a lower one's place (and domain) when the limit is reached. `coarsest_only` narrows
+  who to the gangs whose domain is of that level or coarser (the bench's zone-sized variant).
 - Where: one domain of the gang's required level (without one, of the finest level where one
   domain, empty, holds the gang), the one *expected to have room soonest*: running pods are
   released in the order of their expected end until some domain holds the gang. Domains of
@@ -58,7 +59,8 @@ class Settings:
     # An unbounded pod is expected to run at least this much longer. A domain drains when its last
     # pod ends, so a pod's median remaining life is too hopeful: 1,800 s is the 89th percentile
     # of a job's run time in the Kalos trace (median 124 s, mean 1,260 s), and on bench/trace.py
-    # (8 traces at load 0.85) it beat 600 s on every figure but small gangs' p99 (README).
+    # (8 traces at load 0.85, the default who-rule) it beat 600 s on every figure but small
+    # gangs' p99, which moved within noise (README, "Reservations: what each variant did").
     floor: float = 1800.0
     heads: bool = True  # the first gang in queue order at each priority is eligible at once
     whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
