@@ -221,3 +221,18 @@ def test_paired_differences_say_when_a_gap_is_noise() -> None:
     assert "alloc +1.0±0.0pt (3/3)" in text
     assert "L p99 -3±" in text
     assert "~" in text  # the large-gang gap is noise
+
+
+def test_a_variant_names_settings_fields_with_their_types() -> None:
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trace_bench", Path(__file__).parents[1] / "bench" / "trace.py")
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    name, fields = bench._variant("large:coarsest_only=1;floor=900;heads=false;whole_domain=true")
+    assert (name, fields) == ("large", {"coarsest_only": 1, "floor": 900.0, "heads": False, "whole_domain": True})
+    with pytest.raises(argparse.ArgumentTypeError, match="'limt' is not a Settings field"):
+        bench._variant("x:limt=2")
