@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = clusters.build(shape)
     settings = Settings(reserve_after=args.reserve_after, limit=args.reservations)
     names = [p.name for p in _policies(cluster, settings, args)]
-    wanted = args.policies.split(",") if args.policies else names
+    wanted = [*args.policies.split(","), *(f"topogang+{n}" for n, _ in args.variant)] if args.policies else names
     if not set(wanted) <= set(names):
         print(f"trace.py: --policies {args.policies}: choose from {', '.join(names)}", file=sys.stderr)
         return 2
