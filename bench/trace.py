@@ -49,7 +49,7 @@ from extender.core.reservations import Settings
 
 HEADLINE = 0.85
 COLUMNS = (
-    ("policy", "policy", "{:<16}"),
+    ("policy", "policy", "{:<18}"),
     ("alloc", "allocation", "{:>6.1%}"),
     ("racks@LB", "racks_at_lower_bound", "{:>8.1%}"),
     ("racks/LB", "racks_over_bound", "{:>8.3f}"),
@@ -272,11 +272,11 @@ def describe(cluster: clusters.Cluster, args: argparse.Namespace, settings: Sett
 
 
 def table(rows: list[dict[str, Any]], columns: tuple[tuple[str, str, str], ...]) -> str:
-    head = " ".join(f"{h:>{len(fmt.format(rows[0][k]))}}" if h != "policy" else f"{h:<16}" for h, k, fmt in columns)
-    lines = [head if columns[0][0] == "policy" else f"{'waits (s)':<16} {head}"]
+    head = " ".join(f"{h:>{len(fmt.format(rows[0][k]))}}" if h != "policy" else f"{h:<18}" for h, k, fmt in columns)
+    lines = [head if columns[0][0] == "policy" else f"{'waits (s)':<18} {head}"]
     for row in rows:
         cells = " ".join(fmt.format(row[k]) for _, k, fmt in columns)
-        lines.append(cells if columns[0][0] == "policy" else f"{row['policy']:<16} {cells}")
+        lines.append(cells if columns[0][0] == "policy" else f"{row['policy']:<18} {cells}")
     return "\n".join(lines)
 
 
@@ -289,7 +289,7 @@ def spread(rows: list[dict[str, Any]]) -> str:
         for size in ("small", "medium", "large"):
             v = r[f"wait_p99_{size}_s_per_trace"]
             cells.append(f"{size[0].upper()} {min(v):.0f}..{max(v):.0f}")
-        lines.append(f"  {r['policy']:<16} " + "  ".join(cells))
+        lines.append(f"  {r['policy']:<18} " + "  ".join(cells))
     return "\n".join(lines)
 
 

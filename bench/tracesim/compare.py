@@ -77,6 +77,6 @@ def describe(rows: list[dict[str, Any]], base: str) -> str:
             noise = "" if abs(mean) > half else " ~"
             digits = 1 if unit == "pt" else 0
             cells.append(f"{label} {mean * scale:+.{digits}f}±{half * scale:.{digits}f}{unit} ({better}/{n}){noise}")
-        lines.append(f"  {policy:<16} " + "  ".join(cells))
+        lines.append(f"  {policy:<18} " + "  ".join(cells))
     lines.append("  (~: the interval includes 0, noise at this many traces)")
     return "\n".join(lines)
