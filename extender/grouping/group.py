@@ -26,6 +26,7 @@ from extender.grouping.kinds import BUILTIN, SIDE_READS
 from extender.grouping.objects import ObjectLookup
 from extender.grouping.resource_interface import ResourceInterface, group_with, hands_off, index_resource_interfaces
 from extender.grouping.result import Grouping, GroupingResult
+from extender.grouping.upstream import tree as upstream
 from extender.grouping.values import annotations_of, controller_ref
 from extender.model.errors import FieldError
 from extender.model.keys import GroupKey
@@ -107,6 +108,9 @@ def family_key(
     named = explicit_group(pod)
     if named is not None:
         return Family(PODGROUP, GroupKey.parse(named)), ()
+    if pod.scheduling_group is not None:
+        kind, _path, reads = upstream.reads_of(pod, objects)
+        return Family(kind, GroupKey(pod.namespace, reads[-1][2])), reads
     chain = _Chains(objects, pods).chain(pod)
     read = tuple((link.ref.kind, link.namespace, link.ref.name) for link in chain)
     for link in chain:  # objects besides owners a grouper reads for this pod (a Grove PodGang)
@@ -264,6 +268,7 @@ def group_pods(
     chains = _Chains(objects, owner_pods if owner_pods is not None else pods)
     claims = _Claims(ris)
     explicit: dict[str, list[PodInfo]] = {}
+    trees = _UpstreamTrees(objects)
     for pod in sorted(pods, key=lambda p: p.key):
         named = explicit_group(pod)
         if named is not None:
@@ -271,6 +276,9 @@ def group_pods(
                 explicit.setdefault(named, []).append(pod)
             else:
                 claims.waiting[pod.key] = f"PodGroup {named} (named by the pod) does not exist yet"
+            continue
+        if pod.scheduling_group is not None:
+            trees.add(pod, claims.waiting)
             continue
         chain = chains.chain(pod)
         if chain and not any(link.gvk in n.PLAIN_OWNERS for link in chain):
@@ -289,12 +297,46 @@ def group_pods(
             gang_key, workload.source, workload.obj, workload.owner, errors=list(workload.errors)
         )
         out.add(assemble(gang, ms), [m.pod.key for m in ms])
+    for grouping, pod_keys in trees.groupings():
+        out.add(grouping, pod_keys)
     for top, ps in claims.orphans.values():
         if not ps:
             continue
         owned = [ClaimedPod(p, top.ref.kind.lower()) for p in ps]
         out.add(assemble(_fallback(top, ps), owned), [p.key for p in ps])
     return GroupingResult(out.groups, out.pod_group, claims.waiting, tuple(warnings))
+
+
+class _UpstreamTrees:
+    """Pods that name a scheduling.k8s.io PodGroup, by the root of its tree (`upstream.tree`)."""
+
+    def __init__(self, objects: ObjectLookup) -> None:
+        self.objects = objects
+        self.roots: dict[str, tuple[upstream.Path, list[PodInfo]]] = {}
+
+    def add(self, pod: PodInfo, waiting: dict[str, str]) -> None:
+        path = upstream.path_of(pod, self.objects)
+        root = path.root
+        if path.wait is not None or root is None:
+            waiting[pod.key] = path.wait or "its PodGroup is not visible yet"
+            return
+        self.roots.setdefault(upstream.gang_key(root), (path, []))[1].append(pod)
+
+    def groupings(self) -> list[tuple[Grouping, list[str]]]:
+        out = []
+        for key, (path, ps) in sorted(self.roots.items()):
+            root = path.root
+            assert root is not None
+            keys = [p.key for p in ps]
+            if path.error is not None:
+                out.append((Grouping(key=key, podgroup=None, errors=(path.error,), source=root.label), keys))
+                continue
+            counts: dict[str, int] = {}
+            for p in ps:
+                counts[p.scheduling_group or ""] = counts.get(p.scheduling_group or "", 0) + 1
+            tree = upstream.build_tree(root, self.objects, counts)
+            out.append((assemble(tree.draft, upstream.claims(tree, ps)), keys))
+        return out
 
 
 def _explicit(key: str, podgroup: PodGroupSpec, pods: int) -> Grouping:
