@@ -313,7 +313,8 @@ class GangScheduler:
             if not self.membership.has(group):
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
-            verdict, bound = self.repairs.verdict(pods, self.reasons.get(group))
+            spec = self.membership.view(group).spec
+            verdict, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None)
             self.reasons.record(group, verdict)
             out.append((group, bound))
         return out

@@ -27,6 +27,7 @@ from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.objects import ObjectLookup
 from extender.grouping.upstream.objects import COMPOSITE, GROUP, MAX_DEPTH, PODGROUP, Group, api_versions, read_group
 from extender.model.errors import FieldError
+from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.limits import MAX_REPLICAS, MAX_SUBGROUPS, beyond
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import SubGroupSpec
@@ -159,7 +160,8 @@ def _constrain(tree: _Tree, g: Group, target: str | None) -> None:
 def build_tree(root: Group, objects: ObjectLookup, counts: Mapping[str, int]) -> _Tree:
     """The gang of the tree under ROOT; COUNTS: pods naming each PodGroup."""
     owner = OwnerRef(root.api_version, root.kind, root.name, root.uid, True)
-    annotations = {n.KAI_TOPOLOGY: root.annotations[n.KAI_TOPOLOGY]} if n.KAI_TOPOLOGY in root.annotations else {}
+    # the gang's own annotations: its Topology and its repair policy (the rest is per group)
+    annotations = {k: root.annotations[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE) if k in root.annotations}
     draft = GangDraft(gang_key(root), root.label, root.label, owner, annotations, uid=root.uid)
     tree = _Tree(root, draft)
     draft.errors.extend(root.errors)
