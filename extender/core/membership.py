@@ -195,7 +195,8 @@ class Membership:
             self._group_family.pop(grouping.key, None)
             self._views.pop(grouping.key, None)
         for pod_key in self._family_waiting.pop(family, {}):
-            self._group_of.pop(pod_key, None)
+            if self._family.get(pod_key) == family:  # not a pod that moved to another family since
+                self._group_of.pop(pod_key, None)
         members = [self.state.pods[k] for k in sorted(self._families.get(family, ())) if k in self.state.pods]
         for p in members:
             self._group_of.pop(p.key, None)

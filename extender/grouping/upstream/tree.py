@@ -210,22 +210,25 @@ def _leaf(tree: _Tree, g: Group, parent: str | None, counts: Mapping[str, int]) 
 
 
 def _counts_fit(tree: _Tree) -> None:
-    """A composite's minGroupCount beyond its child groups: named, as Kubernetes would refuse it."""
+    """A composite's minGroupCount beyond its child groups: named (and cut to what it has, so
+    that the tree's own check does not say it again)."""
     draft = tree.draft
     children: dict[str | None, int] = {}
     for p in draft.parts:
         children[p.parent] = children.get(p.parent, 0) + 1
     for s in draft.parents:
         children[s.parent] = children.get(s.parent, 0) + 1
-    for s in draft.parents:
+    for i, s in enumerate(draft.parents):
         have = children.get(s.name, 0)
         if s.min_subgroup is not None and s.min_subgroup > have:
             why = f"is {s.min_subgroup} but {have} group(s) name it as their parent"
             draft.errors.append(FieldError(f"{COMPOSITE} {tree.root.namespace}/{s.name}", _MIN_GROUP, why))
+            draft.parents[i] = SubGroupSpec(s.name, s.parent, min_subgroup=have)
     have = children.get(None, 0)
     if draft.root_min is not None and draft.root_min > have and tree.root.kind == COMPOSITE:
         why = f"is {draft.root_min} but {have} group(s) name it as their parent"
         draft.errors.append(FieldError(tree.root.label, _MIN_GROUP, why))
+        draft.root_min = have
 
 
 _MIN_GROUP = "spec.schedulingPolicy.gang.minGroupCount"
