@@ -1,0 +1,204 @@
+"""Kubernetes' own gang API through topogang, on a control plane that serves it: the API server
+with scheduling.k8s.io v1beta1 and v1alpha3 and the GenericWorkload, TopologyAwareWorkloadScheduling,
+CompositePodGroup and WorkloadWithJob gates (kube-controller-manager too: its Job controller makes
+a Job's Workload and PodGroup), kube-scheduler with the same gates.
+
+Setup (once for the module): that control plane of its own (the session's serves none of it),
+the CRDs and Topology of test_extender.py, `topogang serve` in extender mode and kube-scheduler
+from the shipped configuration (its profile turns the in-tree GangScheduling,
+TopologyPlacementGenerator and PodGroupPodsCount plugins off: topogang decides gangs). The gates
+mode tests start their own topogang with its webhook, and the stock kube-scheduler.
+
+Each test gets its own namespace and fake GPU nodes (8 GPUs each), zone > block > rack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology, api_client, create_namespace, delete_namespace
+from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
+from e2e.scenario import create, eventually, gpu_pod, install, pods, says, wait_all_bound
+from e2e.test_extender import BLOCK, RACK, TOPOLOGY, ZONE, node_racks
+from e2e.topogang import CRDS, Topogang, _free_port, scheduler_config
+from extender.kube.client import KubeClient
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane_only, pytest.mark.controlplane]
+
+GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true,WorkloadWithJob=true"
+SERVED = "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"
+IN_TREE = ("GangScheduling", "TopologyPlacementGenerator", "PodGroupPodsCount")
+V1BETA1, V1ALPHA3 = "scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3"
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    gates = f"--feature-gates={GATES}"
+    extra = {"kube-apiserver": [f"--runtime-config={SERVED}", gates], "kube-controller-manager": [gates]}
+    p = ControlPlane(scheduler=False, extra_args=extra)
+    p.start()
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def upstream_kube(plane: ControlPlane) -> AsyncIterator[KubeClient]:
+    async with await KubeClient.connect(plane.kubeconfig) as kube:
+        await install(kube, CRDS, TOPOLOGY)
+        yield kube
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def extender(plane: ControlPlane, upstream_kube: KubeClient) -> AsyncIterator[Topogang]:
+    async with Topogang.start(plane.kubeconfig, plane.logs_dir) as server:
+        await plane.start_scheduler_async(scheduler_config(server.url, server.tls), [f"--feature-gates={GATES}"])
+        try:
+            yield server
+        finally:
+            await plane.stop_scheduler_async()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def space(plane: ControlPlane) -> AsyncIterator[tuple[str, FakeGpuNodes]]:
+    """A namespace and a fake GPU node set of its own."""
+    async with api_client(plane.kubeconfig) as api:
+        ns = await create_namespace(api)
+        nodes = FakeGpuNodes(api, name_prefix=f"gpu-{uuid.uuid4().hex[:4]}")
+        try:
+            yield ns, nodes
+        finally:
+            await nodes.delete_all()
+            await delete_namespace(api, ns)
+
+
+def group(name: str, count: int, key: str | None, parent: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": count}}}
+    if key is not None:
+        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
+    if parent is not None:  # Kubernetes asks a child for the Workload template it came from
+        spec["parentCompositePodGroupName"] = parent
+        spec["workloadRef"] = {"workloadName": "job", "templateName": name}
+    return {"apiVersion": V1BETA1, "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
+
+
+def composite(name: str, count: int, key: str, parent: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulingPolicy": {"gang": {"minGroupCount": count}},
+        "schedulingConstraints": {"topology": [{"key": key}]},
+        "workloadRef": {"workloadName": "job", "templateName": name},
+    }
+    if parent is not None:
+        spec["parentCompositePodGroupName"] = parent
+    return {"apiVersion": V1ALPHA3, "kind": "CompositePodGroup", "metadata": {"name": name}, "spec": spec}
+
+
+def member(name: str, podgroup: str) -> dict[str, Any]:
+    pod = gpu_pod(name)
+    pod["spec"]["schedulingGroup"] = {"podGroupName": podgroup}
+    return pod
+
+
+async def one_podgroup(kube: KubeClient, ns: str, nodes: FakeGpuNodes) -> dict[str, str]:
+    """A gang of 4 in one rack, where each rack has 3 free nodes but one: the gang must find it."""
+    names = await nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=3, nodes_per_rack=3))
+    extra = await nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=1, nodes_per_rack=1))
+    assert extra
+    await create(kube, group("train", 4, RACK), ns)
+    for i in range(4):
+        await create(kube, member(f"w-{i}", "train"), ns)
+    placed = await wait_all_bound(kube, ns, 4)
+    racks = await node_racks(kube, [*names, *extra])
+    assert len({racks[n] for n in placed.values()}) == 1, placed
+    return placed
+
+
+async def three_levels(kube: KubeClient, ns: str, nodes: FakeGpuNodes) -> None:
+    """A job in one zone, two halves each in one block, four groups of 2 pods each in one rack."""
+    names = await nodes.create(FakeTopology(zones=1, blocks_per_zone=2, racks_per_block=2, nodes_per_rack=2))
+    await create(kube, composite("job", 2, ZONE), ns)
+    for h in range(2):
+        await create(kube, composite(f"half-{h}", 2, BLOCK, parent="job"), ns)
+        for g in range(2):
+            await create(kube, group(f"half-{h}-g{g}", 2, RACK, parent=f"half-{h}"), ns)
+    for h in range(2):
+        for g in range(2):
+            for i in range(2):
+                await create(kube, member(f"half-{h}-g{g}-{i}", f"half-{h}-g{g}"), ns)
+    placed = await wait_all_bound(kube, ns, 8)
+    racks = await node_racks(kube, names)
+    for h in range(2):
+        half = {racks[node] for pod, node in placed.items() if pod.startswith(f"half-{h}-")}
+        assert len({r.rsplit("-", 1)[0] for r in half}) == 1, f"half-{h} spans blocks: {half}"
+        for g in range(2):
+            leaf = {racks[node] for pod, node in placed.items() if pod.startswith(f"half-{h}-g{g}-")}
+            assert len(leaf) == 1, f"half-{h}-g{g} spans racks {leaf}"
+
+
+async def job_with_scheduling(kube: KubeClient, ns: str, nodes: FakeGpuNodes) -> None:
+    """Kubernetes' Job controller makes the Workload and PodGroup; its pods name the PodGroup."""
+    names = await nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=2, nodes_per_rack=3))
+    template = gpu_pod("x")
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {
+            "parallelism": 3,
+            "completions": 3,
+            "completionMode": "Indexed",
+            "scheduling": {
+                "schedulingPolicy": {"gang": {"minCount": 3}},
+                "schedulingConstraints": {"topology": [{"key": RACK}]},
+            },
+            "template": {"spec": {**template["spec"], "restartPolicy": "Never"}},
+        },
+    }
+    await create(kube, job, ns)
+    placed = await wait_all_bound(kube, ns, 3)
+    racks = await node_racks(kube, names)
+    assert len({racks[n] for n in placed.values()}) == 1, placed
+    listed = await kube.get(f"/apis/{V1BETA1}/namespaces/{ns}/podgroups")
+    made = [pg["metadata"]["name"] for pg in listed["items"]]
+    assert len(made) == 1
+    assert {p["spec"]["schedulingGroup"]["podGroupName"] for p in await pods(kube, ns)} == set(made)
+
+
+async def test_extender_mode_places_an_upstream_podgroup_whole_in_one_rack(
+    extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    ns, nodes = space
+    await one_podgroup(upstream_kube, ns, nodes)
+    # topogang's view of the gang: a topogang PodGroup owned by the upstream one, with its status
+    mirror = await eventually(
+        lambda: _podgroup_status(upstream_kube, ns, "podgroup-train"), within=30, what="topogang's PodGroup status"
+    )
+    assert mirror["metadata"]["ownerReferences"][0]["kind"] == "PodGroup"
+
+
+async def _podgroup_status(kube: KubeClient, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        body = await kube.get(f"/apis/scheduling.topogang.io/v1alpha1/namespaces/{ns}/podgroups/{name}")
+    except Exception:  # not written yet
+        return None
+    return body if body.get("status", {}).get("phase") in ("Running", "Bound", "Scheduled") else None
+
+
+async def test_extender_mode_places_a_three_level_composite_podgroup(
+    extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    await three_levels(upstream_kube, *space)
+
+
+async def test_extender_mode_places_a_job_with_spec_scheduling(
+    extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    await job_with_scheduling(upstream_kube, *space)
