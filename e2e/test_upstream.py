@@ -14,20 +14,17 @@ Each test gets its own namespace and fake GPU nodes (8 GPUs each), zone > block 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology, api_client, create_namespace, delete_namespace
-from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
-from e2e.scenario import create, eventually, gpu_pod, install, pods, says, wait_all_bound
+from e2e.scenario import create, eventually, gpu_pod, install, pods, wait_all_bound
 from e2e.test_extender import BLOCK, RACK, TOPOLOGY, ZONE, node_racks
-from e2e.topogang import CRDS, Topogang, _free_port, scheduler_config
+from e2e.topogang import CRDS, Topogang, scheduler_config
 from extender.kube.client import KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane_only, pytest.mark.controlplane]
