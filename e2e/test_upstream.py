@@ -199,3 +199,23 @@ async def test_extender_mode_places_a_job_with_spec_scheduling(
     extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
 ) -> None:
     await job_with_scheduling(upstream_kube, *space)
+
+
+def both_deciders(config: dict[str, Any]) -> dict[str, Any]:
+    """The shipped configuration with Kubernetes' own gang and topology plugins left on."""
+    for profile in config["profiles"]:
+        profile.pop("plugins", None)
+    return config
+
+
+async def test_both_deciders_experiment(
+    plane: ControlPlane, extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    await plane.restart_scheduler_async(
+        both_deciders(scheduler_config(extender.url, extender.tls)), [f"--feature-gates={GATES}"]
+    )
+    try:
+        ns, nodes = space
+        await three_levels(upstream_kube, ns, nodes)
+    finally:
+        await plane.restart_scheduler_async(scheduler_config(extender.url, extender.tls), [f"--feature-gates={GATES}"])

@@ -197,3 +197,36 @@ def test_a_job_with_spec_scheduling_bad_or_basic() -> None:
     ]
     basic = group_workloads(job({"schedulingPolicy": {"basic": {}}}))
     assert render(basic.groups["ml/job-train"]) == ["ml/job-train sub=1", "  job min=1"]
+
+
+def test_a_member_another_decider_binds_elsewhere_is_a_split_in_status_and_an_event() -> None:
+    from dataclasses import replace
+
+    from extender.kube.podgroup_status import SPLIT_CONDITION, status_body, transition
+    from tests.test_core_lifecycle import NODES, planned, setup
+
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    plan = planned(scheduler)
+    elsewhere = next(n for n in NODES if n not in plan.values())
+    scheduler.observe_pod(replace(scheduler.state.pods[keys[0]], node_name=elsewhere))
+    status = scheduler.status("default/g")
+    assert status.split is not None
+    said = (
+        f"gang split between two deciders: pod default/g-0 was bound to node {elsewhere} by another scheduler,"
+        f" not to its planned node {plan[keys[0]]}"
+    )
+    assert said in status.message
+    body = status_body(status, None, "2026-01-01T00:00:00Z")
+    split = next(c for c in body["conditions"] if c["type"] == SPLIT_CONDITION)
+    assert (split["status"], split["reason"]) == ("True", "SplitBetweenDeciders")
+    event = transition(None, status)
+    assert event is not None
+    assert event[:2] == ("Warning", "GangSplit")
+    assert transition(body, status) is None  # said once
+    # a member bound where it was planned is no split
+    scheduler2, keys2 = setup()
+    scheduler2.filter(scheduler2.state.pods[keys2[0]], NODES, 0.0)
+    node = planned(scheduler2)[keys2[1]]
+    scheduler2.observe_pod(replace(scheduler2.state.pods[keys2[1]], node_name=node))
+    assert scheduler2.status("default/g").split is None

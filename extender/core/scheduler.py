@@ -47,6 +47,7 @@ from extender.core.decisions import (
     PlanEvent,
     Released,
     Repairing,
+    Split,
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
@@ -86,6 +87,8 @@ class GangScheduler:
         self.repairs = Repairs(state, timeout=repair_timeout)
         self.lookup = Lookup(state, self.membership)
         self._status = Status(state, self.membership, self.plans, self.reasons, self.preempting, self.repairs)
+        # gangs a second decider placed part of, as last seen (Kubernetes' own gang plugins)
+        self.splits: dict[str, Split] = {}
 
     # -- filter and prioritize ------------------------------------------------------------------
 
@@ -303,6 +306,8 @@ class GangScheduler:
         self.reasons.sweep(groups)
         self.preempting.sweep(groups)
         self.repairs.sweep(groups)
+        for group in set(self.splits) - groups:
+            del self.splits[group]
         return out
 
     def expire_repairs(self, now: float) -> list[tuple[str, list[PodInfo]]]:
@@ -339,8 +344,11 @@ class GangScheduler:
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
-        gp = self.plans.get(self.membership.group_of(pod.key))
-        if gp is not None and pod.key in gp.reserved:
+        group = self.membership.group_of(pod.key)
+        gp = self.plans.get(group)
+        if group is not None and gp is not None and pod.key in gp.reserved:
+            if gp.reserved[pod.key] != pod.node_name:  # another decider placed it
+                self.splits[group] = Split(pod.key, pod.node_name, gp.reserved[pod.key])
             self.plans.let_go(gp, pod.key, bound=True)  # bound where planned, or elsewhere: no longer ours to hold
 
     def forget_pod(self, key: str) -> None:
@@ -363,4 +371,6 @@ class GangScheduler:
 
     def status(self, group: str) -> GroupStatus:
         """Where GROUP stands: phase, the reason as data, counts, domains (status.Status)."""
-        return self._status.of(group)
+        status = self._status.of(group)
+        split = self.splits.get(group)
+        return status if split is None else replace(status, split=split)

@@ -17,6 +17,8 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
                                 MemberGone); else False (Planned, Waiting, Scheduled)
                  UnschedulableOnNodePool  spec.schedulingBackoff 1: True once a planning
                                 attempt failed, with its reason; absent otherwise (-1, unset)
+                 GangSplit      True (reason SplitBetweenDeciders) once a member was bound where
+                                topogang did not plan it: a second decider placed part of the gang
 
 Reasons come from the core as data (`GroupStatus.reason`), never from parsing messages.
 `lastTransitionTime` is carried over from PREVIOUS unless the condition's status flips, so a
@@ -41,6 +43,7 @@ MANAGED_BY = "topogang"
 SCHEDULED_CONDITION = "Scheduled"
 UNSCHEDULABLE_CONDITION = "Unschedulable"
 NODE_POOL_CONDITION = "UnschedulableOnNodePool"  # KAI's, for spec.schedulingBackoff: 1
+SPLIT_CONDITION, SPLIT_REASON = "GangSplit", "SplitBetweenDeciders"
 MESSAGE_LIMIT = 4096  # characters of a message kept in status and conditions
 
 JSON = dict[str, Any]
@@ -140,6 +143,11 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
                 generation,
             )
         )
+    if status.split is not None:
+        said = _message(status.split.render())
+        body["conditions"].append(
+            _condition(SPLIT_CONDITION, True, SPLIT_REASON, said, before.get(SPLIT_CONDITION), now, generation)
+        )
     if status.last_repair:
         before_repair = (previous or {}).get("lastRepair") or {}
         same = isinstance(before_repair, Mapping) and before_repair.get("message") == _message(status.last_repair)
@@ -166,8 +174,12 @@ def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:
 
 def transition(previous: Mapping[str, Any] | None, status: GroupStatus) -> tuple[str, str, str] | None:
     """(type, reason, message) of the Event on the PodGroup when its phase (or why it cannot run)
-    changed since PREVIOUS: Normal Scheduled, or Warning Unschedulable; None for other changes
-    (counts, a plan made and waiting for its binds)."""
+    changed since PREVIOUS: Normal Scheduled, or Warning Unschedulable; Warning GangSplit when a
+    second decider placed part of it; None for other changes (counts, a plan made and waiting for
+    its binds)."""
+    split = conditions_of(previous).get(SPLIT_CONDITION) or {}
+    if status.split is not None and split.get("status") != "True":
+        return ("Warning", SPLIT_CONDITION, _message(status.split.render()))
     if _standing(previous) == (status.phase, status.reason):
         return None
     if status.phase == SCHEDULED:

@@ -50,6 +50,7 @@ from extender.kube.podgroup_status import (
     KIND,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    SPLIT_CONDITION,
     UNSCHEDULABLE_CONDITION,
     conditions_of,
     derived_object,
@@ -267,6 +268,8 @@ class PodGroupWriter:
     async def _event(self, group: str, uid: str, change: tuple[str, str, str]) -> None:
         kind, reason, message = change
         key = GroupKey.parse(group)
+        if reason == SPLIT_CONDITION:  # not a decision of topogang's: what it saw, one line
+            self.log.warning("gang split", group=group, reason=reason, message=message)
         involved = {"apiVersion": API_VERSION, "kind": KIND, "namespace": key.namespace, "name": key.name, "uid": uid}
         try:
             await self.events.event(involved, reason, message, kind)
