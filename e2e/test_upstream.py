@@ -22,10 +22,10 @@ import pytest
 import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology, api_client, create_namespace, delete_namespace
-from e2e.scenario import create, eventually, gpu_pod, install, pods, wait_all_bound
+from e2e.scenario import create, eventually, gpu_pod, install, pods, says, wait_all_bound
 from e2e.test_extender import BLOCK, RACK, TOPOLOGY, ZONE, node_racks
 from e2e.topogang import CRDS, Topogang, scheduler_config
-from extender.kube.client import KubeClient
+from extender.kube.client import ApiError, KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane_only, pytest.mark.controlplane]
 
@@ -181,12 +181,19 @@ async def test_extender_mode_places_an_upstream_podgroup_whole_in_one_rack(
     assert mirror["metadata"]["ownerReferences"][0]["kind"] == "PodGroup"
 
 
-async def _podgroup_status(kube: KubeClient, ns: str, name: str) -> dict[str, Any] | None:
+async def _podgroup(kube: KubeClient, ns: str, name: str) -> dict[str, Any] | None:
+    """topogang's PodGroup NAME, None until it is written."""
     try:
-        body = await kube.get(f"/apis/scheduling.topogang.io/v1alpha1/namespaces/{ns}/podgroups/{name}")
-    except Exception:  # not written yet
-        return None
-    return body if body.get("status", {}).get("phase") in ("Running", "Bound", "Scheduled") else None
+        return await kube.get(f"/apis/scheduling.topogang.io/v1alpha1/namespaces/{ns}/podgroups/{name}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+async def _podgroup_status(kube: KubeClient, ns: str, name: str) -> dict[str, Any] | None:
+    body = await _podgroup(kube, ns, name)
+    return body if (body or {}).get("status", {}).get("phase") in ("Running", "Bound", "Scheduled") else None
 
 
 async def test_extender_mode_places_a_three_level_composite_podgroup(
@@ -208,14 +215,70 @@ def both_deciders(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-async def test_both_deciders_experiment(
-    plane: ControlPlane, extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
-) -> None:
+@pytest_asyncio.fixture(loop_scope="session")
+async def in_tree_too(plane: ControlPlane, extender: Topogang) -> AsyncIterator[None]:
+    """kube-scheduler with the extender and its own gang and topology plugins on, for one test."""
+    shipped = scheduler_config(extender.url, extender.tls)
     await plane.restart_scheduler_async(
         both_deciders(scheduler_config(extender.url, extender.tls)), [f"--feature-gates={GATES}"]
     )
     try:
-        ns, nodes = space
-        await three_levels(upstream_kube, ns, nodes)
+        yield
     finally:
-        await plane.restart_scheduler_async(scheduler_config(extender.url, extender.tls), [f"--feature-gates={GATES}"])
+        await plane.restart_scheduler_async(shipped, [f"--feature-gates={GATES}"])
+
+
+async def test_with_both_deciders_on_the_gang_still_lands_as_topogang_planned(
+    in_tree_too: None, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    # The in-tree plugins wait for the group and try placements, but each member's filter answer
+    # is its one planned node: they can only agree.
+    await three_levels(upstream_kube, *space)
+
+
+async def test_a_member_another_decider_places_is_reported_as_a_split(
+    extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    #   rack r0: 3 nodes, rack r1: 3 nodes; the gang of 3 is required in one rack. One member names
+    #   a scheduler that does not call topogang; the test binds it, as that scheduler would, to a
+    #   node of the rack the others are not planned in. (With the in-tree GangScheduling plugin on,
+    #   kube-scheduler would hold the other two until all three reach its own queue: never.)
+    kube, (ns, nodes) = upstream_kube, space
+    names = await nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=2, nodes_per_rack=3))
+    racks = await node_racks(kube, names)
+    await create(kube, group("split", 3, RACK), ns)
+    other = member("m-2", "split")
+    other["spec"]["schedulerName"] = "another-scheduler"
+    for body in (member("m-0", "split"), member("m-1", "split"), other):
+        await create(kube, body, ns)
+
+    async def planned_rack() -> str | None:
+        # topogang's PodGroup says where it planned the gang's rack: "rack <zone>/<block>/<rack>"
+        mirror = await _podgroup(kube, ns, "podgroup-split")
+        domain = ((mirror or {}).get("status") or {}).get("domains", {}).get("split")
+        return str(domain).rsplit("/", 1)[-1] if domain else None
+
+    rack = await eventually(planned_rack, within=30, what="topogang to plan the gang")
+    assert rack in racks.values()
+    elsewhere = next(n for n in names if racks[n] != rack)
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "m-2"},
+        "target": {"kind": "Node", "name": elsewhere},
+    }
+    await kube.post(f"/api/v1/namespaces/{ns}/pods/m-2/binding", binding)
+
+    async def split_said() -> dict[str, Any] | None:
+        body = await _podgroup(kube, ns, "podgroup-split")
+        found = [c for c in (body or {}).get("status", {}).get("conditions", []) if c["type"] == "GangSplit"]
+        return found[0] if found and found[0]["status"] == "True" else None
+
+    condition = await eventually(split_said, within=30, what="the GangSplit condition")
+    assert condition["reason"] == "SplitBetweenDeciders"
+    assert f"pod {ns}/m-2 was bound to node {elsewhere} by another scheduler" in condition["message"]
+    await eventually(
+        lambda: says(kube, ns, "podgroup-split", "gang split between two deciders"),
+        within=30,
+        what="the GangSplit Event",
+    )
