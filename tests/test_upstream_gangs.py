@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from extender.simulate.loader import load
@@ -152,3 +153,14 @@ def test_a_job_with_spec_scheduling_places_as_the_topogang_podgroup(tmp_path: Pa
     )
     assert placed(upstream) == placed(own)
     assert all(placed(upstream).values())
+
+
+def test_explain_shows_the_tree_of_a_composite_podgroup_by_its_roots_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from extender.cli import main
+
+    example = ROOT / "examples" / "workloads" / "upstream-composite.yaml"
+    assert main(["explain", "default/serving", "-f", str(CLUSTER), "-f", str(example)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("default/compositepodgroup-serving  (CompositePodGroup default/serving)  Scheduled")
+    assert "required zone ([CompositePodGroup serving] spec.schedulingConstraints)" in out
+    assert "SubGroup decode-workers: min 4 pods; required rack ([PodGroup decode-workers]" in out

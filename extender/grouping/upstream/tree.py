@@ -19,7 +19,7 @@ since a parent does not name its children.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from extender.grouping import names as n
 from extender.grouping.annotations import merge, placement
@@ -148,6 +148,8 @@ def _constrain(tree: _Tree, g: Group, target: str | None) -> None:
     """The group's topology keys and its placement annotations on its SubGroup (None: the gang)."""
     draft = tree.draft
     own = placement(g.annotations, g.label, "", g.annotations.get(n.KAI_TOPOLOGY) or None, draft.errors)
+    if own is not None:  # which group of the tree wrote it, as for its topology keys
+        own = replace(own, field=f"[{g.kind} {g.name}] {own.field}")
     c = merge(g.constraint, own, g.label, draft.errors)
     if c is None:
         return
