@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
+import yaml
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology, api_client, create_namespace, delete_namespace
-from e2e.scenario import create, eventually, gpu_pod, install, pods, says, wait_all_bound
+from e2e.scenario import collection, create, eventually, gpu_pod, install, pods, says, wait_all_bound
 from e2e.test_extender import BLOCK, RACK, TOPOLOGY, ZONE, node_racks
 from e2e.topogang import CRDS, Topogang, scheduler_config
 from extender.kube.client import ApiError, KubeClient
@@ -282,3 +284,22 @@ async def test_a_member_another_decider_places_is_reported_as_a_split(
         within=30,
         what="the GangSplit Event",
     )
+
+
+EXAMPLES = [
+    doc
+    for name in ("upstream-composite.yaml", "upstream-job.yaml")
+    for doc in yaml.safe_load_all(
+        (Path(__file__).resolve().parent.parent / "examples" / "workloads" / name).read_text()
+    )
+]
+
+
+async def test_the_upstream_examples_are_accepted_by_the_api_server(
+    upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    ns, _ = space
+    for doc in EXAMPLES:
+        body = {**doc, "metadata": {**doc["metadata"], "namespace": ns}}
+        path = f"{collection(doc['apiVersion'], doc['kind'], ns)}?dryRun=All&fieldValidation=Strict"
+        await upstream_kube.post(path, body)
