@@ -183,9 +183,27 @@ def job_scheduling(raw: object, errors: ErrorList) -> tuple[bool | None, int | N
     return gang, count, constraint
 
 
+# Bodies read lately, by identity: a tree is read again at every regroup of its family (each pod
+# that arrives), and the objects change far less often than that. The body is kept with its
+# reading, so an id is never taken for another object's; cleared when it grows past the bound.
+_READ: dict[int, tuple[Mapping[str, Any], str, Group]] = {}
+_READ_LIMIT = 50_000
+
+
 def read_group(kind: str, body: Mapping[str, Any], namespace: str) -> Group:
     """A PodGroup or CompositePodGroup, its problems kept in `errors` (never raised: one bad
     object makes its tree's gang Invalid, naming it)."""
+    hit = _READ.get(id(body))
+    if hit is not None and hit[0] is body and hit[1] == namespace and hit[2].kind == kind:
+        return hit[2]
+    if len(_READ) >= _READ_LIMIT:
+        _READ.clear()
+    group = _read_group(kind, body, namespace)
+    _READ[id(body)] = (body, namespace, group)
+    return group
+
+
+def _read_group(kind: str, body: Mapping[str, Any], namespace: str) -> Group:
     meta, name, ns, errors = identify(body, kind, namespace)
     unknown_fields(body, _OBJECT, "", errors)
     spec = mapping(body.get("spec"), "spec", errors)
