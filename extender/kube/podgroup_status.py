@@ -103,51 +103,14 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
         if subgroup_domains.get(sg.name):
             item["domain"] = subgroup_domains[sg.name]
         subgroups.append(item)
-    scheduled = status.phase in (SCHEDULED, FINISHED)
     body: JSON = {
         "phase": status.phase,
         "message": message,
         "pods": status.pods,
         "planned": status.planned,
         "bound": status.bound,
-        "conditions": [
-            _condition(
-                SCHEDULED_CONDITION,
-                scheduled,
-                R_SCHEDULED if status.phase == SCHEDULED else status.reason,
-                message,
-                before.get(SCHEDULED_CONDITION),
-                now,
-                generation,
-            ),
-            _condition(
-                UNSCHEDULABLE_CONDITION,
-                status.unschedulable,
-                status.reason,
-                message,
-                before.get(UNSCHEDULABLE_CONDITION),
-                now,
-                generation,
-            ),
-        ],
+        "conditions": _conditions(status, before, message, now, generation),
     }
-    if status.node_pool_unschedulable or NODE_POOL_CONDITION in before:
-        body["conditions"].append(
-            _condition(
-                NODE_POOL_CONDITION,
-                status.node_pool_unschedulable,
-                status.reason,
-                message,
-                before.get(NODE_POOL_CONDITION),
-                now,
-                generation,
-            )
-        )
-    if status.split is not None:
-        said = _message(status.split.render())
-        body["conditions"].append(
-            _condition(SPLIT_CONDITION, True, SPLIT_REASON, said, before.get(SPLIT_CONDITION), now, generation)
-        )
     if status.last_repair:
         before_repair = (previous or {}).get("lastRepair") or {}
         same = isinstance(before_repair, Mapping) and before_repair.get("message") == _message(status.last_repair)
@@ -162,6 +125,48 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
     if subgroups:
         body["subGroups"] = subgroups
     return body
+
+
+def _conditions(
+    status: GroupStatus, before: Mapping[str, Mapping[str, Any]], message: str, now: str, generation: int
+) -> list[JSON]:
+    scheduled = status.phase in (SCHEDULED, FINISHED)
+    out = [
+        _condition(
+            SCHEDULED_CONDITION,
+            scheduled,
+            R_SCHEDULED if status.phase == SCHEDULED else status.reason,
+            message,
+            before.get(SCHEDULED_CONDITION),
+            now,
+            generation,
+        ),
+        _condition(
+            UNSCHEDULABLE_CONDITION,
+            status.unschedulable,
+            status.reason,
+            message,
+            before.get(UNSCHEDULABLE_CONDITION),
+            now,
+            generation,
+        ),
+    ]
+    if status.node_pool_unschedulable or NODE_POOL_CONDITION in before:
+        out.append(
+            _condition(
+                NODE_POOL_CONDITION,
+                status.node_pool_unschedulable,
+                status.reason,
+                message,
+                before.get(NODE_POOL_CONDITION),
+                now,
+                generation,
+            )
+        )
+    if status.split is not None:
+        said = _message(status.split.render())
+        out.append(_condition(SPLIT_CONDITION, True, SPLIT_REASON, said, before.get(SPLIT_CONDITION), now, generation))
+    return out
 
 
 def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:
