@@ -523,6 +523,8 @@ WRITES = {
     ("scheduling.topogang.io", "podgroups", "update"),
     ("scheduling.topogang.io", "podgroups/status", "patch"),
     ("scheduling.topogang.io", "podgroups/status", "update"),
+    ("scheduling.k8s.io", "podgroups/status", "patch"),
+    ("scheduling.k8s.io", "compositepodgroups/status", "patch"),
 }
 NEEDED = {(r.group, r.plural, verb) for r in WATCHED for verb in READ} | WRITES
 

@@ -279,6 +279,17 @@ async def test_a_member_another_decider_places_is_reported_as_a_split(
     condition = await eventually(split_said, within=30, what="the GangSplit condition")
     assert condition["reason"] == "SplitBetweenDeciders"
     assert f"pod {ns}/m-2 was bound to node {elsewhere} by another scheduler" in condition["message"]
+
+    # said on Kubernetes' own PodGroup too: its status (beside kube-scheduler's conditions) and an Event
+    async def upstream_said() -> bool:
+        body = await kube.get(f"/apis/{V1BETA1}/namespaces/{ns}/podgroups/split")
+        found = [c for c in body.get("status", {}).get("conditions", []) if c["type"] == "GangSplit"]
+        return bool(found) and found[0]["reason"] == "SplitBetweenDeciders"
+
+    await eventually(upstream_said, within=30, what="the GangSplit condition on the scheduling.k8s.io PodGroup")
+    await eventually(
+        lambda: says(kube, ns, "split", "gang split between two deciders"), within=30, what="the Event on it"
+    )
     await eventually(
         lambda: says(kube, ns, "podgroup-split", "gang split between two deciders"),
         within=30,
