@@ -314,3 +314,17 @@ async def test_the_upstream_examples_are_accepted_by_the_api_server(
         body = {**doc, "metadata": {**doc["metadata"], "namespace": ns}}
         path = f"{collection(doc['apiVersion'], doc['kind'], ns)}?dryRun=All&fieldValidation=Strict"
         await upstream_kube.post(path, body)
+
+
+async def test_topogang_is_ready_on_an_api_server_that_does_not_serve_these_groups(
+    kubeconfig: Path, control_plane: ControlPlane
+) -> None:
+    # The session's plane serves no scheduling.k8s.io PodGroups: their informers find them not
+    # installed, say so once, and readiness does not wait for them (Topogang.start waits for /readyz).
+    async with Topogang.start(kubeconfig, control_plane.logs_dir) as server:
+        status, _ = await server.request("GET", "/readyz")
+        assert status == 200
+        log = server.log_path.read_text()
+    missing = [line for line in log.splitlines() if "resource not installed" in line and "scheduling.k8s.io" in line]
+    assert any("compositepodgroups" in line for line in missing), missing
+    assert any("podgroups.scheduling.k8s.io" in line for line in missing), missing
