@@ -230,3 +230,13 @@ def test_a_member_another_decider_binds_elsewhere_is_a_split_in_status_and_an_ev
     node = planned(scheduler2)[keys2[1]]
     scheduler2.observe_pod(replace(scheduler2.state.pods[keys2[1]], node_name=node))
     assert scheduler2.status("default/g").split is None
+
+
+def test_the_repair_policy_on_the_root_group_counts_as_on_the_pods() -> None:
+    from extender.core.repairing import unrepairable_policy
+
+    assert unrepairable_policy([], {"scheduling.topogang.io/on-unrepairable": "EvictGang"}) == (True, "")
+    assert unrepairable_policy([], {}) == (False, "")
+    evict, note = unrepairable_policy([], {"scheduling.topogang.io/on-unrepairable": "Evict"})
+    assert not evict
+    assert note == "annotation scheduling.topogang.io/on-unrepairable: 'Evict' is not EvictGang or Keep; kept running"
