@@ -240,3 +240,19 @@ def test_the_repair_policy_on_the_root_group_counts_as_on_the_pods() -> None:
     evict, note = unrepairable_policy([], {"scheduling.topogang.io/on-unrepairable": "Evict"})
     assert not evict
     assert note == "annotation scheduling.topogang.io/on-unrepairable: 'Evict' is not EvictGang or Keep; kept running"
+
+
+def test_a_jobs_segment_annotations_reach_the_podgroup_its_controller_made_through_its_pods() -> None:
+    # Kubernetes' Job controller copies spec.scheduling into a PodGroup, not the template's
+    # annotations: those are on the pods, and count as the group's (whose own win).
+    bodies = [pod(f"w-{i}", group="train-pg") for i in range(4)]
+    for i, b in enumerate(bodies):
+        b["metadata"]["labels"] = {"batch.kubernetes.io/job-completion-index": str(i)}
+        b["metadata"]["annotations"] = {"kai.scheduler/segment-size": "2"}
+    made = group("train-pg", 4, [BLOCK], annotations={"kai.scheduler/topology": "default"})
+    g = grouped([made], pods(*bodies)).groups["ml/podgroup-train-pg"]
+    assert render(g)[1:] == [
+        f"  train-pg sub=2 required={BLOCK}",
+        "    train-pg-seg-0 min=2",
+        "    train-pg-seg-1 min=2",
+    ]

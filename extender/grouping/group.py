@@ -332,9 +332,12 @@ class _UpstreamTrees:
                 out.append((Grouping(key=key, podgroup=None, errors=(path.error,), source=root.label), keys))
                 continue
             counts: dict[str, int] = {}
+            first: dict[str, PodInfo] = {}  # ps is sorted by key
             for p in ps:
                 counts[p.scheduling_group or ""] = counts.get(p.scheduling_group or "", 0) + 1
-            tree = upstream.build_tree(root, self.objects, counts)
+                first.setdefault(p.scheduling_group or "", p)
+            annotations = {name: p.annotations for name, p in first.items()}
+            tree = upstream.build_tree(root, self.objects, counts, annotations)
             out.append((assemble(tree.draft, upstream.claims(tree, ps)), keys))
         return out
 

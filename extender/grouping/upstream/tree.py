@@ -125,6 +125,7 @@ class _Tree:
     root: Group
     draft: GangDraft
     leaves: set[str] = field(default_factory=set)
+    pod_annotations: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def _children(objects: ObjectLookup, namespace: str) -> dict[str, list[Group]]:
@@ -159,13 +160,20 @@ def _constrain(tree: _Tree, g: Group, target: str | None) -> None:
         draft.constraints[target] = c
 
 
-def build_tree(root: Group, objects: ObjectLookup, counts: Mapping[str, int]) -> _Tree:
-    """The gang of the tree under ROOT; COUNTS: pods naming each PodGroup."""
+def build_tree(
+    root: Group,
+    objects: ObjectLookup,
+    counts: Mapping[str, int],
+    pod_annotations: Mapping[str, Mapping[str, str]] | None = None,
+) -> _Tree:
+    """The gang of the tree under ROOT; COUNTS: pods naming each PodGroup; POD_ANNOTATIONS: the
+    annotations of one pod of each (its template's: a Job's segment annotations), which the
+    group's own override."""
     owner = OwnerRef(root.api_version, root.kind, root.name, root.uid, True)
     # the gang's own annotations: its Topology and its repair policy (the rest is per group)
     annotations = {k: root.annotations[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE) if k in root.annotations}
     draft = GangDraft(gang_key(root), root.label, root.label, owner, annotations, uid=root.uid)
-    tree = _Tree(root, draft)
+    tree = _Tree(root, draft, pod_annotations=pod_annotations or {})
     draft.errors.extend(root.errors)
     if root.kind == PODGROUP:
         _leaf(tree, root, None, counts)
@@ -204,7 +212,8 @@ def _leaf(tree: _Tree, g: Group, parent: str | None, counts: Mapping[str, int]) 
         draft.errors.append(FieldError(g.label, "spec", f"{replicas:,} pods name it; {beyond(MAX_REPLICAS)}"))
         replicas = g.minimum
     # Its annotations as a PodTemplate's: preferred level, segments; its keys as its own SubGroup's.
-    part = Part(g.name, replicas, g.minimum, dict(g.annotations), "", g.label, COMPLETION_INDEX, parent=parent)
+    annotations = {**tree.pod_annotations.get(g.name, {}), **g.annotations}
+    part = Part(g.name, replicas, g.minimum, annotations, "", g.label, COMPLETION_INDEX, parent=parent)
     draft.parts.append(part)
     tree.leaves.add(g.name)
     if g.constraint is not None:
