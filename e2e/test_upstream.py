@@ -171,6 +171,46 @@ async def job_with_scheduling(kube: KubeClient, ns: str, nodes: FakeGpuNodes) ->
     assert {p["spec"]["schedulingGroup"]["podGroupName"] for p in await pods(kube, ns)} == set(made)
 
 
+async def job_with_segments(kube: KubeClient, ns: str, nodes: FakeGpuNodes) -> None:
+    """topogang's segments on top of Kubernetes' gang: a Job of 4 in one block (spec.scheduling),
+    in segments of 2 that each share a rack (KAI's annotations on its template, which reach the
+    PodGroup's pods). Racks of 3 nodes: no rack holds all 4."""
+    names = await nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=2, nodes_per_rack=3))
+    template = gpu_pod("x")
+    annotations = {
+        "kai.scheduler/topology": TOPOLOGY["metadata"]["name"],
+        "kai.scheduler/segment-size": "2",
+        "kai.scheduler/segment-topology-required-placement": RACK,
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "seg"},
+        "spec": {
+            "parallelism": 4,
+            "completions": 4,
+            "completionMode": "Indexed",
+            "scheduling": {
+                "schedulingPolicy": {"gang": {"minCount": 4}},
+                "schedulingConstraints": {"topology": [{"key": BLOCK}]},
+            },
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {**template["spec"], "restartPolicy": "Never"},
+            },
+        },
+    }
+    await create(kube, job, ns)
+    await wait_all_bound(kube, ns, 4)
+    racks = await node_racks(kube, names)
+    by_index = {
+        int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]): racks[p["spec"]["nodeName"]]
+        for p in await pods(kube, ns)
+    }
+    assert by_index[0] == by_index[1], by_index
+    assert by_index[2] == by_index[3], by_index
+
+
 async def test_extender_mode_places_an_upstream_podgroup_whole_in_one_rack(
     extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
 ) -> None:
@@ -202,6 +242,12 @@ async def test_extender_mode_places_a_three_level_composite_podgroup(
     extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
 ) -> None:
     await three_levels(upstream_kube, *space)
+
+
+async def test_extender_mode_cuts_a_jobs_gang_into_topogangs_segments(
+    extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    await job_with_segments(upstream_kube, *space)
 
 
 async def test_extender_mode_places_a_job_with_spec_scheduling(

@@ -18,7 +18,16 @@ import pytest_asyncio
 from e2e.controlplane import ControlPlane, FakeGpuNodes
 from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
 from e2e.scenario import eventually
-from e2e.test_upstream import GATES, job_with_scheduling, one_podgroup, plane, space, three_levels, upstream_kube
+from e2e.test_upstream import (
+    GATES,
+    job_with_scheduling,
+    job_with_segments,
+    one_podgroup,
+    plane,
+    space,
+    three_levels,
+    upstream_kube,
+)
 from e2e.topogang import Topogang, _free_port
 from extender.kube.client import KubeClient
 
@@ -76,3 +85,9 @@ async def test_gates_mode_places_a_job_with_spec_scheduling(
     upstream_kube: KubeClient, gated: tuple[str, FakeGpuNodes]
 ) -> None:
     await job_with_scheduling(upstream_kube, *gated)
+
+
+async def test_gates_mode_cuts_a_jobs_gang_into_topogangs_segments(
+    upstream_kube: KubeClient, gated: tuple[str, FakeGpuNodes]
+) -> None:
+    await job_with_segments(upstream_kube, *gated)
