@@ -256,3 +256,11 @@ def test_a_jobs_segment_annotations_reach_the_podgroup_its_controller_made_throu
         "    train-pg-seg-0 min=2",
         "    train-pg-seg-1 min=2",
     ]
+
+
+def test_a_huge_min_count_is_one_invalid_gang_in_bounded_time() -> None:
+    result = grouped([group("huge", 1_000_000_000, [RACK])], pods(pod("a", group="huge")))
+    assert errors(result.groups["ml/podgroup-huge"])[0] == (
+        "PodGroup ml/huge: spec.schedulingPolicy.gang.minCount: is 1,000,000,000;"
+        " topogang's limit is 100,000 (the README lists the limits)"
+    )

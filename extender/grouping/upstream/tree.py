@@ -209,8 +209,11 @@ def _leaf(tree: _Tree, g: Group, parent: str | None, counts: Mapping[str, int]) 
     draft = tree.draft
     replicas = max(counts.get(g.name, 0), g.minimum)
     if replicas > MAX_REPLICAS:
-        draft.errors.append(FieldError(g.label, "spec", f"{replicas:,} pods name it; {beyond(MAX_REPLICAS)}"))
-        replicas = g.minimum
+        field_, what = (
+            (_MIN_COUNT, f"is {g.minimum:,}") if g.minimum > MAX_REPLICAS else ("spec", f"{replicas:,} pods name it")
+        )
+        draft.errors.append(FieldError(g.label, field_, f"{what}; {beyond(MAX_REPLICAS)}"))
+        replicas = MAX_REPLICAS
     # Its annotations as a PodTemplate's: preferred level, segments; its keys as its own SubGroup's.
     annotations = {**tree.pod_annotations.get(g.name, {}), **g.annotations}
     part = Part(g.name, replicas, g.minimum, annotations, "", g.label, COMPLETION_INDEX, parent=parent)
@@ -243,6 +246,7 @@ def _counts_fit(tree: _Tree) -> None:
 
 
 _MIN_GROUP = "spec.schedulingPolicy.gang.minGroupCount"
+_MIN_COUNT = "spec.schedulingPolicy.gang.minCount"
 
 
 def claims(tree: _Tree, pods: Sequence[PodInfo]) -> list[ClaimedPod]:
