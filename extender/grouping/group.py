@@ -2,7 +2,9 @@
 
 For each pod, in this order:
   1. `pod-group-name` annotation or `scheduling.x-k8s.io/pod-group` label: it joins that
-     PodGroup object as written; while the object is missing, the pod waits.
+     PodGroup object as written; while the object is missing, the pod waits. Else
+     `spec.schedulingGroup.podGroupName` (Kubernetes' own PodGroup): it joins the gang of that
+     PodGroup's tree (`upstream.tree`); while an object on its way to the root is missing, it waits.
   2. Its controller chain (the pod's controller, that object's controller, ... as far as the
      objects are visible) is tried from the topmost owner down. At each owner a ResourceInterface
      for its kind goes first, then the built-in grouper; either may hand off ("not mine"), and
