@@ -264,3 +264,19 @@ def test_a_huge_min_count_is_one_invalid_gang_in_bounded_time() -> None:
         "PodGroup ml/huge: spec.schedulingPolicy.gang.minCount: is 1,000,000,000;"
         " topogang's limit is 100,000 (the README lists the limits)"
     )
+
+
+def test_the_webhook_gives_a_pod_beyond_the_minimum_its_segment() -> None:
+    # one pod seen alone (the webhook): its index says how many pods its PodGroup has at least
+    made = group("train", 2, [BLOCK])
+    made["metadata"]["annotations"] = {
+        "kai.scheduler/topology": "default",
+        "kai.scheduler/segment-size": "2",
+        "kai.scheduler/segment-topology-required-placement": RACK,
+    }
+    body = pod("w-5", group="train")
+    body["metadata"]["labels"] = {"batch.kubernetes.io/job-completion-index": "5"}
+    seen = admit(parse_pod(body), ObjectIndex([made]), {})
+    assert seen.managed
+    assert seen.segment is not None
+    assert (seen.segment.segment, seen.segment.index_in_segment) == (2, 1)

@@ -336,8 +336,10 @@ class _UpstreamTrees:
             counts: dict[str, int] = {}
             first: dict[str, PodInfo] = {}  # ps is sorted by key
             for p in ps:
-                counts[p.scheduling_group or ""] = counts.get(p.scheduling_group or "", 0) + 1
-                first.setdefault(p.scheduling_group or "", p)
+                name = p.scheduling_group or ""
+                # as many pods as name it, or as its highest index says there are (a webhook sees one)
+                counts[name] = max(counts.get(name, 0) + 1, upstream.index_of(p) + 1)
+                first.setdefault(name, p)
             annotations = {name: p.annotations for name, p in first.items()}
             tree = upstream.build_tree(root, self.objects, counts, annotations)
             out.append((assemble(tree.draft, upstream.claims(tree, ps)), keys))

@@ -116,6 +116,13 @@ def root_name(objects: ObjectLookup, kind: str, namespace: str, name: str) -> st
     return group.name if group is not None else name
 
 
+def index_of(pod: PodInfo) -> int:
+    """The pod's index (its pod-index label, else the Job's completion index); -1 when it has none."""
+    label = pod.annotations.get(n.KAI_POD_INDEX_LABEL) or COMPLETION_INDEX
+    raw = pod.labels.get(label, "")
+    return int(raw) if raw.isdigit() and len(raw) < 10 else -1
+
+
 def gang_key(root: Group) -> str:
     return f"{root.namespace}/{root.kind.lower()}-{root.name}"
 
@@ -262,4 +269,4 @@ def claims(tree: _Tree, pods: Sequence[PodInfo]) -> list[ClaimedPod]:
     return out
 
 
-__all__ = ["TREE", "Path", "build_tree", "claims", "find", "gang_key", "path_of", "reads_of", "root_name"]
+__all__ = ["TREE", "Path", "build_tree", "claims", "find", "gang_key", "index_of", "path_of", "reads_of", "root_name"]
