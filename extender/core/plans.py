@@ -18,9 +18,10 @@ from extender.core.cluster import ClusterState
 from extender.core.decisions import FilterResult
 from extender.core.gate import Gate
 from extender.model.pod import PodInfo
-from extender.placement import DomainRef, Plan
+from extender.placement import BoolArray, DomainRef, Plan
 
 RESERVED = "topogang: capacity reserved for a gang"
+HELD = "topogang: room held for a waiting gang (a reservation; see its PodGroup's status)"
 
 
 @dataclass
@@ -86,17 +87,26 @@ class Plans:
             return False
         return all(self._state.free_on(node, r) >= 0 for r in info.allocatable)
 
-    def admit_plain(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
-        """Plain pods pass, except onto nodes where they would take a gang's reserved room."""
+    def admit_plain(self, pod: PodInfo, nodes: Sequence[str], held: BoolArray | None = None) -> FilterResult:
+        """Plain pods pass, except onto nodes where they would take a gang's reserved room, or
+        HELD ones (room a reservation keeps for a waiting gang)."""
         reserved = self._state.reserved_nodes
         failed = {}
+        if held is not None:
+            index = self._state.table.index
+            failed = {n: HELD for n in nodes if n in index and held[index[n]]}
         if reserved:
             for node in nodes:
-                if node in reserved and any(self._state.free_on(node, r) < v for r, v in pod.requests.items()):
+                if (
+                    node not in failed
+                    and node in reserved
+                    and any(self._state.free_on(node, r) < v for r, v in pod.requests.items())
+                ):
                     failed[node] = RESERVED
         if not failed:
             return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
-        return FilterResult([n for n in nodes if n not in failed], failed=failed, reason=RESERVED)
+        reason = RESERVED if any(v == RESERVED for v in failed.values()) else HELD
+        return FilterResult([n for n in nodes if n not in failed], failed=failed, reason=reason)
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -1,0 +1,277 @@
+"""Reservations in the running scheduler: the gangs waiting for room, handed to the pure
+`core/reservations.py` with the cluster as arrays, and the room it holds as a node mask.
+
+A gang joins the queue here when its plan is refused for room (a `Shortfall` other than missing
+pods) and leaves it when it is planned, preempts, repairs or goes away. `refresh` (the sweep)
+asks `reserve` who holds room where; `held_from` answers, for any work about to be planned (a
+gang, or a plain pod in the filter), which nodes it may not use: the reserved domains that do not
+admit it (`admits`: the gang itself, a higher priority, or work whose runtime bound ends before
+the gang's estimated start). The planner sees those nodes as blocked, as it sees a domain another
+gang holds exclusively.
+
+Clocks: the core's callers pass a monotonic `now`; pods carry wall-clock times (creation, start),
+and estimated starts are shown as wall-clock times. `refresh` is given both and keeps their
+offset, so a filter call's `now` can be compared with an estimated start.
+
+Room is counted on every schedulable node, in pods of the gang's largest request per resource:
+a node the gang cannot use (a taint, a selector) makes the estimate optimistic, never a plan
+wrong (the plan itself still checks every node). Each Topology is reserved in on its own; the
+limit applies to all of them together, in queue order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from extender.core.cluster import ClusterState
+from extender.core.decisions import ReservedRoom
+from extender.core.membership import Membership
+from extender.core.reservations import (
+    Admission,
+    BoolArray,
+    Demand,
+    FloatArray,
+    IntArray,
+    Layout,
+    Matrix,
+    Reservation,
+    Running,
+    Settings,
+    Waiting,
+    admits,
+    expected_end,
+    reserve,
+)
+from extender.model.pod import PodInfo
+from extender.placement import Domain, Gang, NodeTable, Scope
+
+
+def scope_minimum(scope: Scope) -> int:
+    """Pods SCOPE needs at least: its minimum of pods, or the pods of its smallest `min_member`
+    children."""
+    if scope.leaf:
+        return min(scope.min_member, len(scope.members))
+    kids = sorted(scope_minimum(c) for c in scope.children)
+    return sum(kids[: scope.min_member])
+
+
+def _parts(root: Scope) -> list[Scope]:
+    """The topmost scopes under ROOT with a required level finer than ROOT's (segments)."""
+    top = root.rule.required if root.rule is not None and root.rule.required is not None else 0
+    out: list[Scope] = []
+    stack = list(root.children)
+    while stack:
+        s = stack.pop()
+        if s.rule is not None and s.rule.required is not None and s.rule.required > top:
+            out.append(s)
+        else:
+            stack.extend(s.children)
+    return out
+
+
+def gang_demand(gang: Gang, columns: Sequence[str]) -> Demand:
+    """What GANG needs to start, for `reserve`: its minimum in pods of its largest request per
+    resource (COLUMNS), its required level, and its parts (segments required in a finer domain)."""
+    request = tuple(max((dict(s.requests).get(r, 0) for s in gang.shapes), default=0) for r in columns)
+    rule = gang.root.rule
+    level = rule.required if rule is not None else None
+    part = part_level = 0
+    parts = _parts(gang.root)
+    levels = {p.rule.required for p in parts if p.rule is not None}
+    sizes = [m for p in parts if (m := scope_minimum(p)) > 0]
+    if sizes and len(levels) == 1:
+        (found,) = levels
+        part, part_level = min(sizes), found or 0
+    return Demand(request, max(scope_minimum(gang.root), 1), part, part_level, level)
+
+
+class Reserving:
+    def __init__(self, state: ClusterState, membership: Membership, settings: Settings) -> None:
+        self._state = state
+        self._membership = membership
+        self.settings = settings
+        self.current: tuple[Reservation, ...] = ()
+        self._topology: dict[str, str] = {}  # reserved group -> the Topology its domain is of
+        self._queued: dict[str, float] = {}  # group -> since (wall clock) it waits for room
+        self._layouts: dict[tuple[int, str], Layout] = {}
+        self._offset = 0.0  # wall clock minus the callers' clock, as of the last refresh
+        self._mask: BoolArray | None = None  # nodes some reservation holds (None: none)
+        self._freed = False  # held nodes were let go since take_freed
+        self._generation = -1  # the node table's generation the reservations' node indices are of
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.limit > 0
+
+    # -- the queue -----------------------------------------------------------------------------
+
+    def waiting(self, group: str, now: float) -> None:
+        """GROUP's plan was refused for room: it queues, since its creation (kube-scheduler's
+        queue order) or now."""
+        if self.enabled and group not in self._queued:
+            created = self._membership.view(group).created
+            self._queued[group] = created if created is not None else now + self._offset
+
+    def queued(self) -> list[str]:
+        return list(self._queued)
+
+    def placed(self, group: str) -> bool:
+        """GROUP left the queue (planned, preempting, repairing, gone): its reservation goes.
+        True when nodes it held were let go (the gangs refused for them may fit now)."""
+        self._queued.pop(group, None)
+        if not any(r.key == group for r in self.current):
+            return False
+        self._set(tuple(r for r in self.current if r.key != group))
+        return True
+
+    def sweep(self, groups: set[str]) -> bool:
+        gone = [g for g in self._queued if g not in groups]
+        freed = [self.placed(g) for g in gone]  # every one, not up to the first True
+        return any(freed)
+
+    # -- what is held --------------------------------------------------------------------------
+
+    def _current(self) -> bool:
+        """Whether the reservations' node indices are still those of the node table (a node
+        added or removed renumbers them: they are dropped until the next refresh)."""
+        if self.current and self._generation != self._state.table.generation:
+            self._set(())
+        return bool(self.current)
+
+    def of(self, group: str) -> ReservedRoom | None:
+        if not self._current():
+            return None
+        for r in self.current:
+            if r.key == group:
+                topology = self._state.topologies.get(self._topology.get(group, ""))
+                if topology is None:
+                    return None
+                tree = self._state.table.tree(topology)
+                return ReservedRoom(tree.ref(Domain(r.level, r.domain)), len(r.nodes), r.start, r.made)
+        return None
+
+    def held(self) -> list[tuple[str, ReservedRoom]]:
+        return [(r.key, h) for r in self.current if (h := self.of(r.key)) is not None]
+
+    def held_from(self, key: str, priority: int, bound: float | None, now: float) -> BoolArray | None:
+        """Nodes whose room work KEY (a group or a pod) of PRIORITY may not use; BOUND: the most
+        seconds it runs (None: unknown). None when nothing is held from it."""
+        if self._mask is None or not self._current():
+            return None
+        ends = None if bound is None else now + self._offset + bound
+        out: BoolArray | None = None
+        for r in self.current:
+            if admits(r, key, priority, ends) is Admission.HELD:
+                if out is None:
+                    out = np.zeros(len(self._state.table), dtype=np.bool_)
+                out[r.nodes] = True
+        return out
+
+    def admission(self, group: str, key: str, priority: int, bound: float | None, now: float) -> Admission:
+        """How GROUP's reservation admits work KEY (for the log and explain)."""
+        ends = None if bound is None else now + self._offset + bound
+        for r in self.current:
+            if r.key == group:
+                return admits(r, key, priority, ends)
+        return Admission.OWN
+
+    def take_freed(self) -> bool:
+        """Whether held nodes were let go since the last call (the work refused for them may
+        fit now, and kube-scheduler has no event to retry it on)."""
+        freed, self._freed = self._freed, False
+        return freed
+
+    def _set(self, current: tuple[Reservation, ...]) -> None:
+        before = self._mask
+        self.current = current
+        self._generation = self._state.table.generation
+        self._topology = {k: v for k, v in self._topology.items() if any(r.key == k for r in current)}
+        mask: BoolArray | None = None
+        if current:
+            mask = np.zeros(len(self._state.table), dtype=np.bool_)
+            for r in current:
+                mask[r.nodes] = True
+        if before is not None and (mask is None or len(mask) != len(before) or bool((before & ~mask).any())):
+            self._freed = True
+        self._mask = mask
+
+    # -- the pass ------------------------------------------------------------------------------
+
+    def refresh(self, now: float, wall: float, ready: Mapping[str, Gang]) -> tuple[list[str], list[str]]:
+        """Who holds room where now. READY: the queued gangs that may still be planned (built,
+        whole, not planned), which the caller checked. Returns (groups given a reservation now,
+        groups whose reservation went)."""
+        self._offset = wall - now
+        for group in [g for g in self._queued if g not in ready]:
+            del self._queued[group]
+        self._current()
+        before = {r.key for r in self.current}
+        if not self.enabled or not self._queued:
+            self._set(())
+            return [], sorted(before)
+        table = self._state.table
+        order = sorted(self._queued, key=lambda g: (-self._membership.view(g).priority, self._queued[g], g))
+        by_topology: dict[str, list[str]] = {}
+        for g in order:
+            by_topology.setdefault(ready[g].topology.name, []).append(g)
+        found: list[Reservation] = []
+        for name, groups in by_topology.items():
+            spec = self._state.topologies.get(name)
+            if spec is None:
+                continue
+            columns = sorted({r for g in groups for s in ready[g].shapes for r, v in s.requests if v > 0})
+            key = (table.generation, name)
+            layout = self._layouts.get(key)
+            if layout is None:
+                tree = table.tree(spec)
+                capacity = _matrix(table, columns)
+                capacity[~table.schedulable] = 0
+                layout = Layout([li.domain_of_node for li in tree.levels], capacity)
+                self._layouts = {key: layout}  # one per generation and Topology in use
+            queue = [
+                Waiting(g, self._membership.view(g).priority, self._queued[g], gang_demand(ready[g], columns))
+                for g in groups
+            ]
+            free = np.maximum(layout.capacity - _used(self._state, columns), 0)
+            mine = tuple(r for r in self.current if self._topology.get(r.key) == name)
+            for r in reserve(wall, queue, free, self._running(wall, columns), layout, mine, self.settings):
+                found.append(r)
+                self._topology[r.key] = name
+        rank = {g: i for i, g in enumerate(order)}
+        chosen = tuple(sorted(found, key=lambda r: rank[r.key])[: self.settings.limit])
+        self._set(chosen)
+        after = {r.key for r in chosen}
+        return sorted(after - before), sorted(before - after)
+
+    def _running(self, wall: float, columns: Sequence[str]) -> Running:
+        index = self._state.table.index
+        nodes: list[int] = []
+        rows: list[list[int]] = []
+        ends: list[float] = []
+        for pod in self._state.pods.values():
+            if not pod.uses_capacity or pod.node_name not in index:
+                continue
+            nodes.append(index[pod.node_name])
+            rows.append([pod.requests.get(r, 0) for r in columns])
+            ends.append(_end(pod, wall, self.settings.floor))
+        request: Matrix = np.array(rows, dtype=np.int64).reshape(len(rows), len(columns))
+        node: IntArray = np.array(nodes, dtype=np.int64)
+        end: FloatArray = np.array(ends, dtype=np.float64)
+        return Running(node, request, end)
+
+
+def _end(pod: PodInfo, wall: float, floor: float) -> float:
+    started = pod.started if pod.started is not None else pod.created if pod.created is not None else wall
+    return expected_end(wall, started, pod.runtime_bound, floor)
+
+
+def _matrix(table: NodeTable, columns: Sequence[str]) -> Matrix:
+    out: Matrix = np.stack([table.alloc(r) for r in columns], axis=1).astype(np.int64)
+    return out
+
+
+def _used(state: ClusterState, columns: Sequence[str]) -> Matrix:
+    out: Matrix = np.stack([state.bound.used(r) + state.reserved.used(r) for r in columns], axis=1).astype(np.int64)
+    return out
