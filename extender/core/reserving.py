@@ -95,6 +95,8 @@ class Reserving:
         self.current: tuple[Reservation, ...] = ()
         self._topology: dict[str, str] = {}  # reserved group -> the Topology its domain is of
         self._queued: dict[str, float] = {}  # group -> since (wall clock) it waits for room
+        self._tried: dict[str, int] = {}  # group -> the cluster version it was last tried at
+        self.told: set[str] = set()  # gangs found waiting outside kube-scheduler's calls: status to write
         self._layouts: dict[tuple[int, str], Layout] = {}
         self._offset = 0.0  # wall clock minus the callers' clock, as of the last refresh
         self._mask: BoolArray | None = None  # nodes some reservation holds (None: none)
@@ -117,6 +119,16 @@ class Reserving:
     def queued(self) -> list[str]:
         return list(self._queued)
 
+    def is_queued(self, group: str) -> bool:
+        return group in self._queued
+
+    def untried(self, group: str, version: int) -> bool:
+        """Whether GROUP was not tried at this VERSION of the cluster yet (and is now)."""
+        if self._tried.get(group) == version:
+            return False
+        self._tried[group] = version
+        return True
+
     def placed(self, group: str) -> bool:
         """GROUP left the queue (planned, preempting, repairing, gone): its reservation goes.
         True when nodes it held were let go (the gangs refused for them may fit now)."""
@@ -127,6 +139,7 @@ class Reserving:
         return True
 
     def sweep(self, groups: set[str]) -> bool:
+        self._tried = {g: v for g, v in self._tried.items() if g in groups}
         gone = [g for g in self._queued if g not in groups]
         freed = [self.placed(g) for g in gone]  # every one, not up to the first True
         return any(freed)

@@ -231,6 +231,9 @@ class GangScheduler:
     def refresh_reservations(self, now: float, wall: float) -> tuple[list[str], list[str]]:
         """Who holds room where (the sweep): (gangs given a reservation, gangs whose reservation
         went). WALL: the wall clock at NOW, for pods' start times and estimated starts."""
+        if self.reserving.enabled:
+            for group in self._discover(now):
+                self.reserving.told.add(group)
         ready: dict[str, Gang] = {}
         for group in self.reserving.queued():
             if not self.membership.has(group) or group in self.plans:
@@ -242,6 +245,33 @@ class GangScheduler:
             if gang is not None and incomplete(gang) is None:
                 ready[group] = gang
         return self.reserving.refresh(now, wall, ready)
+
+    def _discover(self, now: float) -> list[str]:
+        """Gangs kube-scheduler never asks about: when its own filters find no node with room (a
+        full cluster), topogang is not called, and a gang would never queue for a reservation.
+        Each whole, unplanned gang is tried once per change of the cluster (a plan that is not
+        kept): refused for room, it queues, and its status says why."""
+        version = self.state.version
+        found = []
+        for group in self.membership.groups():
+            if group in self.plans or self.reserving.is_queued(group) or not self.reserving.untried(group, version):
+                continue
+            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
+                continue
+            view = self.membership.view(group)
+            gang = view.built.gang if view.valid and view.built is not None else None
+            if gang is None or view.waiting or incomplete(gang) is not None:
+                continue
+            if any(m.node is not None for m in gang.members()):
+                continue  # it runs: pods beyond its minimum do not queue for room
+            result = plan(
+                snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
+            )
+            if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+                self.reasons.record(group, result.reason)
+                self.reserving.waiting(group, now)
+                found.append(group)
+        return found
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
         self._release(group, why or Released(R_REPLANNING))

@@ -150,13 +150,9 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
                 generation,
             )
         )
-    if status.last_repair:
-        before_repair = (previous or {}).get("lastRepair") or {}
-        same = isinstance(before_repair, Mapping) and before_repair.get("message") == _message(status.last_repair)
-        when = before_repair.get("time") if same else now
-        body["lastRepair"] = {"message": _message(status.last_repair), "time": when or now}
-    elif previous and isinstance(previous.get("lastRepair"), Mapping):
-        body["lastRepair"] = previous["lastRepair"]  # this replica has not seen a repair: keep the last
+    repaired = _last_repair(status, previous, now)
+    if repaired is not None:
+        body["lastRepair"] = repaired
     if status.reservation is not None:
         body["reservation"] = _reservation(status.reservation)
     if generation:
@@ -166,6 +162,17 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
     if subgroups:
         body["subGroups"] = subgroups
     return body
+
+
+def _last_repair(status: GroupStatus, previous: Mapping[str, Any] | None, now: str) -> Any:
+    if status.last_repair:
+        before = (previous or {}).get("lastRepair") or {}
+        same = isinstance(before, Mapping) and before.get("message") == _message(status.last_repair)
+        when = before.get("time") if same else now
+        return {"message": _message(status.last_repair), "time": when or now}
+    if previous and isinstance(previous.get("lastRepair"), Mapping):
+        return previous["lastRepair"]  # this replica has not seen a repair: keep the last
+    return None
 
 
 def _reservation(room: ReservedRoom) -> JSON:

@@ -163,7 +163,8 @@ class Extender:
             )
         for group in released:
             log.info("room released", group=group, reason=self.scheduler.reasons.text(group) or "no longer waiting")
-        for group in (*made, *released):
+        told, self.scheduler.reserving.told = self.scheduler.reserving.told, set()
+        for group in {*made, *released, *told}:
             self.report.changed(group)
         if self.scheduler.reserving.take_freed():
             self.wakeups.room_freed()
