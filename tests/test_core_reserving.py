@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
+from extender.core.explain import explain, render
 from extender.core.reservations import Settings
 from extender.core.scheduler import GangScheduler
 from extender.model.pod import PodInfo, parse_pod
@@ -160,3 +162,34 @@ def test_a_malformed_runtime_bound_costs_the_pod_its_backfill_and_is_said() -> N
     )
     assert parsed.runtime_bound is None
     assert "runtime-bound]: 'soon': expected a positive duration" in parsed.runtime_bound_error
+
+
+def test_explain_shows_the_room_held() -> None:
+    scheduler, keys = setup()
+    waiting_with_room_held(scheduler, keys)
+    found = explain(scheduler, "default/big")
+    assert found.reservation.startswith("room held for it in block z1/b1 (4 nodes)")
+    assert "  Reservation: room held for it in block z1/b1" in render([found])
+
+
+def test_explain_on_a_live_cluster_reads_the_room_the_leader_wrote() -> None:
+    scheduler = GangScheduler(ClusterState())
+    held = {
+        "domain": "block z1/b1",
+        "nodes": 4,
+        "since": "2026-11-25T23:00:00Z",
+        "estimatedStart": "2026-11-25T23:40:00Z",
+    }
+    body = {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "big", "namespace": "default"},
+        "spec": {"minMember": 4},
+        "status": {"reservation": held},
+    }
+    apply_object(scheduler, body)
+    assert scheduler.reserving.text("default/big") == (
+        "room held for it in block z1/b1; expected to start by 2026-11-25T23:40:00Z"
+    )
+    apply_object(scheduler, {**body, "status": {}})  # let go: the leader removed it
+    assert scheduler.reserving.text("default/big") == ""

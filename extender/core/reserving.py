@@ -96,6 +96,7 @@ class Reserving:
         self._topology: dict[str, str] = {}  # reserved group -> the Topology its domain is of
         self._queued: dict[str, float] = {}  # group -> since (wall clock) it waits for room
         self._tried: dict[str, int] = {}  # group -> the cluster version it was last tried at
+        self._recorded: dict[str, str] = {}  # group -> the reservation its PodGroup status shows
         self.told: set[str] = set()  # gangs found waiting outside kube-scheduler's calls: status to write
         self._layouts: dict[tuple[int, str], Layout] = {}
         self._offset = 0.0  # wall clock minus the callers' clock, as of the last refresh
@@ -139,6 +140,7 @@ class Reserving:
         return True
 
     def sweep(self, groups: set[str]) -> bool:
+        self._recorded = {g: v for g, v in self._recorded.items() if g in groups}
         self._tried = {g: v for g, v in self._tried.items() if g in groups}
         gone = [g for g in self._queued if g not in groups]
         freed = [self.placed(g) for g in gone]  # every one, not up to the first True
@@ -164,6 +166,18 @@ class Reserving:
                 tree = self._state.table.tree(topology)
                 return ReservedRoom(tree.ref(Domain(r.level, r.domain)), len(r.nodes), r.start, r.made)
         return None
+
+    def note(self, group: str, text: str | None) -> None:
+        """What GROUP's PodGroup status says is held for it (the leader wrote it), for `explain`."""
+        if text is None:
+            self._recorded.pop(group, None)
+        else:
+            self._recorded[group] = text
+
+    def text(self, group: str) -> str:
+        """The room held for GROUP: this replica's reservation, else what its PodGroup tells of."""
+        room = self.of(group)
+        return room.render() if room is not None else self._recorded.get(group, "")
 
     def held(self) -> list[tuple[str, ReservedRoom]]:
         return [(r.key, h) for r in self.current if (h := self.of(r.key)) is not None]
