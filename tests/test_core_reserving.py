@@ -14,7 +14,7 @@ from typing import Any
 from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
 from extender.core.explain import explain, render
-from extender.core.reservations import Settings
+from extender.core.reservations import Settings, expected_end
 from extender.core.scheduler import GangScheduler
 from extender.model.pod import PodInfo, parse_pod
 from tests.builders import TOPO, grid, pod, podgroup
@@ -193,3 +193,22 @@ def test_explain_on_a_live_cluster_reads_the_room_the_leader_wrote() -> None:
     )
     apply_object(scheduler, {**body, "status": {}})  # let go: the leader removed it
     assert scheduler.reserving.text("default/big") == ""
+
+
+def test_the_running_arrays_expect_each_pod_to_end_as_expected_end_says() -> None:
+    scheduler, _ = setup()
+    state = scheduler.state
+    for i, n in enumerate(NODES[:3]):  # started 100 s ago; bounds 50 s (overdue), 300 s, none
+        spec = {"activeDeadlineSeconds": (50, 300)[i]} if i < 2 else {}
+        body = pod(f"t-{i}", gpus=0, node_name=n, spec=spec)
+        scheduler.observe_pod(replace(body, started=WALL - 100))
+    running = scheduler.reserving._running(WALL, ["cpu"])
+    index = state.table.index
+    ends = {(int(node), float(end)) for node, end in zip(running.node, running.end, strict=True) if end < WALL + 601}
+    expected = {
+        (index[NODES[0]], expected_end(WALL, WALL - 100, 50, 600)),
+        (index[NODES[1]], expected_end(WALL, WALL - 100, 300, 600)),
+        (index[NODES[2]], expected_end(WALL, WALL - 100, None, 600)),
+    }
+    assert expected <= ends
+    assert expected_end(WALL, WALL - 100, 50, 600) == WALL  # overdue: any moment now

@@ -18,7 +18,7 @@ from extender.core.cluster import ClusterState
 from extender.core.decisions import FilterResult
 from extender.core.gate import Gate
 from extender.model.pod import PodInfo
-from extender.placement import BoolArray, DomainRef, Plan
+from extender.placement import DomainRef, Plan
 
 RESERVED = "topogang: capacity reserved for a gang"
 HELD = "topogang: room held for a waiting gang (a reservation; see its PodGroup's status)"
@@ -87,14 +87,13 @@ class Plans:
             return False
         return all(self._state.free_on(node, r) >= 0 for r in info.allocatable)
 
-    def admit_plain(self, pod: PodInfo, nodes: Sequence[str], held: BoolArray | None = None) -> FilterResult:
+    def admit_plain(self, pod: PodInfo, nodes: Sequence[str], held: frozenset[str] = frozenset()) -> FilterResult:
         """Plain pods pass, except onto nodes where they would take a gang's reserved room, or
         HELD ones (room a reservation keeps for a waiting gang)."""
         reserved = self._state.reserved_nodes
         failed = {}
-        if held is not None:
-            index = self._state.table.index
-            failed = {n: HELD for n in nodes if n in index and held[index[n]]}
+        if held:
+            failed = {n: HELD for n in nodes if n in held}
         if reserved:
             for node in nodes:
                 if (

@@ -22,6 +22,7 @@ limit applies to all of them together, in queue order.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,7 +42,6 @@ from extender.core.reservations import (
     Settings,
     Waiting,
     admits,
-    expected_end,
     reserve,
 )
 from extender.model.pod import PodInfo
@@ -96,11 +96,15 @@ class Reserving:
         self._topology: dict[str, str] = {}  # reserved group -> the Topology its domain is of
         self._queued: dict[str, float] = {}  # group -> since (wall clock) it waits for room
         self._tried: dict[str, int] = {}  # group -> the cluster version it was last tried at
+        self._rows: dict[str, _Row] = {}  # pod -> what it adds to the running arrays (see _running)
+        self._rows_key: tuple[int, tuple[str, ...]] = (-1, ())
+        self._arrays: tuple[IntArray, Matrix, FloatArray, FloatArray] | None = None  # built from the rows
         self._recorded: dict[str, str] = {}  # group -> the reservation its PodGroup status shows
         self.told: set[str] = set()  # gangs found waiting outside kube-scheduler's calls: status to write
         self._layouts: dict[tuple[int, str], Layout] = {}
         self._offset = 0.0  # wall clock minus the callers' clock, as of the last refresh
         self._mask: BoolArray | None = None  # nodes some reservation holds (None: none)
+        self._names: frozenset[str] | None = None  # their names, once asked
         self._freed = False  # held nodes were let go since take_freed
         self._generation = -1  # the node table's generation the reservations' node indices are of
 
@@ -184,17 +188,33 @@ class Reserving:
 
     def held_from(self, key: str, priority: int, bound: float | None, now: float) -> BoolArray | None:
         """Nodes whose room work KEY (a group or a pod) of PRIORITY may not use; BOUND: the most
-        seconds it runs (None: unknown). None when nothing is held from it."""
+        seconds it runs (None: unknown). None when nothing is held from it. Read-only: when every
+        reservation holds it out (the common case) it is the one mask they all share."""
         if self._mask is None or not self._current():
             return None
         ends = None if bound is None else now + self._offset + bound
-        out: BoolArray | None = None
-        for r in self.current:
-            if admits(r, key, priority, ends) is Admission.HELD:
-                if out is None:
-                    out = np.zeros(len(self._state.table), dtype=np.bool_)
-                out[r.nodes] = True
+        holding = [r for r in self.current if admits(r, key, priority, ends) is Admission.HELD]
+        if len(holding) == len(self.current):
+            return self._mask
+        if not holding:
+            return None
+        out = np.zeros(len(self._state.table), dtype=np.bool_)
+        for r in holding:
+            out[r.nodes] = True
         return out
+
+    def held_names(self, key: str, priority: int, bound: float | None, now: float) -> frozenset[str]:
+        """The names of the nodes `held_from` answers (for the plain-pod filter, which has names)."""
+        mask = self.held_from(key, priority, bound, now)
+        if mask is None:
+            return frozenset()
+        if mask is self._mask and self._names is not None:
+            return self._names
+        nodes = self._state.table.nodes
+        names = frozenset(nodes[i].name for i in np.flatnonzero(mask))
+        if mask is self._mask:
+            self._names = names
+        return names
 
     def admission(self, group: str, key: str, priority: int, bound: float | None, now: float) -> Admission:
         """How GROUP's reservation admits work KEY (for the log and explain)."""
@@ -223,6 +243,7 @@ class Reserving:
         if before is not None and (mask is None or len(mask) != len(before) or bool((before & ~mask).any())):
             self._freed = True
         self._mask = mask
+        self._names = None
 
     # -- the pass ------------------------------------------------------------------------------
 
@@ -273,25 +294,59 @@ class Reserving:
         return sorted(after - before), sorted(before - after)
 
     def _running(self, wall: float, columns: Sequence[str]) -> Running:
+        """Running pods as arrays, their expected ends at WALL. What each pod contributes is kept
+        between passes (a pod's PodInfo is replaced when it changes, so identity says whether it
+        did): a pass costs one look per pod and vector arithmetic, not a parse of every pod."""
+        key = (self._state.table.generation, tuple(columns))
+        if self._rows_key != key:
+            self._rows_key, self._rows, self._arrays = key, {}, None
         index = self._state.table.index
-        nodes: list[int] = []
-        rows: list[list[int]] = []
-        ends: list[float] = []
-        for pod in self._state.pods.values():
-            if not pod.uses_capacity or pod.node_name not in index:
-                continue
-            nodes.append(index[pod.node_name])
-            rows.append([pod.requests.get(r, 0) for r in columns])
-            ends.append(_end(pod, wall, self.settings.floor))
-        request: Matrix = np.array(rows, dtype=np.int64).reshape(len(rows), len(columns))
-        node: IntArray = np.array(nodes, dtype=np.int64)
-        end: FloatArray = np.array(ends, dtype=np.float64)
+        rows = self._rows
+        changed = len(rows) != len(self._state.pods) or self._arrays is None
+        for name, pod in self._state.pods.items():
+            row = rows.get(name)
+            if row is None or row.pod is not pod:
+                row = rows[name] = _Row.of(pod, index, columns)
+                changed = True
+        if len(rows) > len(self._state.pods):  # deleted pods' rows
+            self._rows = rows = {k: v for k, v in rows.items() if k in self._state.pods}
+        if changed or self._arrays is None:
+            kept = [r for r in rows.values() if r.node >= 0]
+            self._arrays = (
+                np.fromiter((r.node for r in kept), np.int64, len(kept)),
+                np.array([r.request for r in kept], dtype=np.int64).reshape(len(kept), len(columns)),
+                np.fromiter((np.nan if r.started is None else r.started for r in kept), np.float64, len(kept)),
+                np.fromiter((np.nan if r.bound is None else r.bound for r in kept), np.float64, len(kept)),
+            )
+        node, request, started_at, bound = self._arrays
+        started = np.where(np.isnan(started_at), wall, started_at)
+        floor = self.settings.floor
+        # expected_end, vectorized: at the bound, else as long again as it has run (at least FLOOR)
+        end: FloatArray = np.where(
+            np.isnan(bound), wall + np.maximum(wall - started, floor), np.maximum(wall, started + np.nan_to_num(bound))
+        )
         return Running(node, request, end)
 
 
-def _end(pod: PodInfo, wall: float, floor: float) -> float:
-    started = pod.started if pod.started is not None else pod.created if pod.created is not None else wall
-    return expected_end(wall, started, pod.runtime_bound, floor)
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """What one pod adds to the running arrays: its node index (-1: takes no room), its request
+    per column, when it started and its bound."""
+
+    pod: PodInfo
+    node: int
+    request: tuple[int, ...]
+    started: float | None
+    bound: float | None
+
+    @staticmethod
+    def of(pod: PodInfo, index: Mapping[str, int], columns: Sequence[str]) -> _Row:
+        where = index.get(pod.node_name) if pod.uses_capacity and pod.node_name is not None else None
+        if where is None:
+            return _Row(pod, -1, (), None, None)
+        started = pod.started if pod.started is not None else pod.created
+        request = tuple(pod.requests.get(r, 0) for r in columns)
+        return _Row(pod, where, request, started, pod.runtime_bound)
 
 
 def _matrix(table: NodeTable, columns: Sequence[str]) -> Matrix:

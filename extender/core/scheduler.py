@@ -119,10 +119,11 @@ class GangScheduler:
             waiting = self.membership.waiting(pod.key)
             if waiting is not None:  # it names a gang that cannot be resolved yet: not a plain pod
                 return refuse(nodes, f"topogang: {waiting}")
-            mask = None
-            if pod.controller is None or pod.controller.kind != "DaemonSet":  # one per node: never held out
-                mask = self.reserving.held_from(pod.key, self.state.pod_priority(pod), pod.runtime_bound, now)
-            return self.plans.admit_plain(pod, nodes, mask)
+            kept_out: frozenset[str] = frozenset()
+            if self.reserving.current and (pod.controller is None or pod.controller.kind != "DaemonSet"):
+                # (a DaemonSet's pod has one node to go to: never held out)
+                kept_out = self.reserving.held_names(pod.key, self.state.pod_priority(pod), pod.runtime_bound, now)
+            return self.plans.admit_plain(pod, nodes, kept_out)
         if pod.node_name is not None:  # bound at its gate while kube-scheduler was retrying it
             if pod.node_name in nodes:
                 return FilterResult([pod.node_name], group=group)
