@@ -18,6 +18,7 @@ still waiting at the end.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ import pytest
 import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes
+from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
 from e2e.scenario import create, create_podgroup, eventually, gpu_pod, install, pods, says
-from e2e.topogang import CRDS, Topogang, scheduler_config
+from e2e.topogang import CRDS, Topogang, _free_port, scheduler_config
 from extender.kube import KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane, pytest.mark.controlplane_only]
@@ -50,10 +52,22 @@ START_SLACK = 90.0
 async def serving_with(
     kubeconfig: Path, control_plane: ControlPlane, request: pytest.FixtureRequest
 ) -> AsyncIterator[Topogang]:
-    """topogang with the test's arguments (`reservations` parameter), kube-scheduler calling it."""
+    """topogang as the test asks (`on`, `off`: extender mode with reservations on or off;
+    `gates`: gates mode, reservations on), and the cluster wired to call it."""
+    mode: str = request.param
     async with await KubeClient.connect(kubeconfig) as kube:
         await install(kube, CRDS, TOPOLOGY)
-    args: list[str] = list(request.param)
+        if mode == "gates":
+            name, port = f"topogang-e2e-{uuid.uuid4().hex[:6]}", _free_port()
+            await kube.post(WEBHOOKS, webhook_config(name, f"https://127.0.0.1:{port}"))
+            try:
+                async with Topogang.start(kubeconfig, control_plane.logs_dir, args=gates_args(name, port)) as server:
+                    await eventually(lambda: bundled(kube, name), within=30, what="the webhook's caBundle")
+                    yield server
+            finally:
+                await kube.delete(f"{WEBHOOKS}/{name}")
+            return
+    args = ["--reservations", "0"] if mode == "off" else []
     async with Topogang.start(kubeconfig, control_plane.logs_dir, args=args) as server:
         await control_plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
         try:
@@ -112,8 +126,8 @@ async def end(kube: KubeClient, namespace: str, prefix: str, count: int) -> None
 
 
 async def held_out(kube: KubeClient, namespace: str, gang: str) -> None:
-    async def refused() -> bool:
-        return await says(kube, namespace, f"{gang}-0", HELD)
+    async def refused() -> bool:  # on its pods (extender mode), on its PodGroup (gates mode)
+        return await says(kube, namespace, f"{gang}-0", HELD) or await says(kube, namespace, gang, HELD)
 
     await eventually(refused, within=60, what=f"{gang} to be refused for room held for another gang")
 
@@ -141,12 +155,15 @@ async def fill(kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes) -
     return b0
 
 
-async def large_gang(kube: KubeClient, namespace: str) -> None:
+async def large_gang(kube: KubeClient, namespace: str, gated: bool = False) -> None:
     await create_podgroup(
         kube, namespace, "big", {"minMember": 64, "topologyConstraints": {"global": {"requiredTopologyLevel": BLOCK}}}
     )
     for i in range(64):
         await create(kube, one_gpu_pod(f"big-{i}", "big"), namespace)
+
+    if gated:
+        return  # its pods are gated: kube-scheduler does not see them, topogang plans them itself
 
     # The cluster is full: kube-scheduler's own filters refuse every node, and topogang is not
     # even asked (its sweep finds the gang waiting, which is what the reservation needs).
@@ -156,12 +173,19 @@ async def large_gang(kube: KubeClient, namespace: str) -> None:
     await eventually(refused, within=90, what="the large gang to be refused for want of room")
 
 
-@pytest.mark.parametrize("serving_with", [[]], indirect=True, ids=["reservations-on"])
+@pytest.mark.parametrize("serving_with", ["on", "gates"], indirect=True, ids=["extender", "gates"])
 async def test_a_large_gang_holds_its_block_and_starts_while_bounded_small_gangs_backfill(
-    serving_with: Topogang, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+    serving_with: Topogang,
+    kube: KubeClient,
+    namespace: str,
+    fake_gpu_nodes: FakeGpuNodes,
+    request: pytest.FixtureRequest,
 ) -> None:
+    gated = "gates" in request.node.callspec.id
+    if gated:
+        await kube.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": ENABLED}})
     b0 = set(await fill(kube, namespace, fake_gpu_nodes))
-    await large_gang(kube, namespace)
+    await large_gang(kube, namespace, gated)
     held = await reservation(kube, namespace, "big")
     assert held["domain"] == "block z0/z0-b0"
     assert held["nodes"] == 8
@@ -193,7 +217,7 @@ async def test_a_large_gang_holds_its_block_and_starts_while_bounded_small_gangs
     assert "reservation" not in pg["status"]  # let go when the gang started
 
 
-@pytest.mark.parametrize("serving_with", [["--reservations", "0"]], indirect=True, ids=["reservations-off"])
+@pytest.mark.parametrize("serving_with", ["off"], indirect=True, ids=["reservations-off"])
 async def test_without_reservations_the_large_gang_is_still_waiting_at_the_end(
     serving_with: Topogang, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
 ) -> None:
