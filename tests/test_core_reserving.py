@@ -14,6 +14,7 @@ from typing import Any
 from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
 from extender.core.explain import explain, render
+from extender.core.queues import KAI_QUEUE
 from extender.core.reservations import Settings, expected_end
 from extender.core.scheduler import GangScheduler
 from extender.model.pod import PodInfo, parse_pod
@@ -212,3 +213,22 @@ def test_the_running_arrays_expect_each_pod_to_end_as_expected_end_says() -> Non
     }
     assert expected <= ends
     assert expected_end(WALL, WALL - 100, 50, 600) == WALL  # overdue: any moment now
+
+
+def test_a_gang_its_queue_holds_back_holds_no_room() -> None:
+    scheduler, keys = setup()
+    spec = {"minMember": 4, "queue": "missing", "topologyConstraints": {"global": {"requiredTopologyLevel": "block"}}}
+    scheduler.state.set_podgroup("default/big", podgroup(spec, name="big"))
+    scheduler.state.set_queue_api(KAI_QUEUE, True)
+    assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0).nodes == []
+    assert scheduler.refresh_reservations(0.0, WALL) == ([], [])
+    assert scheduler.reserving.of("default/big") is None
+
+
+def test_the_sweep_finds_a_gang_kube_scheduler_never_asked_about() -> None:
+    # A full cluster: kube-scheduler's own filters refuse every node and never call topogang.
+    scheduler, _ = setup()
+    made, _ = scheduler.refresh_reservations(0.0, WALL)
+    assert made == ["default/big"]
+    assert "default/big" in scheduler.reserving.told
+    assert "the best block fits 0" in scheduler.reasons.text("default/big")

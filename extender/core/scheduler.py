@@ -243,7 +243,7 @@ class GangScheduler:
                 continue
             view = self.membership.view(group)
             gang = view.built.gang if view.valid and view.built is not None else None
-            if gang is not None and incomplete(gang) is None:
+            if gang is not None and incomplete(gang) is None and queue_of(self.state, view)[0] is None:
                 ready[group] = gang
         return self.reserving.refresh(now, wall, ready)
 
@@ -261,8 +261,8 @@ class GangScheduler:
                 continue
             view = self.membership.view(group)
             gang = view.built.gang if view.valid and view.built is not None else None
-            if gang is None or view.waiting or incomplete(gang) is not None:
-                continue
+            if gang is None or view.waiting or incomplete(gang) is not None or queue_of(self.state, view)[0]:
+                continue  # (a gang its queue holds back waits for the queue, not for room)
             if any(m.node is not None for m in gang.members()):
                 continue  # it runs: pods beyond its minimum do not queue for room
             result = plan(
