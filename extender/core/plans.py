@@ -132,12 +132,12 @@ class Plans:
         self._state.reserve(pod, theirs, self._state.pods[pod].requests)
         self._state.reserve(mate, mine, self._state.pods[mate].requests)
 
-    def let_go(self, gp: GroupPlan, pod: str, *, bound: bool) -> None:
-        """POD no longer needs its planned room: it BOUND (there or elsewhere: it is no longer
-        waited for at the gate either), or it left."""
+    def let_go(self, gp: GroupPlan, pod: str) -> None:
+        """POD no longer needs its planned room: it bound (there or elsewhere), or it left.
+        Either way it is no longer waited for at the gate, nor bound when the gate opens (a pod
+        beyond the minimum deleted while it waited there would be bound after its deletion)."""
         del gp.reserved[pod]
-        if bound:
-            gp.gate.arrived.pop(pod, None)
+        gp.gate.arrived.pop(pod, None)
         self._state.unreserve(pod)
 
     def release(self, group: str) -> GroupPlan | None:

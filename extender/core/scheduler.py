@@ -422,7 +422,7 @@ class GangScheduler:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
         gp = self.plans.get(self.membership.group_of(pod.key))
         if gp is not None and pod.key in gp.reserved:
-            self.plans.let_go(gp, pod.key, bound=True)  # bound where planned, or elsewhere: no longer ours to hold
+            self.plans.let_go(gp, pod.key)  # bound where planned, or elsewhere: no longer ours to hold
 
     def forget_pod(self, key: str) -> None:
         """A pod was deleted (or finished): its reservation goes; an unbound minimum cannot stand."""
@@ -435,7 +435,7 @@ class GangScheduler:
             if not gp.gate.opened and key in gp.gate.minimum:
                 self._release(group, Released(R_MEMBER_GONE, pod=key))
             else:
-                self.plans.let_go(gp, key, bound=False)
+                self.plans.let_go(gp, key)
 
     def delete_pod(self, key: str) -> None:
         self.forget_pod(key)
