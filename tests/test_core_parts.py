@@ -89,7 +89,7 @@ def test_plans_let_go_of_a_bound_pod_forgets_its_arrival_and_a_sweep_forgets_a_c
     plans.hold("default/g", a_plan(keys, NODES[:3]), 0.0)
     gp = plans["default/g"]
     gp.gate.arrive(keys[0], NODES[0], 0.0)
-    plans.let_go(gp, keys[0], bound=True)
+    plans.let_go(gp, keys[0])
     assert keys[0] not in gp.gate.arrived
     gp.gate.arrive(keys[1], NODES[1], 0.0)
     plans.let_go(gp, keys[1], bound=False)  # it left: its arrival is the gate's to hand out
