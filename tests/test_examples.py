@@ -84,3 +84,14 @@ spec:
       limits:
         nvidia.com/gpu: '8'
 """
+
+
+def test_the_reservation_example_shows_the_room_held_and_the_estimated_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "-f", str(ROOT / "examples" / "reservation"), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (group,) = doc["podGroups"]
+    assert group["phase"] == "Pending"
+    assert "room held for it in rack z1/r1 (2 nodes)" in group["message"]
+    assert "expected to start by 2026-11-25T11:00:00Z" in group["message"]  # 10:00 + activeDeadlineSeconds
