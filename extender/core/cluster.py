@@ -50,6 +50,9 @@ class ClusterState:
         self.global_default: dict[str, int] = {}  # PriorityClasses with globalDefault: true
         self.budgets: dict[str, DisruptionBudget] = {}  # PodDisruptionBudgets, by namespace/name
         self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
+        # the same objects by (API group, kind, namespace), then name: a kind's objects of one
+        # namespace without a scan (the children of a scheduling.k8s.io CompositePodGroup)
+        self._by_namespace: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
         self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
         self.flavors: dict[str, ResourceFlavor] = {}  # Kueue ResourceFlavors by name
         self.queue_apis: set[str] = set()  # the queue kinds installed (core.queues.QUEUE_KINDS)
@@ -205,11 +208,22 @@ class ClusterState:
         self._notify("topology", name)
 
     def set_object(self, key: ObjectKey, body: Mapping[str, Any] | None) -> None:
+        group, kind, namespace, name = key
         if body is None:
             self.objects.pop(key, None)
+            same = self._by_namespace.get((group, kind, namespace))
+            if same is not None:
+                same.pop(name, None)
+                if not same:
+                    del self._by_namespace[(group, kind, namespace)]
         else:
             self.objects[key] = body
+            self._by_namespace.setdefault((group, kind, namespace), {})[name] = body
         self._notify("object", key)
+
+    def in_namespace(self, api_version: str, kind: str, namespace: str) -> list[Mapping[str, Any]]:
+        """Every object of that kind (any version of its API group) in the namespace."""
+        return list(self._by_namespace.get((api_version.rpartition("/")[0], kind, namespace), {}).values())
 
     def set_flavor(self, name: str, flavor: ResourceFlavor | None) -> None:
         if flavor is None:

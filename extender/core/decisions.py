@@ -385,6 +385,23 @@ class Headline:
         return self.text
 
 
+@dataclass(frozen=True)
+class Split:
+    """A member of a gang bound where topogang did not plan it: a second decider (Kubernetes'
+    own gang plugins in another profile or scheduler, a manual binding) placed part of the gang."""
+
+    pod: str
+    node: str
+    planned: str
+
+    def render(self) -> str:
+        return (
+            f"gang split between two deciders: pod {self.pod} was bound to node {self.node} by another"
+            f" scheduler, not to its planned node {self.planned} (turn Kubernetes' GangScheduling and"
+            " TopologyPlacementGenerator plugins off in the profiles whose gangs topogang decides)"
+        )
+
+
 # What a status message says, in order: where the gang stands, then what last happened to it.
 Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline | ReservedRoom
 
@@ -409,11 +426,14 @@ class GroupStatus:
     said: tuple[Said, ...] = ()  # what the message says, in order
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why) of pods waiting outside the gang, sorted
     warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings
+    split: Split | None = None  # a member another decider bound elsewhere
     reservation: ReservedRoom | None = None  # room held for it while it waits
 
     @property
     def message(self) -> str:
         parts = [self.detail] if self.detail else []
+        if self.split is not None:
+            parts.append(self.split.render())
         parts += [s.render() for s in self.said]
         if self.waiting:
             parts.append("; ".join(f"{pod}: {why}" for pod, why in self.waiting))

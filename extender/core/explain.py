@@ -67,10 +67,23 @@ def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
         key = GroupKey.parse(g)
         if key.namespace != wanted.namespace:
             continue
-        owner = scheduler.lookup.view(g).owner  # the workload a derived gang comes from
-        if (owner is not None and owner.name == wanted.name) or key.name.endswith(f"-{wanted.name}"):
+        view = scheduler.lookup.view(g)
+        owner = view.owner  # the workload a derived gang comes from
+        if (
+            (owner is not None and owner.name == wanted.name)
+            or key.name.endswith(f"-{wanted.name}")
+            or _owned_by(scheduler, view.pods, wanted.name)
+        ):
             out.append(g)
     return sorted(out)
+
+
+def _owned_by(scheduler: GangScheduler, pods: Iterable[str], name: str) -> bool:
+    """Whether a pod's controller is NAME (a scheduling.k8s.io PodGroup its Job's controller made)."""
+    first = next(iter(pods), None)
+    pod = scheduler.state.pods.get(first) if first is not None else None
+    controller = pod.controller if pod is not None else None
+    return controller is not None and controller.name == name
 
 
 def explain(scheduler: GangScheduler, group: str) -> Explanation:

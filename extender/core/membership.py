@@ -17,6 +17,8 @@ from typing import Any
 
 from extender.core.cluster import ClusterState
 from extender.grouping import PODGROUP, Family, Grouping, family_key, group_pods
+from extender.grouping.upstream import tree as upstream
+from extender.grouping.upstream.objects import GROUP as UPSTREAM_GROUP
 from extender.model.errors import FieldError
 from extender.model.flavor import flavor_topology
 from extender.model.keys import GroupKey
@@ -62,6 +64,9 @@ class _Lookup:
     def resource_interfaces(self) -> Sequence[Mapping[str, Any]]:
         return list(self.state.resource_interfaces.values())
 
+    def in_namespace(self, api_version: str, kind: str, namespace: str) -> Sequence[Mapping[str, Any]]:
+        return self.state.in_namespace(api_version, kind, namespace)
+
 
 def _signature(pod: PodInfo) -> tuple[object, ...]:
     """What grouping reads of a pod besides its existence. topogang's own plan-generation
@@ -104,6 +109,7 @@ class Membership:
         self._views: dict[str, GroupView] = {}
         self._dirty_pods: set[str] = set(state.pods)
         self._dirty_readers: set[str] = set()  # pods that read an object that changed
+        self._rekey: set[str] = set()  # pods whose family may have changed with an object (a new root)
         self._dirty_families: set[Family] = set()
         self._all_dirty = False
         state.subscribe(self._changed)
@@ -118,8 +124,12 @@ class Membership:
             self._dirty_pods.update(self._readers.get(("Pod", pod.namespace, pod.name), ()))
         elif kind == "object":
             assert isinstance(key, tuple)
-            _, obj_kind, ns, name = key
-            readers = self._readers.get((obj_kind, ns, name), ())
+            group, obj_kind, ns, name = key
+            readers = self._readers.get((obj_kind, ns, name), set())
+            if group == UPSTREAM_GROUP:  # any group of a tree changes the tree's gang, and its root
+                root = upstream.root_name(self.lookup, obj_kind, ns, name)
+                readers = readers | self._readers.get((upstream.TREE, ns, root), set())
+                self._rekey.update(readers)
             self._dirty_pods.update(readers)
             # their pods unchanged, their gangs' trees may not be (a PodGang, an owner's spec)
             self._dirty_readers.update(readers)
@@ -139,7 +149,8 @@ class Membership:
         for key in self._dirty_pods:
             pod = pods.get(key)
             old = self._family.get(key)
-            if pod is not None and key in self._family and self._signature.get(key) == _signature(pod):
+            same = key not in self._rekey and self._signature.get(key) == _signature(pod) if pod is not None else False
+            if pod is not None and key in self._family and same:
                 if old is not None:  # same family; its tree may still change (bound, requests)
                     tree = _tree_signature(pod)
                     if self._tree.get(key) != tree:
@@ -169,6 +180,7 @@ class Membership:
                 self._families.setdefault(family, set()).add(key)
                 self._dirty_families.add(family)
         self._dirty_pods.clear()
+        self._rekey.clear()
         for key in self._dirty_readers:
             if (family := self._family.get(key)) is not None:
                 self._dirty_families.add(family)
@@ -183,7 +195,8 @@ class Membership:
             self._group_family.pop(grouping.key, None)
             self._views.pop(grouping.key, None)
         for pod_key in self._family_waiting.pop(family, {}):
-            self._group_of.pop(pod_key, None)
+            if self._family.get(pod_key) == family:  # not a pod that moved to another family since
+                self._group_of.pop(pod_key, None)
         members = [self.state.pods[k] for k in sorted(self._families.get(family, ())) if k in self.state.pods]
         for p in members:
             self._group_of.pop(p.key, None)

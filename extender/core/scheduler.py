@@ -48,6 +48,7 @@ from extender.core.decisions import (
     PlanEvent,
     Released,
     Repairing,
+    Split,
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
@@ -105,6 +106,8 @@ class GangScheduler:
         self._status = Status(
             state, self.membership, self.plans, self.reasons, self.preempting, self.repairs, self.reserving
         )
+        # gangs a second decider placed part of, as last seen (Kubernetes' own gang plugins)
+        self.splits: dict[str, Split] = {}
 
     # -- filter and prioritize ------------------------------------------------------------------
 
@@ -385,6 +388,8 @@ class GangScheduler:
         self.preempting.sweep(groups)
         self.repairs.sweep(groups)
         self.reserving.sweep(groups)
+        for group in set(self.splits) - groups:
+            del self.splits[group]
         return out
 
     def expire_repairs(self, now: float) -> list[tuple[str, list[PodInfo]]]:
@@ -395,7 +400,8 @@ class GangScheduler:
             if not self.membership.has(group):
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
-            verdict, bound = self.repairs.verdict(pods, self.reasons.get(group))
+            spec = self.membership.view(group).spec
+            verdict, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None)
             self.reasons.record(group, verdict)
             out.append((group, bound))
         return out
@@ -420,8 +426,11 @@ class GangScheduler:
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
-        gp = self.plans.get(self.membership.group_of(pod.key))
-        if gp is not None and pod.key in gp.reserved:
+        group = self.membership.group_of(pod.key)
+        gp = self.plans.get(group)
+        if group is not None and gp is not None and pod.key in gp.reserved:
+            if gp.reserved[pod.key] != pod.node_name:  # another decider placed it
+                self.splits[group] = Split(pod.key, pod.node_name, gp.reserved[pod.key])
             self.plans.let_go(gp, pod.key)  # bound where planned, or elsewhere: no longer ours to hold
 
     def forget_pod(self, key: str) -> None:
@@ -444,4 +453,6 @@ class GangScheduler:
 
     def status(self, group: str) -> GroupStatus:
         """Where GROUP stands: phase, the reason as data, counts, domains (status.Status)."""
-        return self._status.of(group)
+        status = self._status.of(group)
+        split = self.splits.get(group)
+        return status if split is None else replace(status, split=split)

@@ -19,6 +19,8 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
                                 MemberGone); else False (Planned, Waiting, Scheduled)
                  UnschedulableOnNodePool  spec.schedulingBackoff 1: True once a planning
                                 attempt failed, with its reason; absent otherwise (-1, unset)
+                 GangSplit      True (reason SplitBetweenDeciders) once a member was bound where
+                                topogang did not plan it: a second decider placed part of the gang
 
 Reasons come from the core as data (`GroupStatus.reason`), never from parsing messages.
 `lastTransitionTime` is carried over from PREVIOUS unless the condition's status flips, so a
@@ -51,6 +53,7 @@ MANAGED_BY = "topogang"
 SCHEDULED_CONDITION = "Scheduled"
 UNSCHEDULABLE_CONDITION = "Unschedulable"
 NODE_POOL_CONDITION = "UnschedulableOnNodePool"  # KAI's, for spec.schedulingBackoff: 1
+SPLIT_CONDITION, SPLIT_REASON = "GangSplit", "SplitBetweenDeciders"
 MESSAGE_LIMIT = 4096  # characters of a message kept in status and conditions
 
 JSON = dict[str, Any]
@@ -110,46 +113,14 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
         if subgroup_domains.get(sg.name):
             item["domain"] = subgroup_domains[sg.name]
         subgroups.append(item)
-    scheduled = status.phase in (SCHEDULED, FINISHED)
     body: JSON = {
         "phase": status.phase,
         "message": message,
         "pods": status.pods,
         "planned": status.planned,
         "bound": status.bound,
-        "conditions": [
-            _condition(
-                SCHEDULED_CONDITION,
-                scheduled,
-                R_SCHEDULED if status.phase == SCHEDULED else status.reason,
-                message,
-                before.get(SCHEDULED_CONDITION),
-                now,
-                generation,
-            ),
-            _condition(
-                UNSCHEDULABLE_CONDITION,
-                status.unschedulable,
-                status.reason,
-                message,
-                before.get(UNSCHEDULABLE_CONDITION),
-                now,
-                generation,
-            ),
-        ],
+        "conditions": _conditions(status, before, message, now, generation),
     }
-    if status.node_pool_unschedulable or NODE_POOL_CONDITION in before:
-        body["conditions"].append(
-            _condition(
-                NODE_POOL_CONDITION,
-                status.node_pool_unschedulable,
-                status.reason,
-                message,
-                before.get(NODE_POOL_CONDITION),
-                now,
-                generation,
-            )
-        )
     repaired = _last_repair(status, previous, now)
     if repaired is not None:
         body["lastRepair"] = repaired
@@ -162,6 +133,48 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
     if subgroups:
         body["subGroups"] = subgroups
     return body
+
+
+def _conditions(
+    status: GroupStatus, before: Mapping[str, Mapping[str, Any]], message: str, now: str, generation: int
+) -> list[JSON]:
+    scheduled = status.phase in (SCHEDULED, FINISHED)
+    out = [
+        _condition(
+            SCHEDULED_CONDITION,
+            scheduled,
+            R_SCHEDULED if status.phase == SCHEDULED else status.reason,
+            message,
+            before.get(SCHEDULED_CONDITION),
+            now,
+            generation,
+        ),
+        _condition(
+            UNSCHEDULABLE_CONDITION,
+            status.unschedulable,
+            status.reason,
+            message,
+            before.get(UNSCHEDULABLE_CONDITION),
+            now,
+            generation,
+        ),
+    ]
+    if status.node_pool_unschedulable or NODE_POOL_CONDITION in before:
+        out.append(
+            _condition(
+                NODE_POOL_CONDITION,
+                status.node_pool_unschedulable,
+                status.reason,
+                message,
+                before.get(NODE_POOL_CONDITION),
+                now,
+                generation,
+            )
+        )
+    if status.split is not None:
+        said = _message(status.split.render())
+        out.append(_condition(SPLIT_CONDITION, True, SPLIT_REASON, said, before.get(SPLIT_CONDITION), now, generation))
+    return out
 
 
 def _last_repair(status: GroupStatus, previous: Mapping[str, Any] | None, now: str) -> Any:
@@ -194,8 +207,12 @@ def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:
 
 def transition(previous: Mapping[str, Any] | None, status: GroupStatus) -> tuple[str, str, str] | None:
     """(type, reason, message) of the Event on the PodGroup when its phase (or why it cannot run)
-    changed since PREVIOUS: Normal Scheduled, or Warning Unschedulable; None for other changes
-    (counts, a plan made and waiting for its binds)."""
+    changed since PREVIOUS: Normal Scheduled, or Warning Unschedulable; Warning GangSplit when a
+    second decider placed part of it; None for other changes (counts, a plan made and waiting for
+    its binds)."""
+    split = conditions_of(previous).get(SPLIT_CONDITION) or {}
+    if status.split is not None and split.get("status") != "True":
+        return ("Warning", SPLIT_CONDITION, _message(status.split.render()))
     if _standing(previous) == (status.phase, status.reason):
         return None
     if status.phase == SCHEDULED:

@@ -7,6 +7,7 @@ a kind is declared once, where its grouper is.
 from __future__ import annotations
 
 from extender.grouping.kinds import OWNER_RESOURCES
+from extender.grouping.upstream.objects import RESOURCES as UPSTREAM_GROUPS
 from extender.model.resource import Resource
 
 
@@ -53,6 +54,7 @@ WATCHED: tuple[Resource, ...] = (
     *RESOURCE_FLAVORS,
     *QUEUES,
     *OWNERS,
+    *UPSTREAM_GROUPS,  # Kubernetes' own PodGroups and CompositePodGroups (stored as objects)
 )
 
 __all__ = [
@@ -66,6 +68,7 @@ __all__ = [
     "RESOURCE_FLAVORS",
     "RESOURCE_INTERFACES",
     "TOPOLOGIES",
+    "UPSTREAM_GROUPS",
     "WATCHED",
     "Resource",
 ]

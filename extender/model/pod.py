@@ -72,6 +72,8 @@ class PodInfo:
     scheduler_name: str = "default-scheduler"
     scheduling_gates: tuple[str, ...] = ()
     deleting: bool = False
+    # spec.schedulingGroup.podGroupName: the scheduling.k8s.io PodGroup the pod belongs to
+    scheduling_group: str | None = None
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -225,8 +227,17 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         scheduler_name=opt_str(spec.get("schedulerName"), "spec.schedulerName", errors) or "default-scheduler",
         scheduling_gates=gates,
         deleting=meta.get("deletionTimestamp") is not None,
+        scheduling_group=_scheduling_group(spec.get("schedulingGroup"), errors),
         runtime_bound=bound,
         runtime_bound_error=bound_error,
     )
     errors.raise_if_any()
     return pod
+
+
+def _scheduling_group(raw: object, errors: ErrorList) -> str | None:
+    """spec.schedulingGroup (Kubernetes' GenericWorkload): the PodGroup named, if any."""
+    if raw is None:
+        return None
+    body = mapping(raw, "spec.schedulingGroup", errors)  # a Pod's other fields are the API server's to check
+    return opt_str(body.get("podGroupName"), "spec.schedulingGroup.podGroupName", errors) or None
