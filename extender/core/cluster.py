@@ -12,15 +12,19 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from extender.core.dra import DeviceInventory
+from extender.core.dra.pods import ClaimedPods
 from extender.core.usage import PlanningUsage, UsageLedger
 from extender.model.budget import DisruptionBudget
+from extender.model.dra.claims import ClaimInfo, TemplateInfo
+from extender.model.dra.slices import DeviceClassInfo, DeviceSlice
 from extender.model.errors import FieldError
 from extender.model.flavor import ResourceFlavor
 from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
 from extender.model.topology import TopologySpec
-from extender.placement import ClusterSnapshot, NodeTable
+from extender.placement import ClusterSnapshot, IntArray, NodeTable
 
 # Deletions remembered against late requests: far more than kube-scheduler can have in flight.
 DELETED_UIDS_KEPT = 20_000
@@ -65,6 +69,11 @@ class ClusterState:
         self._bound: UsageLedger | None = None
         self._reserved: UsageLedger | None = None
         self._listeners: list[Callable[[str, object], None]] = []
+        # Dynamic Resource Allocation: slices, classes, claims, templates, and the pods with claims
+        # (their `requests` carry the devices still needed; `settle_devices` refreshes them).
+        self.devices = DeviceInventory()
+        self._claimed = ClaimedPods(self.devices)
+        self._stale_pods: set[str] = set()
 
     def subscribe(self, listener: Callable[[str, object], None]) -> None:
         """Call `listener(kind, key)` on every change: kind is pod, node (added or changed),
@@ -102,7 +111,8 @@ class ClusterState:
     @property
     def table(self) -> NodeTable:
         if self._table is None:
-            self._table = NodeTable(sorted(self.nodes.values(), key=lambda n: n.name), self.generation)
+            nodes = sorted(self.nodes.values(), key=lambda n: n.name)
+            self._table = NodeTable(nodes, self.generation, self.devices)
             self._bound, self._reserved = UsageLedger(self._table), UsageLedger(self._table)
             for pod in self.pods.values():
                 if pod.uses_capacity and pod.node_name is not None:
@@ -127,6 +137,12 @@ class ClusterState:
 
     def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
         """Store `pod`; returns the version it replaced."""
+        if pod.claims or pod.key in self._claimed.raw:
+            self._stale_pods |= self._claimed.track(pod, pod.key)
+            pod = self._claimed.derive(pod, self.table.nodes)
+        return self._store_pod(pod)
+
+    def _store_pod(self, pod: PodInfo) -> PodInfo | None:
         old = self.pods.get(pod.key)
         if old == pod:
             return old
@@ -136,6 +152,8 @@ class ClusterState:
             if pod.uses_capacity and pod.node_name:
                 self._bound.add(pod.node_name, pod.requests)
         self.pods[pod.key] = pod
+        if old is not None and old.requests != pod.requests and pod.key in self.reservations:
+            self.reserve(pod.key, self.reservations[pod.key][0], pod.requests)  # its claim was allocated
         if old is None:
             self._arrivals += 1
             self.arrival[pod.key] = self._arrivals
@@ -143,6 +161,8 @@ class ClusterState:
         return old
 
     def delete_pod(self, key: str) -> PodInfo | None:
+        if key in self._claimed.raw:
+            self._stale_pods |= self._claimed.track(None, key)
         old = self.pods.pop(key, None)
         self.arrival.pop(key, None)
         if old is not None:
@@ -266,14 +286,60 @@ class ClusterState:
     # -- planning view ---------------------------------------------------------------------------------
 
     def snapshot(self, give_back: Mapping[str, Mapping[str, int]] | None = None) -> ClusterSnapshot:
-        """Free capacity: allocatable - bound pods - reservations, plus what `give_back` returns."""
-        return ClusterSnapshot(self.table, PlanningUsage(self.bound, self.reserved, give_back or {}))
+        """Free capacity: allocatable (and devices) - bound pods - reservations - devices claims
+        hold, plus what `give_back` returns."""
+        self.settle_devices()
+        table = self.table
+        usage = PlanningUsage(self.bound, self.reserved, give_back or {}, self._allocated)
+        return ClusterSnapshot(table, usage)
+
+    def _allocated(self, resource: str) -> IntArray | None:
+        return self.devices.allocated(resource, self.table.nodes)
 
     def free_on(self, node: str, resource: str) -> int:
-        info = self.nodes.get(node)
-        if info is None:
+        i = self.table.index.get(node)
+        if i is None:
             return 0
-        return info.allocatable.get(resource, 0) - self.bound.at(node, resource) - self.reserved.at(node, resource)
+        held = self._allocated(resource)
+        taken = self.bound.at(node, resource) + self.reserved.at(node, resource)
+        return int(self.table.alloc(resource)[i]) - taken - (int(held[i]) if held is not None else 0)
+
+    # -- Dynamic Resource Allocation ---------------------------------------------------------------------
+
+    def set_resource_slice(self, name: str, found: DeviceSlice | None) -> None:
+        self.devices.set_slice(name, found)
+        self._devices_changed(name)
+
+    def set_device_class(self, name: str, found: DeviceClassInfo | None) -> None:
+        self.devices.set_class(name, found)
+        self._devices_changed(name)
+
+    def _devices_changed(self, name: str) -> None:
+        self._invalidate_nodes()  # capacity of devices is part of the node table
+        self._stale_pods.update(self._claimed.all())
+        self._notify("devices", name)
+
+    def set_resource_claim(self, key: str, claim: ClaimInfo | None) -> None:
+        old = self.devices.set_claim(key, claim)
+        if old != claim:
+            self._stale_pods |= self._claimed.readers(key)
+            self._notify("devices", key)
+
+    def set_claim_template(self, key: str, template: TemplateInfo | None) -> None:
+        self.devices.set_template(key, template)
+        self._stale_pods |= self._claimed.readers(key, template=True)
+        self._notify("devices", key)
+
+    def settle_devices(self) -> None:
+        """Count again the devices of pods whose claims, templates or devices changed."""
+        if not self._stale_pods:
+            return
+        stale, self._stale_pods = self._stale_pods, set()
+        nodes = self.table.nodes
+        for key in sorted(stale):
+            raw = self._claimed.raw.get(key)
+            if raw is not None and key in self.pods:
+                self._store_pod(self._claimed.derive(raw, nodes))
 
     def pod_priority(self, pod: PodInfo) -> int:
         """As the API server's Priority admission resolves it (live pods carry its answer in

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from extender.model.errors import ErrorList
+from extender.model.dra.claims import PodClaim, parse_pod_claims
+from extender.model.errors import ErrorList, FieldError
 from extender.model.quantity import QuantityError, parse_nonnegative
 from extender.model.raw import JSON, identify, mapping, opt_int, opt_str, seq, str_map
 from extender.model.selectors import (
@@ -67,6 +68,11 @@ class PodInfo:
     scheduler_name: str = "default-scheduler"
     scheduling_gates: tuple[str, ...] = ()
     deleting: bool = False
+    claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims (Dynamic Resource Allocation)
+    # Set by ClusterState from the pod's claims (core/dra): `requests` then holds the devices
+    # they still need; these say what could not be counted and why.
+    device_errors: tuple[FieldError, ...] = ()
+    device_warnings: tuple[str, ...] = ()
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -211,6 +217,7 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         scheduler_name=opt_str(spec.get("schedulerName"), "spec.schedulerName", errors) or "default-scheduler",
         scheduling_gates=gates,
         deleting=meta.get("deletionTimestamp") is not None,
+        claims=parse_pod_claims(spec, status, errors),
     )
     errors.raise_if_any()
     return pod

@@ -1,0 +1,223 @@
+"""DeviceInventory: the ResourceSlices, DeviceClasses, ResourceClaims and templates topogang
+knows, and the per-node arrays planning reads from them.
+
+- `capacity(resource, nodes)`: per node, the devices a device resource selects (milli-units, as
+  every quantity in topogang), or for a DeviceClass's `extendedResourceName` (KEP-5004) the
+  node's own allocatable where a device plugin gives it, else its devices of that class, as
+  kube-scheduler counts it. None for any other resource.
+- `allocated(resource, index)`: per node, the devices of that resource that claims hold
+  (`status.allocation`), each device once however many claims share it.
+
+A node's devices are those of the slices for it (`nodeName`), and of the slices that reach it
+through `nodeSelector` or `allNodes` (counted on every node they reach; see the README's limits).
+Only a pool's newest generation counts, as in kube-scheduler. Devices are grouped by what a
+selector can see of them, so selectors are evaluated once per kind of device, not per device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.core.dra.keys import device_key, is_device_resource
+from extender.model.dra.claims import ClaimInfo, TemplateInfo
+from extender.model.dra.expressions import Invalid, Unsupported, Verdict, all_match
+from extender.model.dra.slices import Device, DeviceClassInfo, DeviceId, DeviceSlice
+from extender.model.node import NodeInfo
+from extender.placement import IntArray
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What one device resource selects: a class and the request's own selectors."""
+
+    class_name: str
+    selectors: tuple[str, ...]
+
+
+@dataclass
+class _Kinds:
+    """The devices of one node list, grouped by content: content -> (a device, per-node count)."""
+
+    nodes: tuple[str, ...]
+    by_content: dict[tuple[object, ...], tuple[Device, IntArray]]
+    where: dict[DeviceId, tuple[Device, tuple[int, ...]]]  # device -> the nodes it is counted on
+
+
+class DeviceInventory:
+    def __init__(self) -> None:
+        self.slices: dict[str, DeviceSlice] = {}
+        self.classes: dict[str, DeviceClassInfo] = {}
+        self.claims: dict[str, ClaimInfo] = {}
+        self.templates: dict[str, TemplateInfo] = {}
+        self.selections: dict[str, Selection] = {}
+        self.version = 0  # bumps when slices or classes change (capacity may change)
+        self.claims_version = 0  # bumps when a claim changes (allocations may change)
+        self._kinds: _Kinds | None = None
+        self._verdicts: dict[str, Verdict] = {}  # device resource -> True, or why it cannot be counted
+        self._capacity: dict[str, IntArray] = {}
+        self._allocated: dict[tuple[str, int], IntArray] = {}
+
+    # -- changes ------------------------------------------------------------------------------------
+
+    def set_slice(self, name: str, found: DeviceSlice | None) -> None:
+        if found is None:
+            self.slices.pop(name, None)
+        else:
+            self.slices[name] = found
+        self._devices_changed()
+
+    def set_class(self, name: str, found: DeviceClassInfo | None) -> None:
+        if found is None:
+            self.classes.pop(name, None)
+        else:
+            self.classes[name] = found
+        self._devices_changed()
+
+    def _devices_changed(self) -> None:
+        self.version += 1
+        self._kinds = None
+        self._verdicts.clear()
+        self._capacity.clear()
+        self._allocated.clear()
+
+    def set_claim(self, key: str, claim: ClaimInfo | None) -> ClaimInfo | None:
+        old = self.claims.pop(key, None)
+        if claim is not None:
+            self.claims[key] = claim
+        if (old and old.allocated) or (claim and claim.allocated):
+            self.claims_version += 1
+            self._allocated.clear()
+        return old
+
+    def set_template(self, key: str, template: TemplateInfo | None) -> None:
+        if template is None:
+            self.templates.pop(key, None)
+        else:
+            self.templates[key] = template
+
+    @property
+    def extended(self) -> dict[str, str]:
+        """extendedResourceName -> the DeviceClass that backs it."""
+        return {c.extended_resource_name: c.name for c in self.classes.values() if c.extended_resource_name}
+
+    # -- devices per node -------------------------------------------------------------------------
+
+    def _current_slices(self) -> list[DeviceSlice]:
+        newest: dict[tuple[str, str], int] = {}
+        for s in self.slices.values():
+            newest[(s.driver, s.pool)] = max(newest.get((s.driver, s.pool), s.generation), s.generation)
+        return [s for s in self.slices.values() if s.generation == newest[(s.driver, s.pool)]]
+
+    def _kinds_for(self, nodes: Sequence[NodeInfo]) -> _Kinds:
+        names = tuple(n.name for n in nodes)
+        if self._kinds is not None and self._kinds.nodes == names:
+            return self._kinds
+        index = {n: i for i, n in enumerate(names)}
+        by_content: dict[tuple[object, ...], tuple[Device, IntArray]] = {}
+        where: dict[DeviceId, tuple[Device, tuple[int, ...]]] = {}
+        for s in sorted(self._current_slices(), key=lambda s: s.name):
+            for device in s.devices:
+                reach = device.where or s.where
+                on: tuple[int, ...]
+                if reach.node_name is not None:
+                    on = (index[reach.node_name],) if reach.node_name in index else ()
+                else:
+                    on = tuple(i for i, n in enumerate(nodes) if reach.reaches(n.name, n.labels))
+                if not on or device.id in where:
+                    continue
+                where[device.id] = (device, on)
+                found = by_content.get(device.content)
+                if found is None:
+                    found = by_content[device.content] = (device, np.zeros(len(names), dtype=np.int64))
+                found[1][list(on)] += 1000
+        self._kinds = _Kinds(names, by_content, where)
+        return self._kinds
+
+    def verdict(self, resource: str, nodes: Sequence[NodeInfo]) -> Verdict:
+        """True when the resource's selectors could be evaluated on every device; else why not."""
+        if resource not in self._verdicts:
+            self.capacity(resource, nodes)
+        return self._verdicts.get(resource, True)
+
+    def _selects(self, selection: Selection, device: Device) -> Verdict:
+        cls = self.classes.get(selection.class_name)
+        if cls is None:
+            return False
+        verdict = all_match(cls.selectors, device)
+        return all_match(selection.selectors, device) if verdict is True else verdict
+
+    def _count(self, resource: str, nodes: Sequence[NodeInfo]) -> IntArray:
+        selection = self.selections.get(resource)
+        kinds = self._kinds_for(nodes)
+        total = np.zeros(len(nodes), dtype=np.int64)
+        if selection is None:
+            return total
+        for device, counts in kinds.by_content.values():
+            verdict = self._selects(selection, device)
+            if isinstance(verdict, Invalid | Unsupported):
+                self._verdicts.setdefault(resource, verdict)
+            elif verdict:
+                total += counts
+        self._verdicts.setdefault(resource, True)
+        return total
+
+    def capacity(self, resource: str, nodes: Sequence[NodeInfo]) -> IntArray | None:
+        found = self._capacity.get(resource)
+        if found is not None:
+            return found
+        if is_device_resource(resource):
+            found = self._count(resource, nodes)
+        elif (cls := self.extended.get(resource)) is not None:
+            key = self.select(cls, ())
+            devices = self._count(key, nodes)
+            plugin = np.fromiter((n.allocatable.get(resource, -1) for n in nodes), np.int64, len(nodes))
+            found = np.where(plugin >= 0, plugin, devices)
+        else:
+            return None
+        found.setflags(write=False)
+        self._capacity[resource] = found
+        return found
+
+    def select(self, class_name: str, selectors: tuple[str, ...]) -> str:
+        """The device resource for a class and selectors (registered for capacity)."""
+        key = device_key(class_name, selectors)
+        self.selections.setdefault(key, Selection(class_name, selectors))
+        return key
+
+    def allocated(self, resource: str, nodes: Sequence[NodeInfo]) -> IntArray | None:
+        """Devices of RESOURCE that claims hold, per node; None for other resources. For an
+        extended resource the claims kube-scheduler made for it are left out: their pods'
+        requests already count it."""
+        cls = self.extended.get(resource)
+        if not is_device_resource(resource) and cls is None:
+            return None
+        cache_key = (resource, self.claims_version)
+        found = self._allocated.get(cache_key)
+        if found is not None:
+            return found
+        key = resource if cls is None else self.select(cls, ())
+        selection = self.selections.get(key)
+        kinds = self._kinds_for(nodes)
+        out = np.zeros(len(nodes), dtype=np.int64)
+        held: set[DeviceId] = set()
+        for claim in self.claims.values():
+            if cls is not None and claim.extended_resource:
+                continue
+            held.update(claim.allocated)
+        for device_id in held:
+            placed = kinds.where.get(device_id)
+            if placed is None or selection is None or self._selects(selection, placed[0]) is not True:
+                continue
+            out[list(placed[1])] += 1000
+        if cls is not None:  # nodes whose device plugin gives the resource do not use devices
+            plugin = np.fromiter((resource in n.allocatable for n in nodes), np.bool_, len(nodes))
+            out[plugin] = 0
+        self._allocated = {cache_key: out, **{k: v for k, v in self._allocated.items() if k[1] == self.claims_version}}
+        return out
+
+    def most_on_a_node(self, resource: str, nodes: Sequence[NodeInfo]) -> int:
+        found = self.capacity(resource, nodes)
+        return int(found.max()) // 1000 if found is not None and len(found) else 0

@@ -1,0 +1,79 @@
+"""ClaimedPods: the pods that have ResourceClaims, as read, and their devices added to them.
+
+ClusterState keeps a pod's `requests` with the devices its claims still need; this part keeps
+each such pod as read from the API server, knows which pods a claim or template concerns, and
+which pod a shared claim is counted on (the first by key: a shared claim counts once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from extender.core.dra.demand import pod_demand
+from extender.core.dra.inventory import DeviceInventory
+from extender.model.node import NodeInfo
+from extender.model.pod import PodInfo
+
+
+def _refs(pod: PodInfo) -> set[str]:
+    """The claims (ns/name) and templates (ns/template:name) POD's demand depends on."""
+    out = set()
+    for ref in pod.claims:
+        for name in (ref.claim_name, ref.generated):
+            if name:
+                out.add(f"{pod.namespace}/{name}")
+        if ref.template_name:
+            out.add(f"{pod.namespace}/template:{ref.template_name}")
+    return out
+
+
+class ClaimedPods:
+    def __init__(self, inventory: DeviceInventory) -> None:
+        self.inventory = inventory
+        self.raw: dict[str, PodInfo] = {}  # pod -> as read
+        self._readers: dict[str, set[str]] = {}  # claim or template -> pods that depend on it
+        self._shared: dict[str, set[str]] = {}  # claim named by resourceClaimName -> its pods
+
+    def track(self, pod: PodInfo | None, key: str) -> set[str]:
+        """Remember POD (None: deleted); returns the other pods whose demand may change (those
+        sharing a claim with it)."""
+        old = self.raw.pop(key, None)
+        others: set[str] = set()
+        if old is not None:
+            for ref in _refs(old):
+                self._readers.get(ref, set()).discard(key)
+            for c in old.claims:
+                if c.claim_name:
+                    users = self._shared.get(f"{old.namespace}/{c.claim_name}", set())
+                    users.discard(key)
+                    others |= users
+        if pod is not None and pod.claims:
+            self.raw[key] = pod
+            for ref in _refs(pod):
+                self._readers.setdefault(ref, set()).add(key)
+            for c in pod.claims:
+                if c.claim_name:
+                    users = self._shared.setdefault(f"{pod.namespace}/{c.claim_name}", set())
+                    others |= users
+                    users.add(key)
+        return others - {key}
+
+    def readers(self, key: str, template: bool = False) -> set[str]:
+        namespace, _, name = key.partition("/")
+        return set(self._readers.get(f"{namespace}/template:{name}" if template else key, ()))
+
+    def derive(self, raw: PodInfo, nodes: Sequence[NodeInfo]) -> PodInfo:
+        """RAW with its devices added to its requests, and what could not be counted."""
+        if not raw.claims:
+            return raw
+        demand = pod_demand(
+            raw, self.inventory, nodes, lambda claim: min(self._shared.get(claim, {raw.key})) == raw.key
+        )
+        requests = dict(raw.requests)
+        for resource, value in demand.requests.items():
+            requests[resource] = requests.get(resource, 0) + value
+        return replace(raw, requests=requests, device_errors=demand.errors, device_warnings=demand.warnings)
+
+    def all(self) -> Iterable[str]:
+        return list(self.raw)
