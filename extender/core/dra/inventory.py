@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.core.dra.keys import device_key, is_device_resource
+from extender.core.dra.keys import DEVICE_PREFIX, device_key, is_device_resource
 from extender.model.dra.claims import ClaimInfo, TemplateInfo
 from extender.model.dra.expressions import Invalid, Unsupported, Verdict, all_match
 from extender.model.dra.slices import Device, DeviceClassInfo, DeviceId, DeviceSlice
@@ -149,8 +149,15 @@ class DeviceInventory:
         verdict = all_match(cls.selectors, device)
         return all_match(selection.selectors, device) if verdict is True else verdict
 
+    def _selection(self, resource: str) -> Selection | None:
+        """What RESOURCE selects: registered by `select`, or read from a plain class's name."""
+        found = self.selections.get(resource)
+        if found is None and "#" not in resource and is_device_resource(resource):
+            found = Selection(resource.removeprefix(DEVICE_PREFIX), ())
+        return found
+
     def _count(self, resource: str, nodes: Sequence[NodeInfo]) -> IntArray:
-        selection = self.selections.get(resource)
+        selection = self._selection(resource)
         kinds = self._kinds_for(nodes)
         total = np.zeros(len(nodes), dtype=np.int64)
         if selection is None:
@@ -199,7 +206,7 @@ class DeviceInventory:
         if found is not None:
             return found
         key = resource if cls is None else self.select(cls, ())
-        selection = self.selections.get(key)
+        selection = self._selection(key)
         kinds = self._kinds_for(nodes)
         out = np.zeros(len(nodes), dtype=np.int64)
         held: set[DeviceId] = set()

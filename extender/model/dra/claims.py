@@ -77,9 +77,9 @@ class PodClaim:
     generated: str | None = None  # status.resourceClaimStatuses: the name of the claim made for the pod
 
 
-def _exact(raw: object, field: str, errors: ErrorList) -> Exact:
+def _exact(raw: object, field: str, errors: ErrorList, sub: bool = False) -> Exact:
     body = mapping(raw, field, errors)
-    unknown_fields(body, _EXACT, field, errors)
+    unknown_fields(body, _EXACT - {"adminAccess"} | {"name"} if sub else _EXACT, field, errors)
     class_name = opt_str(body.get("deviceClassName"), f"{field}.deviceClassName", errors) or ""
     if not class_name:
         errors.add(f"{field}.deviceClassName", "expected the name of a DeviceClass")
@@ -113,7 +113,7 @@ def parse_claim_spec(raw: object, field: str, errors: ErrorList) -> ClaimSpec:
             alternatives: tuple[Exact, ...] = (_exact(body["exactly"], f"{where}.exactly", errors),)
         else:
             subs = seq(body.get("firstAvailable"), f"{where}.firstAvailable", errors)
-            alternatives = tuple(_exact(s, f"{where}.firstAvailable[{j}]", errors) for j, s in enumerate(subs))
+            alternatives = tuple(_exact(s, f"{where}.firstAvailable[{j}]", errors, sub=True) for j, s in enumerate(subs))
             if not alternatives:
                 errors.add(f"{where}.firstAvailable", "expected at least one subrequest")
         requests.append(DeviceRequest(name, alternatives))

@@ -1,0 +1,98 @@
+"""Gangs whose GPUs come through ResourceClaims, planned by the core like device-plugin GPUs.
+
+Cluster: rack r1 (z1-b1-r1-n1..n4) and rack r2 (z1-b1-r2-n1..n4); each node publishes 8
+devices of driver gpu.example.com and has no device-plugin GPUs unless a test says otherwise.
+Gangs: pods with one claim from the template `gpus` (8 devices), all in one rack.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from extender.core.cluster import ClusterState
+from extender.core.scheduler import GangScheduler
+from tests.builders import GPU, TOPO, grid, pod, podgroup
+from tests.dra_builders import claim_pod, exactly, publish, template
+
+NODES = [n.name for n in grid(racks=2, nodes=4)]
+IN_A_RACK = {"topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
+
+
+def cluster(dra_nodes: list[str] = NODES, plugin_gpus: int = 0) -> GangScheduler:
+    state = ClusterState()
+    for n in grid(racks=2, nodes=4, gpus=plugin_gpus):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    publish(state, dra_nodes)
+    state.set_claim_template("default/gpus", template("gpus", exactly(8)))
+    return GangScheduler(state)
+
+
+def gang(scheduler: GangScheduler, name: str, size: int, template_name: str = "gpus") -> list[str]:
+    scheduler.state.set_podgroup(f"default/{name}", podgroup({"minMember": size, **IN_A_RACK}, name=name))
+    keys = []
+    for i in range(size):
+        p = claim_pod(f"{name}-{i}", template_name=template_name, group=name)
+        scheduler.observe_pod(p)
+        keys.append(p.key)
+    return keys
+
+
+def plan(scheduler: GangScheduler, keys: list[str]) -> dict[str, str]:
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    found = scheduler.plans.get(scheduler.membership.group_of(keys[0]) or "")
+    return dict(found.reserved) if found else {}
+
+
+def test_pods_of_eight_devices_each_get_a_node_each_in_one_rack() -> None:
+    scheduler = cluster()
+    planned = plan(scheduler, gang(scheduler, "g", 3))
+    assert len(planned) == 3
+    assert len(set(planned.values())) == 3  # not three pods on one node: the bug this fixes
+    assert len({n.rsplit("-", 1)[0] for n in planned.values()}) == 1
+
+
+def test_two_gangs_never_plan_the_same_devices() -> None:
+    scheduler = cluster()
+    first = plan(scheduler, gang(scheduler, "a", 4))
+    second = plan(scheduler, gang(scheduler, "b", 4))
+    assert len(first) == len(second) == 4
+    assert max(Counter([*first.values(), *second.values()]).values()) == 1
+    assert {n.rsplit("-", 1)[0] for n in first.values()} != {n.rsplit("-", 1)[0] for n in second.values()}
+
+
+def test_a_gang_that_needs_more_devices_than_a_rack_has_waits_with_the_reason() -> None:
+    scheduler = cluster()
+    keys = gang(scheduler, "big", 5)
+    assert plan(scheduler, keys) == {}
+    message = scheduler.status("default/big").message
+    assert "5 pods x {cpu: 1, devices/gpu.example.com: 8} in one rack" in message, message
+    assert message.endswith("the best rack fits 4"), message
+
+
+def test_a_gang_with_bad_claims_is_invalid_and_the_others_are_still_placed() -> None:
+    scheduler = cluster()
+    scheduler.state.set_claim_template("default/nope", template("nope", exactly(8, cls="gpu.nope")))
+    bad = gang(scheduler, "bad", 2, template_name="nope")
+    assert plan(scheduler, bad) == {}
+    status = scheduler.status("default/bad")
+    assert "names DeviceClass 'gpu.nope', which does not exist" in status.message, status.message
+    assert len(plan(scheduler, gang(scheduler, "good", 2))) == 2
+
+
+def test_a_mixed_cluster_places_device_plugin_gangs_and_dra_gangs() -> None:
+    # rack r1: device-plugin GPUs only; rack r2: DRA devices only.
+    r2 = [n for n in NODES if "-r2-" in n]
+    scheduler = cluster(dra_nodes=r2, plugin_gpus=8)
+    for n in r2:
+        info = scheduler.state.nodes[n]
+        scheduler.state.upsert_node(replace(info, allocatable={k: v for k, v in info.allocatable.items() if k != GPU}))
+    dra = plan(scheduler, gang(scheduler, "dra", 4))
+    scheduler.state.set_podgroup("default/plugin", podgroup({"minMember": 4, **IN_A_RACK}, name="plugin"))
+    plugin_pods = [pod(f"plugin-{i}", group="plugin") for i in range(4)]
+    for p in plugin_pods:
+        scheduler.observe_pod(p)
+    plugin = plan(scheduler, [p.key for p in plugin_pods])
+    assert {n.split("-")[2] for n in dra.values()} == {"r2"}
+    assert {n.split("-")[2] for n in plugin.values()} == {"r1"}
