@@ -24,7 +24,8 @@ def test_slices_shared_by_nodes_reach_the_nodes_their_selector_or_allnodes_says(
     selector = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]}
     by_rack = device_slice(None, nodeSelector=selector)
     everywhere = device_slice(None, allNodes=True)
-    assert by_rack.where.reaches("a", {"rack": "r1"}) and not by_rack.where.reaches("b", {"rack": "r2"})
+    assert by_rack.where.reaches("a", {"rack": "r1"})
+    assert not by_rack.where.reaches("b", {"rack": "r2"})
     assert everywhere.where.reaches("b", {})
 
 
@@ -79,7 +80,8 @@ def test_a_claim_reads_its_requests_and_the_devices_allocated_to_it() -> None:
     assert c.spec.requests[0].alternatives[0].count == 4
     assert c.spec.requests[1].alternatives[0].mode == ALL
     assert c.spec.requests[2].alternatives[0].class_name == "h200"
-    assert c.allocated == (("d", "p", "g0"),) and c.is_allocated
+    assert c.allocated == (("d", "p", "g0"),)
+    assert c.is_allocated
 
 
 @pytest.mark.parametrize(

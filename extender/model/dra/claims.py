@@ -113,7 +113,8 @@ def parse_claim_spec(raw: object, field: str, errors: ErrorList) -> ClaimSpec:
             alternatives: tuple[Exact, ...] = (_exact(body["exactly"], f"{where}.exactly", errors),)
         else:
             subs = seq(body.get("firstAvailable"), f"{where}.firstAvailable", errors)
-            alternatives = tuple(_exact(s, f"{where}.firstAvailable[{j}]", errors, sub=True) for j, s in enumerate(subs))
+            at = f"{where}.firstAvailable"
+            alternatives = tuple(_exact(s, f"{at}[{j}]", errors, sub=True) for j, s in enumerate(subs))
             if not alternatives:
                 errors.add(f"{where}.firstAvailable", "expected at least one subrequest")
         requests.append(DeviceRequest(name, alternatives))
