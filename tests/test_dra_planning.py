@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import replace
 
 from extender.core.cluster import ClusterState
+from extender.core.explain import explain
 from extender.core.scheduler import GangScheduler
 from tests.builders import GPU, TOPO, grid, pod, podgroup
 from tests.dra_builders import claim_pod, exactly, publish, template
@@ -96,3 +97,14 @@ def test_a_mixed_cluster_places_device_plugin_gangs_and_dra_gangs() -> None:
     plugin = plan(scheduler, [p.key for p in plugin_pods])
     assert {n.split("-")[2] for n in dra.values()} == {"r2"}
     assert {n.split("-")[2] for n in plugin.values()} == {"r1"}
+
+
+def test_explain_shows_the_devices_asked_and_free_per_domain() -> None:
+    scheduler = cluster()
+    keys = gang(scheduler, "big", 5)
+    plan(scheduler, keys)
+    [line] = explain(scheduler, "default/big").devices
+    assert line == (
+        "devices/gpu.example.com: 40 asked by 5 unbound pod(s); 64 free in the cluster; "
+        "free per rack: z1/b1/r1 32, z1/b1/r2 32"
+    )

@@ -290,17 +290,17 @@ class ClusterState:
         hold, plus what `give_back` returns."""
         self.settle_devices()
         table = self.table
-        usage = PlanningUsage(self.bound, self.reserved, give_back or {}, self._allocated)
+        usage = PlanningUsage(self.bound, self.reserved, give_back or {}, self.allocated_devices)
         return ClusterSnapshot(table, usage)
 
-    def _allocated(self, resource: str) -> IntArray | None:
+    def allocated_devices(self, resource: str) -> IntArray | None:
         return self.devices.allocated(resource, self.table.nodes)
 
     def free_on(self, node: str, resource: str) -> int:
         i = self.table.index.get(node)
         if i is None:
             return 0
-        held = self._allocated(resource)
+        held = self.allocated_devices(resource)
         taken = self.bound.at(node, resource) + self.reserved.at(node, resource)
         return int(self.table.alloc(resource)[i]) - taken - (int(held[i]) if held is not None else 0)
 
