@@ -28,6 +28,9 @@ PATHS = {  # (apiVersion, kind) -> (path prefix, plural, namespaced)
     ("scheduling.topogang.io/v1alpha1", "Topology"): ("/apis/scheduling.topogang.io/v1alpha1", "topologies", False),
     ("scheduling.run.ai/v2", "Queue"): ("/apis/scheduling.run.ai/v2", "queues", False),
     ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): ("/apis/kueue.x-k8s.io/v1beta1", "resourceflavors", False),
+    ("resource.k8s.io/v1", "DeviceClass"): ("/apis/resource.k8s.io/v1", "deviceclasses", False),
+    ("resource.k8s.io/v1", "ResourceSlice"): ("/apis/resource.k8s.io/v1", "resourceslices", False),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1", "resourceclaimtemplates", True),
 }
 
 

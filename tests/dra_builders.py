@@ -122,7 +122,7 @@ def claim_pod(
 
 def publish(state: ClusterState, nodes: Sequence[str], count: int = 8) -> None:
     """A driver's slices for NODES and a DeviceClass selecting its devices."""
-    state.set_device_class(CLASS, device_class())
+    state.set_dra("DeviceClass", CLASS, device_class())
     for n in nodes:
         s = device_slice(n, count)
-        state.set_resource_slice(s.name, s)
+        state.set_dra("ResourceSlice", s.name, s)

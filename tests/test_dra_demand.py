@@ -56,7 +56,7 @@ def test_a_slice_shared_through_a_node_selector_counts_on_the_nodes_it_reaches()
         ]
     }
     shared = device_slice(None, count=2, nodeSelector=selector)
-    state.set_resource_slice(shared.name, shared)
+    state.set_dra("ResourceSlice", shared.name, shared)
     assert free(state) == [8, 8, 10, 10]
 
 
@@ -64,20 +64,20 @@ def test_an_older_generation_of_a_pool_is_not_counted() -> None:
     state = cluster()
     newer = device_slice("z1-b1-r1-n1", count=4)
     newer = replace(newer, name="again", generation=2)
-    state.set_resource_slice("again", newer)
+    state.set_dra("ResourceSlice", "again", newer)
     assert free(state) == [4, 8, 8, 8]
 
 
 def test_a_pod_asks_for_the_devices_of_its_template() -> None:
     state = cluster()
-    state.set_claim_template("default/gpus", template("gpus", exactly(4)))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(4)))
     state.upsert_pod(claim_pod("p"))
     assert state.pods["default/p"].requests[KEY] == 4000
 
 
 def test_all_asks_for_every_device_of_a_node() -> None:
     state = cluster()
-    state.set_claim_template("default/gpus", template("gpus", exactly(None, mode="All")))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(None, mode="All")))
     state.upsert_pod(claim_pod("p"))
     assert state.pods["default/p"].requests[KEY] == 8000
 
@@ -85,7 +85,7 @@ def test_all_asks_for_every_device_of_a_node() -> None:
 def test_first_available_takes_the_first_subrequest_some_node_can_meet() -> None:
     state = cluster()
     first = {"firstAvailable": [{"name": "sixteen", **exactly(16)}, {"name": "eight", **exactly(8)}]}
-    state.set_claim_template("default/gpus", template("gpus", first))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", first))
     state.upsert_pod(claim_pod("p"))
     assert state.pods["default/p"].requests[KEY] == 8000
     assert not state.pods["default/p"].device_errors
@@ -93,43 +93,43 @@ def test_first_available_takes_the_first_subrequest_some_node_can_meet() -> None
 
 def test_the_claim_made_from_the_template_replaces_it_and_asks_nothing_once_allocated() -> None:
     state = cluster()
-    state.set_claim_template("default/gpus", template("gpus", exactly(8)))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(8)))
     state.upsert_pod(claim_pod("p", generated="p-gpu"))  # the claim is not visible yet: the template counts
     assert state.pods["default/p"].requests[KEY] == 8000
-    state.set_resource_claim("default/p-gpu", claim("p-gpu", exactly(2)))
-    state.settle_devices()
+    state.set_dra("ResourceClaim", "default/p-gpu", claim("p-gpu", exactly(2)))
+    _ = state.table  # counts the changed claims again
     assert state.pods["default/p"].requests[KEY] == 2000
     held = [("z1-b1-r1-n1", "gpu-0"), ("z1-b1-r1-n1", "gpu-1")]
-    state.set_resource_claim("default/p-gpu", claim("p-gpu", exactly(2), allocated=held))
-    state.settle_devices()
+    state.set_dra("ResourceClaim", "default/p-gpu", claim("p-gpu", exactly(2), allocated=held))
+    _ = state.table  # counts the changed claims again
     assert KEY not in state.pods["default/p"].requests
     assert free(state) == [6, 8, 8, 8]
 
 
 def test_a_claim_shared_by_several_pods_counts_once() -> None:
     state = cluster()
-    state.set_resource_claim("default/shared", claim("shared", exactly(2)))
+    state.set_dra("ResourceClaim", "default/shared", claim("shared", exactly(2)))
     for name in ("a", "b", "c"):
         state.upsert_pod(claim_pod(name, claim_name="shared"))
-    state.settle_devices()
+    _ = state.table  # counts the changed claims again
     asked = {k: p.requests.get(KEY, 0) for k, p in state.pods.items()}
     assert asked == {"default/a": 2000, "default/b": 0, "default/c": 0}
     state.delete_pod("default/a")
-    state.settle_devices()
+    _ = state.table  # counts the changed claims again
     assert state.pods["default/b"].requests[KEY] == 2000
 
 
 def test_a_device_held_by_two_claims_is_counted_once() -> None:
     state = cluster()
     held = [("z1-b1-r2-n2", "gpu-3")]
-    state.set_resource_claim("default/x", claim("x", exactly(1), allocated=held))
-    state.set_resource_claim("default/y", claim("y", exactly(1), allocated=held))
+    state.set_dra("ResourceClaim", "default/x", claim("x", exactly(1), allocated=held))
+    state.set_dra("ResourceClaim", "default/y", claim("y", exactly(1), allocated=held))
     assert free(state) == [8, 8, 8, 7]
 
 
 def test_a_class_that_does_not_exist_is_an_error_naming_the_template_field() -> None:
     state = cluster()
-    state.set_claim_template("default/gpus", template("gpus", exactly(8, cls="gpu.nope")))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(8, cls="gpu.nope")))
     state.upsert_pod(claim_pod("p"))
     [error] = state.pods["default/p"].device_errors
     assert str(error) == (
@@ -140,7 +140,7 @@ def test_a_class_that_does_not_exist_is_an_error_naming_the_template_field() -> 
 
 def test_more_devices_than_any_node_has_is_an_error() -> None:
     state = cluster()
-    state.set_claim_template("default/gpus", template("gpus", exactly(9)))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(9)))
     state.upsert_pod(claim_pod("p"))
     [error] = state.pods["default/p"].device_errors
     assert error.message == "asks for 9 device(s) of DeviceClass 'gpu.example.com'; the most any node has is 8"
@@ -148,7 +148,7 @@ def test_more_devices_than_any_node_has_is_an_error() -> None:
 
 def test_a_selector_that_does_not_compile_is_an_error() -> None:
     state = cluster()
-    state.set_claim_template("default/gpus", template("gpus", exactly(1, selectors=["device.driver =="])))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(1, selectors=["device.driver =="])))
     state.upsert_pod(claim_pod("p"))
     [error] = state.pods["default/p"].device_errors
     assert error.message.startswith("selector 'device.driver ==' does not compile")
@@ -157,7 +157,7 @@ def test_a_selector_that_does_not_compile_is_an_error() -> None:
 def test_a_selector_topogang_cannot_evaluate_leaves_the_request_to_kube_scheduler() -> None:
     state = cluster()
     expression = f'cel.bind(d, device.attributes["{DRIVER}"], d.model == "H100")'
-    state.set_claim_template("default/gpus", template("gpus", exactly(8, selectors=[expression])))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(8, selectors=[expression])))
     state.upsert_pod(claim_pod("p"))
     pod = state.pods["default/p"]
     assert not pod.device_errors
@@ -169,7 +169,7 @@ def test_a_selector_topogang_cannot_evaluate_leaves_the_request_to_kube_schedule
 def test_a_request_selector_narrows_the_devices_counted() -> None:
     state = cluster()
     expression = f'device.attributes["{DRIVER}"].index < 2'
-    state.set_claim_template("default/gpus", template("gpus", exactly(2, selectors=[expression])))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(2, selectors=[expression])))
     state.upsert_pod(claim_pod("p"))
     [key] = [r for r in state.pods["default/p"].requests if r.startswith("devices/")]
     assert key == device_key(CLASS, (expression,))
@@ -183,8 +183,8 @@ def test_an_extended_resource_backed_by_a_class_counts_devices_where_no_plugin_g
         for n in grid(racks=2, nodes=2)
     ]
     state = cluster(count=4, nodes=nodes)
-    state.set_device_class(CLASS, device_class(extended=GPU))
+    state.set_dra("DeviceClass", CLASS, device_class(extended=GPU))
     assert free(state, GPU) == [8, 4, 8, 4]
-    state.set_resource_claim("default/x", claim("x", exactly(1), allocated=[("z1-b1-r1-n2", "gpu-0")]))
+    state.set_dra("ResourceClaim", "default/x", claim("x", exactly(1), allocated=[("z1-b1-r1-n2", "gpu-0")]))
     assert free(state, GPU) == [8, 3, 8, 4]
     assert np.array_equal(state.snapshot().free(KEY), np.array([4000, 3000, 4000, 4000]))

@@ -26,7 +26,7 @@ def cluster(dra_nodes: list[str] = NODES, plugin_gpus: int = 0) -> GangScheduler
         state.upsert_node(n)
     state.set_topology("default", TOPO)
     publish(state, dra_nodes)
-    state.set_claim_template("default/gpus", template("gpus", exactly(8)))
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(8)))
     return GangScheduler(state)
 
 
@@ -74,7 +74,7 @@ def test_a_gang_that_needs_more_devices_than_a_rack_has_waits_with_the_reason() 
 
 def test_a_gang_with_bad_claims_is_invalid_and_the_others_are_still_placed() -> None:
     scheduler = cluster()
-    scheduler.state.set_claim_template("default/nope", template("nope", exactly(8, cls="gpu.nope")))
+    scheduler.state.set_dra("ResourceClaimTemplate", "default/nope", template("nope", exactly(8, cls="gpu.nope")))
     bad = gang(scheduler, "bad", 2, template_name="nope")
     assert plan(scheduler, bad) == {}
     status = scheduler.status("default/bad")

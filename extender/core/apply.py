@@ -14,7 +14,7 @@ so both see a cluster the same way:
     ResourceFlavor (Kueue)    ClusterState.set_flavor, by name
     Queue (KAI), LocalQueue (Kueue)  ClusterState.set_queue; their CRDs, set_queue_api
     ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate (resource.k8s.io/v1)
-                              ClusterState.set_resource_slice / ... (core/dra/objects.py)
+                              ClusterState.set_dra (core/dra/objects.py)
     anything else             ClusterState.set_object: the workload owners the grouper reads
 
 Any other object that does not parse raises `InvalidObject` and the view keeps what it had of

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from extender.core.dra import DeviceInventory
+from extender.core.dra.inventory import CLAIMS, DEVICES, DraObject
 from extender.core.dra.pods import ClaimedPods
 from extender.core.usage import PlanningUsage, UsageLedger
 from extender.model.budget import DisruptionBudget
-from extender.model.dra.claims import ClaimInfo, TemplateInfo
-from extender.model.dra.slices import DeviceClassInfo, DeviceSlice
 from extender.model.errors import FieldError
 from extender.model.flavor import ResourceFlavor
 from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
 from extender.model.topology import TopologySpec
-from extender.placement import ClusterSnapshot, IntArray, NodeTable
+from extender.placement import ClusterSnapshot, NodeTable
 
 # Deletions remembered against late requests: far more than kube-scheduler can have in flight.
 DELETED_UIDS_KEPT = 20_000
@@ -70,7 +70,7 @@ class ClusterState:
         self._reserved: UsageLedger | None = None
         self._listeners: list[Callable[[str, object], None]] = []
         # Dynamic Resource Allocation: slices, classes, claims, templates, and the pods with claims
-        # (their `requests` carry the devices still needed; `settle_devices` refreshes them).
+        # (their `requests` carry the devices still needed, refreshed when `table` is next read).
         self.devices = DeviceInventory()
         self._claimed = ClaimedPods(self.devices)
         self._stale_pods: set[str] = set()
@@ -119,6 +119,12 @@ class ClusterState:
                     self._bound.add(pod.node_name, pod.requests)
             for node, requests in self.reservations.values():
                 self._reserved.add(node, requests)
+            self._stale_pods.update(self._claimed.raw)  # nodes or devices changed: count claims again
+        if self._stale_pods:  # pods whose claims, templates or devices changed
+            stale, self._stale_pods = self._stale_pods, set()
+            for key in sorted(stale):
+                if (raw := self._claimed.raw.get(key)) is not None and key in self.pods:
+                    self.upsert_pod(raw)
         return self._table
 
     @property
@@ -137,12 +143,10 @@ class ClusterState:
 
     def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
         """Store `pod`; returns the version it replaced."""
-        if pod.claims or pod.key in self._claimed.raw:
-            self._stale_pods |= self._claimed.track(pod, pod.key)
+        if pod.claims or pod.key in self._claimed.raw:  # its devices join its requests
+            others = self._claimed.track(pod, pod.key)  # pods sharing a claim with it
             pod = self._claimed.derive(pod, self.table.nodes)
-        return self._store_pod(pod)
-
-    def _store_pod(self, pod: PodInfo) -> PodInfo | None:
+            self._stale_pods |= others
         old = self.pods.get(pod.key)
         if old == pod:
             return old
@@ -288,58 +292,28 @@ class ClusterState:
     def snapshot(self, give_back: Mapping[str, Mapping[str, int]] | None = None) -> ClusterSnapshot:
         """Free capacity: allocatable (and devices) - bound pods - reservations - devices claims
         hold, plus what `give_back` returns."""
-        self.settle_devices()
         table = self.table
-        usage = PlanningUsage(self.bound, self.reserved, give_back or {}, self.allocated_devices)
-        return ClusterSnapshot(table, usage)
-
-    def allocated_devices(self, resource: str) -> IntArray | None:
-        return self.devices.allocated(resource, self.table.nodes)
+        held = partial(self.devices.allocated, nodes=table.nodes)
+        return ClusterSnapshot(table, PlanningUsage(self.bound, self.reserved, give_back or {}, held))
 
     def free_on(self, node: str, resource: str) -> int:
         i = self.table.index.get(node)
         if i is None:
             return 0
-        held = self.allocated_devices(resource)
+        held = self.devices.allocated(resource, self.table.nodes)
         taken = self.bound.at(node, resource) + self.reserved.at(node, resource)
         return int(self.table.alloc(resource)[i]) - taken - (int(held[i]) if held is not None else 0)
 
-    # -- Dynamic Resource Allocation ---------------------------------------------------------------------
-
-    def set_resource_slice(self, name: str, found: DeviceSlice | None) -> None:
-        self.devices.set_slice(name, found)
-        self._devices_changed(name)
-
-    def set_device_class(self, name: str, found: DeviceClassInfo | None) -> None:
-        self.devices.set_class(name, found)
-        self._devices_changed(name)
-
-    def _devices_changed(self, name: str) -> None:
-        self._invalidate_nodes()  # capacity of devices is part of the node table
-        self._stale_pods.update(self._claimed.all())
-        self._notify("devices", name)
-
-    def set_resource_claim(self, key: str, claim: ClaimInfo | None) -> None:
-        old = self.devices.set_claim(key, claim)
-        if old != claim:
-            self._stale_pods |= self._claimed.readers(key)
+    def set_dra(self, kind: str, key: str, found: DraObject | None) -> None:
+        """A ResourceSlice or DeviceClass (by name), a ResourceClaim or ResourceClaimTemplate (by
+        namespace/name) came or changed (FOUND), or went (None)."""
+        changed = self.devices.set(kind, key, found)
+        if changed == DEVICES:  # capacity per node: the table's rebuild counts every claim again
+            self._invalidate_nodes()
+        elif changed == CLAIMS:
+            self._stale_pods |= self._claimed.readers(key, template=kind == "ResourceClaimTemplate")
+        if changed is not None:
             self._notify("devices", key)
-
-    def set_claim_template(self, key: str, template: TemplateInfo | None) -> None:
-        self.devices.set_template(key, template)
-        self._stale_pods |= self._claimed.readers(key, template=True)
-        self._notify("devices", key)
-
-    def settle_devices(self) -> None:
-        """Count again the devices of pods whose claims, templates or devices changed."""
-        if not self._stale_pods:
-            return
-        stale, self._stale_pods = self._stale_pods, set()
-        nodes = self.table.nodes
-        for key in sorted(stale):
-            raw = self._claimed.raw.get(key)
-            if raw is not None and key in self.pods:
-                self._store_pod(self._claimed.derive(raw, nodes))
 
     def pod_priority(self, pod: PodInfo) -> int:
         """As the API server's Priority admission resolves it (live pods carry its answer in

@@ -135,7 +135,7 @@ class Membership:
             self._views.clear()  # (a node changes no tree: gangs are built from specs and topologies)
 
     def _sync(self) -> None:
-        self.state.settle_devices()
+        _ = self.state.table  # pods whose claims or devices changed are counted again first
         if self._all_dirty:
             self._all_dirty = False
             self._dirty_families.update(self._families)

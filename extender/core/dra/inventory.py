@@ -28,6 +28,9 @@ from extender.model.dra.slices import Device, DeviceClassInfo, DeviceId, DeviceS
 from extender.model.node import NodeInfo
 from extender.placement import IntArray
 
+DraObject = DeviceSlice | DeviceClassInfo | ClaimInfo | TemplateInfo
+DEVICES, CLAIMS = "devices", "claims"  # what a change to one object changed (`DeviceInventory.set`)
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -61,6 +64,26 @@ class DeviceInventory:
         self._allocated: dict[tuple[str, int], IntArray] = {}
 
     # -- changes ------------------------------------------------------------------------------------
+
+    def set(self, kind: str, key: str, found: DraObject | None) -> str | None:
+        """Store or forget one object; DEVICES when capacity per node may have changed, CLAIMS
+        when what claims ask or hold did, None when nothing did."""
+        if kind == "ResourceSlice":
+            assert found is None or isinstance(found, DeviceSlice)
+            self.set_slice(key, found)
+            return DEVICES
+        if kind == "DeviceClass":
+            assert found is None or isinstance(found, DeviceClassInfo)
+            self.set_class(key, found)
+            return DEVICES
+        if kind == "ResourceClaim":
+            assert found is None or isinstance(found, ClaimInfo)
+            return CLAIMS if self.set_claim(key, found) != found else None
+        assert found is None or isinstance(found, TemplateInfo)
+        if self.templates.get(key) == found:
+            return None
+        self.set_template(key, found)
+        return CLAIMS
 
     def set_slice(self, name: str, found: DeviceSlice | None) -> None:
         if found is None:

@@ -26,16 +26,16 @@ def apply_dra(state: ClusterState, api: str, kind: str, body: Mapping[str, Any])
         return False
     if kind == "ResourceSlice":
         found = parse_resource_slice(body)
-        state.set_resource_slice(found.name, found)
+        state.set_dra(kind, found.name, found)
     elif kind == "DeviceClass":
         cls = parse_device_class(body)
-        state.set_device_class(cls.name, cls)
+        state.set_dra(kind, cls.name, cls)
     elif kind == "ResourceClaim":
         claim = parse_resource_claim(body)
-        state.set_resource_claim(claim.key, claim)
+        state.set_dra(kind, claim.key, claim)
     else:
         template = parse_claim_template(body)
-        state.set_claim_template(template.key, template)
+        state.set_dra(kind, template.key, template)
     return True
 
 
@@ -44,12 +44,6 @@ def delete_dra(state: ClusterState, api: str, kind: str, body: Mapping[str, Any]
     if api != DRA_API_VERSION or kind not in DRA_KINDS:
         return False
     namespace, name = _ident(body)
-    if kind == "ResourceSlice":
-        state.set_resource_slice(name, None)
-    elif kind == "DeviceClass":
-        state.set_device_class(name, None)
-    elif kind == "ResourceClaim":
-        state.set_resource_claim(f"{namespace}/{name}", None)
-    else:
-        state.set_claim_template(f"{namespace}/{name}", None)
+    cluster_scoped = kind in ("ResourceSlice", "DeviceClass")
+    state.set_dra(kind, name if cluster_scoped else f"{namespace}/{name}", None)
     return True

@@ -7,13 +7,18 @@ which pod a shared claim is counted on (the first by key: a shared claim counts 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from extender.core.dra.demand import pod_demand
 from extender.core.dra.inventory import DeviceInventory
 from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
+
+
+def _shared(pod: PodInfo) -> set[str]:
+    """The claims POD names by resourceClaimName (which other pods may name too)."""
+    return {f"{pod.namespace}/{c.claim_name}" for c in pod.claims if c.claim_name}
 
 
 def _refs(pod: PodInfo) -> set[str]:
@@ -36,27 +41,26 @@ class ClaimedPods:
         self._shared: dict[str, set[str]] = {}  # claim named by resourceClaimName -> its pods
 
     def track(self, pod: PodInfo | None, key: str) -> set[str]:
-        """Remember POD (None: deleted); returns the other pods whose demand may change (those
-        sharing a claim with it)."""
+        """Remember POD (None: deleted); returns the other pods whose demand changes with it:
+        those sharing a claim it joins or leaves (which of them counts the claim may change)."""
         old = self.raw.pop(key, None)
-        others: set[str] = set()
+        before = _shared(old) if old is not None else set()
+        after = _shared(pod) if pod is not None and pod.claims else set()
         if old is not None:
             for ref in _refs(old):
                 self._readers.get(ref, set()).discard(key)
-            for c in old.claims:
-                if c.claim_name:
-                    users = self._shared.get(f"{old.namespace}/{c.claim_name}", set())
-                    users.discard(key)
-                    others |= users
         if pod is not None and pod.claims:
             self.raw[key] = pod
             for ref in _refs(pod):
                 self._readers.setdefault(ref, set()).add(key)
-            for c in pod.claims:
-                if c.claim_name:
-                    users = self._shared.setdefault(f"{pod.namespace}/{c.claim_name}", set())
-                    others |= users
-                    users.add(key)
+        others: set[str] = set()
+        for claim in before ^ after:
+            users = self._shared.setdefault(claim, set())
+            others |= users
+            if claim in after:
+                users.add(key)
+            else:
+                users.discard(key)
         return others - {key}
 
     def readers(self, key: str, template: bool = False) -> set[str]:
@@ -74,6 +78,3 @@ class ClaimedPods:
         for resource, value in demand.requests.items():
             requests[resource] = requests.get(resource, 0) + value
         return replace(raw, requests=requests, device_errors=demand.errors, device_warnings=demand.warnings)
-
-    def all(self) -> Iterable[str]:
-        return list(self.raw)
