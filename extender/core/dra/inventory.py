@@ -139,8 +139,9 @@ class DeviceInventory:
         if self._kinds is not None and self._kinds.nodes == names:
             return self._kinds
         index = {n: i for i, n in enumerate(names)}
-        by_content: dict[tuple[object, ...], tuple[Device, IntArray]] = {}
         where: dict[DeviceId, tuple[Device, tuple[int, ...]]] = {}
+        positions: dict[tuple[object, ...], list[int]] = {}  # content -> node indices, once per device
+        sample: dict[tuple[object, ...], Device] = {}
         for s in sorted(self._current_slices(), key=lambda s: s.name):
             for device in s.devices:
                 reach = device.where or s.where
@@ -152,10 +153,13 @@ class DeviceInventory:
                 if not on or device.id in where:
                     continue
                 where[device.id] = (device, on)
-                found = by_content.get(device.content)
-                if found is None:
-                    found = by_content[device.content] = (device, np.zeros(len(names), dtype=np.int64))
-                found[1][list(on)] += 1000
+                content = device.content
+                sample.setdefault(content, device)
+                positions.setdefault(content, []).extend(on)
+        by_content = {
+            content: (sample[content], np.bincount(at, minlength=len(names)).astype(np.int64) * 1000)
+            for content, at in positions.items()
+        }
         self._kinds = _Kinds(names, by_content, where)
         return self._kinds
 
@@ -231,17 +235,17 @@ class DeviceInventory:
         key = resource if cls is None else self.select(cls, ())
         selection = self._selection(key)
         kinds = self._kinds_for(nodes)
-        out = np.zeros(len(nodes), dtype=np.int64)
         held: set[DeviceId] = set()
         for claim in self.claims.values():
             if cls is not None and claim.extended_resource:
                 continue
             held.update(claim.allocated)
+        at: list[int] = []
         for device_id in held:
             placed = kinds.where.get(device_id)
-            if placed is None or selection is None or self._selects(selection, placed[0]) is not True:
-                continue
-            out[list(placed[1])] += 1000
+            if placed is not None and selection is not None and self._selects(selection, placed[0]) is True:
+                at.extend(placed[1])
+        out = np.bincount(at, minlength=len(nodes)).astype(np.int64) * 1000
         if cls is not None:  # nodes whose device plugin gives the resource do not use devices
             plugin = np.fromiter((resource in n.allocatable for n in nodes), np.bool_, len(nodes))
             out[plugin] = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from extender.model.errors import ErrorList
 from extender.model.quantity import QuantityError, parse_nonnegative
@@ -55,15 +55,13 @@ class Device:
     capacity: tuple[tuple[str, str, int], ...]  # (domain, name, milli-units), sorted
     where: Where | None = None  # perDeviceNodeSelection: the device's own node fields
     multiple: bool = False  # allowMultipleAllocations
+    id: DeviceId = field(init=False, compare=False)  # (driver, pool, name)
+    # What a CEL selector can see (not the name): devices alike in this evaluate alike.
+    content: tuple[object, ...] = field(init=False, compare=False)
 
-    @property
-    def id(self) -> DeviceId:
-        return (self.driver, self.pool, self.name)
-
-    @property
-    def content(self) -> tuple[object, ...]:
-        """What a CEL selector can see (not the name): devices alike in this evaluate alike."""
-        return (self.driver, self.attributes, self.capacity, self.multiple)
+    def __post_init__(self) -> None:  # kept, not computed per use: counting reads them per device
+        object.__setattr__(self, "id", (self.driver, self.pool, self.name))
+        object.__setattr__(self, "content", (self.driver, self.attributes, self.capacity, self.multiple))
 
 
 @dataclass(frozen=True, slots=True)
