@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from extender.model.dra.claims import ALL, parse_claim_template, parse_pod_claims, parse_resource_claim
-from extender.model.dra.expressions import Invalid, Unsupported, evaluate
+from extender.model.dra.expressions import Invalid, Unsupported, evaluate, verdict_key
 from extender.model.dra.slices import parse_device_class, parse_resource_slice
 from extender.model.errors import ErrorList, InvalidObject
 from tests.dra_builders import DRIVER, class_body, device_slice, slice_body
@@ -161,3 +161,16 @@ def test_a_selector_that_does_not_parse_is_invalid() -> None:
     verdict = evaluate("device.driver ==", DEVICE)
     assert isinstance(verdict, Invalid)
     assert "does not compile" in verdict.reason
+
+
+def test_devices_alike_in_what_a_selector_reads_share_one_evaluation() -> None:
+    # Each device has its own uuid; a selector on the model reads only the model.
+    body = slice_body("n9", count=3)
+    for i, d in enumerate(body["spec"]["devices"]):
+        d["attributes"]["uuid"] = {"string": f"GPU-{i}"}
+    devices = parse_resource_slice(body).devices
+    expression = f'device.attributes["{DRIVER}"].model == "H100"'
+    assert {verdict_key(expression, d) for d in devices} == {(DRIVER, False, ((DRIVER, "model", "H100"),), ())}
+    # One that may read a whole map sees every attribute: a verdict per device.
+    walking = f'device.attributes["{DRIVER}"].exists(k, k == "uuid")'
+    assert len({verdict_key(walking, d) for d in devices}) == 3

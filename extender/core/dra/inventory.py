@@ -17,17 +17,18 @@ selector can see of them, so selectors are evaluated once per kind of device, no
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from extender.core.dra.keys import DEVICE_PREFIX, device_key, is_device_resource
-from extender.model.dra.claims import ClaimInfo, TemplateInfo
+from extender.model.dra.claims import ClaimInfo, ClaimSpec, TemplateInfo
 from extender.model.dra.expressions import Invalid, Unsupported, Verdict, all_match
-from extender.model.dra.slices import Device, DeviceClassInfo, DeviceId, DeviceSlice
+from extender.model.dra.slices import Device, DeviceClassInfo, DeviceId, DeviceSlice, Where
 from extender.model.node import NodeInfo
 from extender.placement import IntArray
 
+_SPECS_KEPT = 10_000
 DraObject = DeviceSlice | DeviceClassInfo | ClaimInfo | TemplateInfo
 DEVICES, CLAIMS = "devices", "claims"  # what a change to one object changed (`DeviceInventory.set`)
 
@@ -41,12 +42,11 @@ class Selection:
 
 
 @dataclass
-class _Kinds:
-    """The devices of one node list, grouped by content: content -> (a device, per-node count)."""
+class _Devices:
+    """The devices of one node list: per device, the nodes (indices) it is counted on."""
 
     nodes: tuple[str, ...]
-    by_content: dict[tuple[object, ...], tuple[Device, IntArray]]
-    where: dict[DeviceId, tuple[Device, tuple[int, ...]]]  # device -> the nodes it is counted on
+    where: dict[DeviceId, tuple[Device, tuple[int, ...]]]
 
 
 class DeviceInventory:
@@ -58,10 +58,11 @@ class DeviceInventory:
         self.selections: dict[str, Selection] = {}
         self.version = 0  # bumps when slices or classes change (capacity may change)
         self.claims_version = 0  # bumps when a claim changes (allocations may change)
-        self._kinds: _Kinds | None = None
+        self._devices: _Devices | None = None
         self._verdicts: dict[str, Verdict] = {}  # device resource -> True, or why it cannot be counted
         self._capacity: dict[str, IntArray] = {}
         self._allocated: dict[tuple[str, int], IntArray] = {}
+        self._specs: dict[ClaimSpec, ClaimSpec] = {}
 
     # -- changes ------------------------------------------------------------------------------------
 
@@ -101,7 +102,7 @@ class DeviceInventory:
 
     def _devices_changed(self) -> None:
         self.version += 1
-        self._kinds = None
+        self._devices = None
         self._verdicts.clear()
         self._capacity.clear()
         self._allocated.clear()
@@ -109,7 +110,11 @@ class DeviceInventory:
     def set_claim(self, key: str, claim: ClaimInfo | None) -> ClaimInfo | None:
         old = self.claims.pop(key, None)
         if claim is not None:
-            self.claims[key] = claim
+            # Claims made from one template ask alike: one spec for all (bounded; memory)
+            spec = self._specs.get(claim.spec)
+            if spec is None and len(self._specs) < _SPECS_KEPT:
+                spec = self._specs[claim.spec] = claim.spec
+            self.claims[key] = claim if spec is None else replace(claim, spec=spec)
         if (old and old.allocated) or (claim and claim.allocated):
             self.claims_version += 1
             self._allocated.clear()
@@ -134,34 +139,26 @@ class DeviceInventory:
             newest[(s.driver, s.pool)] = max(newest.get((s.driver, s.pool), s.generation), s.generation)
         return [s for s in self.slices.values() if s.generation == newest[(s.driver, s.pool)]]
 
-    def _kinds_for(self, nodes: Sequence[NodeInfo]) -> _Kinds:
+    def _devices_for(self, nodes: Sequence[NodeInfo]) -> _Devices:
         names = tuple(n.name for n in nodes)
-        if self._kinds is not None and self._kinds.nodes == names:
-            return self._kinds
+        if self._devices is not None and self._devices.nodes == names:
+            return self._devices
         index = {n: i for i, n in enumerate(names)}
         where: dict[DeviceId, tuple[Device, tuple[int, ...]]] = {}
-        positions: dict[tuple[object, ...], list[int]] = {}  # content -> node indices, once per device
-        sample: dict[tuple[object, ...], Device] = {}
         for s in sorted(self._current_slices(), key=lambda s: s.name):
+            shared = self._reach(s.where, index, nodes)  # one tuple for the slice's devices
             for device in s.devices:
-                reach = device.where or s.where
-                on: tuple[int, ...]
-                if reach.node_name is not None:
-                    on = (index[reach.node_name],) if reach.node_name in index else ()
-                else:
-                    on = tuple(i for i, n in enumerate(nodes) if reach.reaches(n.name, n.labels))
-                if not on or device.id in where:
-                    continue
-                where[device.id] = (device, on)
-                content = device.content
-                sample.setdefault(content, device)
-                positions.setdefault(content, []).extend(on)
-        by_content = {
-            content: (sample[content], np.bincount(at, minlength=len(names)).astype(np.int64) * 1000)
-            for content, at in positions.items()
-        }
-        self._kinds = _Kinds(names, by_content, where)
-        return self._kinds
+                on = shared if device.where is None else self._reach(device.where, index, nodes)
+                if on and device.id not in where:
+                    where[device.id] = (device, on)
+        self._devices = _Devices(names, where)
+        return self._devices
+
+    @staticmethod
+    def _reach(reach: Where, index: dict[str, int], nodes: Sequence[NodeInfo]) -> tuple[int, ...]:
+        if reach.node_name is not None:
+            return (index[reach.node_name],) if reach.node_name in index else ()
+        return tuple(i for i, n in enumerate(nodes) if reach.reaches(n.name, n.labels))
 
     def verdict(self, resource: str, nodes: Sequence[NodeInfo]) -> Verdict:
         """True when the resource's selectors could be evaluated on every device; else why not."""
@@ -185,18 +182,16 @@ class DeviceInventory:
 
     def _count(self, resource: str, nodes: Sequence[NodeInfo]) -> IntArray:
         selection = self._selection(resource)
-        kinds = self._kinds_for(nodes)
-        total = np.zeros(len(nodes), dtype=np.int64)
-        if selection is None:
-            return total
-        for device, counts in kinds.by_content.values():
-            verdict = self._selects(selection, device)
-            if isinstance(verdict, Invalid | Unsupported):
-                self._verdicts.setdefault(resource, verdict)
-            elif verdict:
-                total += counts
+        at: list[int] = []
+        if selection is not None:
+            for device, on in self._devices_for(nodes).where.values():
+                verdict = self._selects(selection, device)
+                if isinstance(verdict, Invalid | Unsupported):
+                    self._verdicts.setdefault(resource, verdict)
+                elif verdict:
+                    at.extend(on)
         self._verdicts.setdefault(resource, True)
-        return total
+        return np.bincount(at, minlength=len(nodes)).astype(np.int64) * 1000
 
     def capacity(self, resource: str, nodes: Sequence[NodeInfo]) -> IntArray | None:
         found = self._capacity.get(resource)
@@ -234,7 +229,7 @@ class DeviceInventory:
             return found
         key = resource if cls is None else self.select(cls, ())
         selection = self._selection(key)
-        kinds = self._kinds_for(nodes)
+        devices = self._devices_for(nodes)
         held: set[DeviceId] = set()
         for claim in self.claims.values():
             if cls is not None and claim.extended_resource:
@@ -242,7 +237,7 @@ class DeviceInventory:
             held.update(claim.allocated)
         at: list[int] = []
         for device_id in held:
-            placed = kinds.where.get(device_id)
+            placed = devices.where.get(device_id)
             if placed is not None and selection is not None and self._selects(selection, placed[0]) is True:
                 at.extend(placed[1])
         out = np.bincount(at, minlength=len(nodes)).astype(np.int64) * 1000

@@ -36,8 +36,10 @@ def _refs(pod: PodInfo) -> set[str]:
 class ClaimedPods:
     def __init__(self, inventory: DeviceInventory) -> None:
         self.inventory = inventory
-        self.raw: dict[str, PodInfo] = {}  # pod -> as read
-        self._readers: dict[str, set[str]] = {}  # claim or template -> pods that depend on it
+        self.raw: dict[str, PodInfo] = {}  # pod -> as read (the same object while it needs no device)
+        # claim or template -> the pod that depends on it, or the pods when several do (a claim
+        # made for one pod has one reader: kept as a string, not a set of one, for memory)
+        self._readers: dict[str, str | set[str]] = {}
         self._shared: dict[str, set[str]] = {}  # claim named by resourceClaimName -> its pods
 
     def track(self, pod: PodInfo | None, key: str) -> set[str]:
@@ -48,11 +50,11 @@ class ClaimedPods:
         after = _shared(pod) if pod is not None and pod.claims else set()
         if old is not None:
             for ref in _refs(old):
-                self._readers.get(ref, set()).discard(key)
+                self._unread(ref, key)
         if pod is not None and pod.claims:
             self.raw[key] = pod
             for ref in _refs(pod):
-                self._readers.setdefault(ref, set()).add(key)
+                self._read(ref, key)
         others: set[str] = set()
         for claim in before ^ after:
             users = self._shared.setdefault(claim, set())
@@ -61,11 +63,32 @@ class ClaimedPods:
                 users.add(key)
             else:
                 users.discard(key)
+                if not users:
+                    del self._shared[claim]
         return others - {key}
+
+    def _read(self, ref: str, pod: str) -> None:
+        found = self._readers.get(ref)
+        if found is None or found == pod:
+            self._readers[ref] = pod
+        elif isinstance(found, str):
+            self._readers[ref] = {found, pod}
+        else:
+            found.add(pod)
+
+    def _unread(self, ref: str, pod: str) -> None:
+        found = self._readers.get(ref)
+        if found == pod:
+            del self._readers[ref]
+        elif isinstance(found, set):
+            found.discard(pod)
+            if len(found) == 1:
+                self._readers[ref] = found.pop()
 
     def readers(self, key: str, template: bool = False) -> set[str]:
         namespace, _, name = key.partition("/")
-        return set(self._readers.get(f"{namespace}/template:{name}" if template else key, ()))
+        found = self._readers.get(f"{namespace}/template:{name}" if template else key)
+        return {found} if isinstance(found, str) else set(found or ())
 
     def derive(self, raw: PodInfo, nodes: Sequence[NodeInfo]) -> PodInfo:
         """RAW with its devices added to its requests, and what could not be counted."""
@@ -74,6 +97,8 @@ class ClaimedPods:
         demand = pod_demand(
             raw, self.inventory, nodes, lambda claim: min(self._shared.get(claim, {raw.key})) == raw.key
         )
+        if not demand.requests and not demand.errors and not demand.warnings:
+            return raw  # its claims are allocated: nothing to add, nothing to copy
         requests = dict(raw.requests)
         for resource, value in demand.requests.items():
             requests[resource] = requests.get(resource, 0) + value

@@ -3,6 +3,7 @@ for, and which devices an allocated claim holds."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from extender.model.dra.slices import DeviceId, parse_selectors
@@ -48,7 +49,6 @@ class ClaimInfo:
     spec: ClaimSpec
     allocated: tuple[DeviceId, ...] = ()  # status.allocation.devices.results
     is_allocated: bool = False
-    reserved_for: tuple[str, ...] = ()  # uids of status.reservedFor
     extended_resource: bool = False  # kube-scheduler's claim for a DRA-backed extended resource
 
     @property
@@ -135,17 +135,13 @@ def parse_resource_claim(body: JSON, default_namespace: str = "default") -> Clai
         r = mapping(item, where, errors)
         if r.get("adminAccess") is True:
             continue
-        allocated.append(
+        allocated.append(  # interned: the same names as the slices' (memory, with a claim per pod)
             (
-                opt_str(r.get("driver"), f"{where}.driver", errors) or "",
-                opt_str(r.get("pool"), f"{where}.pool", errors) or "",
-                opt_str(r.get("device"), f"{where}.device", errors) or "",
+                sys.intern(opt_str(r.get("driver"), f"{where}.driver", errors) or ""),
+                sys.intern(opt_str(r.get("pool"), f"{where}.pool", errors) or ""),
+                sys.intern(opt_str(r.get("device"), f"{where}.device", errors) or ""),
             )
         )
-    reserved = tuple(
-        str(mapping(r, f"status.reservedFor[{i}]", errors).get("uid", ""))
-        for i, r in enumerate(seq(status.get("reservedFor"), "status.reservedFor", errors))
-    )
     annotations = mapping(meta.get("annotations"), "metadata.annotations", errors)
     errors.raise_if_any()
     return ClaimInfo(
@@ -154,7 +150,6 @@ def parse_resource_claim(body: JSON, default_namespace: str = "default") -> Clai
         spec,
         tuple(allocated),
         allocation is not None,
-        reserved,
         annotations.get(EXTENDED_RESOURCE_CLAIM) == "true",
     )
 

@@ -13,8 +13,10 @@ gets one of three answers:
   DynamicResources filter has the last word, never a guess passed off as an answer;
 - `Invalid`: not CEL at all (a syntax error), which the API server would have refused: bad input.
 
-Compiled programs are kept per expression; a verdict is kept per (expression, device content),
-so ten thousand nodes of the same GPU cost one evaluation.
+Compiled programs are kept per expression; a verdict is kept per expression and what of the
+device it can read (the attributes and capacities whose names it holds; everything when it
+iterates or passes on a whole map), so ten thousand nodes of the same GPU, each with its own
+UUID attribute, cost one evaluation.
 """
 
 from __future__ import annotations
@@ -95,11 +97,42 @@ def activation(device: Device, expression: str) -> dict[str, object]:
 
 
 _verdicts: dict[tuple[str, tuple[object, ...]], Verdict] = {}
+_MAPS = re.compile(r"device\s*\.\s*(attributes|capacity)\b(\s*\[[^\]]*\])?")
+_WALKS = re.compile(r"\b(exists|exists_one|all|map|filter|size)\s*\(|\bin\s+device\b")
+_WORDS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@lru_cache(maxsize=4096)
+def _reads(expression: str) -> frozenset[str] | None:
+    """The attribute and capacity names EXPRESSION can read (every word and string it holds), or
+    None when it may read a whole map (iterates one, passes one on, compares one)."""
+    if _WALKS.search(expression):
+        return None
+    for found in _MAPS.finditer(expression):
+        rest = expression[found.end() :].lstrip()
+        if found.group(2) is None or not rest.startswith((".", "[")):
+            return None
+    strings = re.findall(r"""["']([^"']*)["']""", expression)
+    return frozenset(_WORDS.findall(expression)) | frozenset(strings)
+
+
+def verdict_key(expression: str, device: Device) -> tuple[object, ...]:
+    """What of DEVICE the expression can see: its verdict is shared by devices alike in that (a
+    GPU's UUID does not make every device an evaluation of its own)."""
+    reads = _reads(expression)
+    if reads is None:
+        return device.content
+    return (
+        device.driver,
+        device.multiple,
+        tuple(a for a in device.attributes if a[1] in reads),
+        tuple(c for c in device.capacity if c[1] in reads),
+    )
 
 
 def evaluate(expression: str, device: Device) -> Verdict:
-    """The selector's verdict on DEVICE; devices of the same content share it (bounded cache)."""
-    key = (expression, device.content)
+    """The selector's verdict on DEVICE; devices alike in what it reads share it (bounded cache)."""
+    key = (expression, verdict_key(expression, device))
     found = _verdicts.get(key)
     if found is None:
         found = _verdicts[key] = _run(expression, device)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from extender.model.errors import ErrorList
 from extender.model.quantity import QuantityError, parse_nonnegative
@@ -55,13 +57,15 @@ class Device:
     capacity: tuple[tuple[str, str, int], ...]  # (domain, name, milli-units), sorted
     where: Where | None = None  # perDeviceNodeSelection: the device's own node fields
     multiple: bool = False  # allowMultipleAllocations
-    id: DeviceId = field(init=False, compare=False)  # (driver, pool, name)
-    # What a CEL selector can see (not the name): devices alike in this evaluate alike.
-    content: tuple[object, ...] = field(init=False, compare=False)
 
-    def __post_init__(self) -> None:  # kept, not computed per use: counting reads them per device
-        object.__setattr__(self, "id", (self.driver, self.pool, self.name))
-        object.__setattr__(self, "content", (self.driver, self.attributes, self.capacity, self.multiple))
+    @property
+    def id(self) -> DeviceId:
+        return (self.driver, self.pool, self.name)
+
+    @property
+    def content(self) -> tuple[object, ...]:
+        """What a CEL selector can see (not the name): devices alike in this evaluate alike."""
+        return (self.driver, self.attributes, self.capacity, self.multiple)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +118,18 @@ def _where(body: JSON, field: str, errors: ErrorList) -> Where:
     return Where(name or None, selector, all_nodes)
 
 
-def _device(raw: object, field: str, driver: str, pool: str, per_device: bool, errors: ErrorList) -> Device:
+Shared = dict[Any, Any]  # one slice's values seen already: alike devices share them (memory)
+T = TypeVar("T")
+
+
+def _shared(value: T, shared: Shared) -> T:
+    found: T = shared.setdefault(value, value)
+    return found
+
+
+def _device(
+    raw: object, field: str, driver: str, pool: str, per_device: bool, errors: ErrorList, shared: Shared
+) -> Device:
     body = mapping(raw, field, errors)
     unknown_fields(body, _DEVICE, field, errors)
     name = opt_str(body.get("name"), f"{field}.name", errors) or ""
@@ -124,18 +139,20 @@ def _device(raw: object, field: str, driver: str, pool: str, per_device: bool, e
     for key, value in mapping(body.get("attributes"), f"{field}.attributes", errors).items():
         parsed = _attribute(value, f"{field}.attributes.{key}", errors)
         if parsed is not None:
-            attributes.append((*_qualified(str(key), driver), parsed))
+            attributes.append(_shared((*_qualified(str(key), driver), parsed), shared))
     capacity = []
     for key, value in mapping(body.get("capacity"), f"{field}.capacity", errors).items():
         where = f"{field}.capacity.{key}"
         cap = mapping(value, where, errors)
         try:
-            capacity.append((*_qualified(str(key), driver), parse_nonnegative(cap.get("value"))))
+            capacity.append(_shared((*_qualified(str(key), driver), parse_nonnegative(cap.get("value"))), shared))
         except QuantityError as exc:
             errors.add(f"{where}.value", str(exc))
     multiple = bool(opt_bool(body.get("allowMultipleAllocations"), f"{field}.allowMultipleAllocations", errors))
     reach = _where(body, field, errors) if per_device else None
-    return Device(name, driver, pool, tuple(sorted(attributes, key=str)), tuple(sorted(capacity)), reach, multiple)
+    attrs = _shared(tuple(sorted(attributes, key=str)), shared)
+    caps = _shared(tuple(sorted(capacity)), shared)
+    return Device(sys.intern(name), sys.intern(driver), sys.intern(pool), attrs, caps, reach, multiple)
 
 
 def parse_resource_slice(body: JSON) -> DeviceSlice:
@@ -154,8 +171,9 @@ def parse_resource_slice(body: JSON) -> DeviceSlice:
     chosen = sum((where.node_name is not None, bool(where.node_selector), where.all_nodes, per_device))
     if chosen != 1:
         errors.add("spec", f"expected one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection; got {chosen}")
+    shared: Shared = {}
     devices = tuple(
-        _device(d, f"spec.devices[{i}]", driver, pool_name, per_device, errors)
+        _device(d, f"spec.devices[{i}]", driver, pool_name, per_device, errors, shared)
         for i, d in enumerate(seq(spec.get("devices"), "spec.devices", errors))
     )
     errors.raise_if_any()
