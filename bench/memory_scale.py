@@ -15,12 +15,14 @@ hold only owners here.
 
     python bench/memory_scale.py                     # 10,000 nodes, 100,000 pods
     python bench/memory_scale.py --nodes 5000 --pods 50000 --json
-    python bench/memory_scale.py --dra               # GPUs from Dynamic Resource Allocation
+    python bench/memory_scale.py --dra slices        # and a ResourceSlice per node
+    python bench/memory_scale.py --dra claims        # GPUs only from Dynamic Resource Allocation
 
---dra: the nodes' GPUs are devices of ResourceSlices (one slice of 16 devices per node, each
-with a model, an index and a UUID attribute, as a GPU driver publishes them) instead of
-nvidia.com/gpu in allocatable, and each pod's GPU is a ResourceClaim made from a template and
-allocated on its node (100,000 claims), as kube-controller-manager and kube-scheduler leave them.
+--dra slices: each node also has a ResourceSlice of 16 devices, each with a model, an index and
+a UUID attribute, as a GPU driver publishes them (a DeviceClass selects them; the pods are
+unchanged). --dra claims: the nodes' GPUs are those devices only (no nvidia.com/gpu in
+allocatable) and each pod's GPU is a ResourceClaim made from a template and allocated on its
+node (100,000 claims), as kube-controller-manager and kube-scheduler leave them.
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ def dra_setup(scheduler: GangScheduler) -> None:
                              "spec": {"spec": {"devices": {"requests": [request]}}}})  # fmt: skip
 
 
-def build(nodes: int, pods: int, gang_size: int, dra: bool = False) -> GangScheduler:
+def build(nodes: int, pods: int, gang_size: int, dra: str = "") -> GangScheduler:
     scheduler = GangScheduler(ClusterState())
     levels = [{"nodeLabel": lv} for lv in LEVELS]
     apply_object(scheduler, {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "Topology",
@@ -181,9 +183,10 @@ def build(nodes: int, pods: int, gang_size: int, dra: bool = False) -> GangSched
     for i in range(nodes):
         body = node(i)
         if dra:
+            apply_object(scheduler, orjson.loads(orjson.dumps(resource_slice(i))))
+        if dra == "claims":
             without = {k: v for k, v in body["status"]["capacity"].items() if k != GPU}
             body["status"]["capacity"] = body["status"]["allocatable"] = without
-            apply_object(scheduler, orjson.loads(orjson.dumps(resource_slice(i))))
         apply_object(scheduler, orjson.loads(orjson.dumps(body)))  # as decoded from the wire
     in_gangs = pods * 9 // 10
     for g in range(in_gangs // gang_size):
@@ -195,7 +198,7 @@ def build(nodes: int, pods: int, gang_size: int, dra: bool = False) -> GangSched
         gang = f"gang-{i // gang_size}" if i < in_gangs - in_gangs % gang_size else None
         spread = max(1, pods // nodes)  # pods a node
         body = pod(i, f"gpu-{(i // spread) % nodes:05d}", gang)
-        for obj in with_claim(body, i % spread) if dra else [body]:
+        for obj in with_claim(body, i % spread) if dra == "claims" else [body]:
             apply_object(scheduler, orjson.loads(orjson.dumps(obj)))
     return scheduler
 
@@ -208,7 +211,7 @@ def query(scheduler: GangScheduler) -> int:
     return len(groups)
 
 
-def plan_one(scheduler: GangScheduler, dra: bool = False) -> str:
+def plan_one(scheduler: GangScheduler, dra: str = "") -> str:
     """A 1,024-pod gang of 1-GPU pods planned on the full cluster (builds the node table)."""
     body = {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "PodGroup",
             "metadata": {"name": "new", "namespace": "team"}, "spec": {"minMember": 1024}}  # fmt: skip
@@ -217,7 +220,7 @@ def plan_one(scheduler: GangScheduler, dra: bool = False) -> str:
         member = pod(10_000_000 + i, "", "new")
         del member["spec"]["nodeName"]
         member["status"] = {"phase": "Pending"}
-        if dra:
+        if dra == "claims":
             with_claim(member, None)
         apply_object(scheduler, member)
     first = scheduler.state.pods["team/new-10000000"]
@@ -231,7 +234,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=100_000)
     parser.add_argument("--gang-size", type=int, default=256)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--dra", action="store_true", help="GPUs from ResourceSlices and ResourceClaims")
+    parser.add_argument("--dra", choices=["slices", "claims"], default="", help="add ResourceSlices; or claims too")
     args = parser.parse_args()
     gc.collect()
     base, _ = memory_mb()
@@ -247,7 +250,7 @@ def main() -> None:
     gc.collect()
     rss, peak = memory_mb()
     out = {
-        "gpus": "dra" if args.dra else "extended resource",
+        "dra": args.dra or "none",
         "nodes": len(scheduler.state.nodes),
         "pods": len(scheduler.state.pods),
         "gangs": groups,

@@ -16,7 +16,7 @@ selector can see of them, so selectors are evaluated once per kind of device, no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -46,7 +46,17 @@ class _Devices:
     """The devices of one node list: per device, the nodes (indices) it is counted on."""
 
     nodes: tuple[str, ...]
-    where: dict[DeviceId, tuple[Device, tuple[int, ...]]]
+    # (driver, pool) -> device name -> (device, node indices): per pool, not per device id,
+    # so 160,000 devices cost a dict entry each (memory)
+    pools: dict[tuple[str, str], dict[str, tuple[Device, tuple[int, ...]]]]
+
+    def all(self) -> Iterator[tuple[Device, tuple[int, ...]]]:
+        for devices in self.pools.values():
+            yield from devices.values()
+
+    def get(self, device: DeviceId) -> tuple[Device, tuple[int, ...]] | None:
+        found = self.pools.get(device[:2])
+        return found.get(device[2]) if found is not None else None
 
 
 class DeviceInventory:
@@ -144,14 +154,15 @@ class DeviceInventory:
         if self._devices is not None and self._devices.nodes == names:
             return self._devices
         index = {n: i for i, n in enumerate(names)}
-        where: dict[DeviceId, tuple[Device, tuple[int, ...]]] = {}
+        pools: dict[tuple[str, str], dict[str, tuple[Device, tuple[int, ...]]]] = {}
         for s in sorted(self._current_slices(), key=lambda s: s.name):
             shared = self._reach(s.where, index, nodes)  # one tuple for the slice's devices
+            pool = pools.setdefault((s.driver, s.pool), {})
             for device in s.devices:
                 on = shared if device.where is None else self._reach(device.where, index, nodes)
-                if on and device.id not in where:
-                    where[device.id] = (device, on)
-        self._devices = _Devices(names, where)
+                if on and device.name not in pool:
+                    pool[device.name] = (device, on)
+        self._devices = _Devices(names, pools)
         return self._devices
 
     @staticmethod
@@ -184,7 +195,7 @@ class DeviceInventory:
         selection = self._selection(resource)
         at: list[int] = []
         if selection is not None:
-            for device, on in self._devices_for(nodes).where.values():
+            for device, on in self._devices_for(nodes).all():
                 verdict = self._selects(selection, device)
                 if isinstance(verdict, Invalid | Unsupported):
                     self._verdicts.setdefault(resource, verdict)
@@ -237,7 +248,7 @@ class DeviceInventory:
             held.update(claim.allocated)
         at: list[int] = []
         for device_id in held:
-            placed = devices.where.get(device_id)
+            placed = devices.get(device_id)
             if placed is not None and selection is not None and self._selects(selection, placed[0]) is True:
                 at.extend(placed[1])
         out = np.bincount(at, minlength=len(nodes)).astype(np.int64) * 1000

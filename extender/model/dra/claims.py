@@ -124,6 +124,7 @@ def parse_claim_spec(raw: object, field: str, errors: ErrorList) -> ClaimSpec:
 def parse_resource_claim(body: JSON, default_namespace: str = "default") -> ClaimInfo:
     """Parse a resource.k8s.io/v1 ResourceClaim: what it asks for and what it was given."""
     meta, name, namespace, errors = identify(body, "ResourceClaim", default_namespace)
+    name, namespace = sys.intern(name), sys.intern(namespace)
     spec = parse_claim_spec(body.get("spec"), "spec", errors)
     status = mapping(body.get("status"), "status", errors)
     allocation = status.get("allocation")
@@ -183,5 +184,6 @@ def parse_pod_claims(spec: JSON, status: JSON, errors: ErrorList) -> tuple[PodCl
         if bool(claim) == bool(template):
             errors.add(where, "expected exactly one of resourceClaimName, resourceClaimTemplateName")
             continue
-        out.append(PodClaim(name, claim or None, template or None, generated.get(name)))
+        made = generated.get(name)  # interned: the claim's own name is the same string (memory)
+        out.append(PodClaim(name, claim or None, template or None, sys.intern(made) if made else None))
     return tuple(out)

@@ -118,12 +118,22 @@ def _where(body: JSON, field: str, errors: ErrorList) -> Where:
     return Where(name or None, selector, all_nodes)
 
 
-Shared = dict[Any, Any]  # one slice's values seen already: alike devices share them (memory)
+Shared = dict[Any, Any]  # values seen already: alike devices share them (memory)
 T = TypeVar("T")
+_SHARED_KEPT = 65_536  # values shared across slices (a model, an index, a capacity), at most
+_across: Shared = {}
 
 
 def _shared(value: T, shared: Shared) -> T:
-    found: T = shared.setdefault(value, value)
+    """VALUE, or an equal one seen before in this slice or (bounded) in any slice."""
+    found: T | None = shared.get(value)
+    if found is None:
+        found = _across.get(value)
+        if found is None:
+            found = value
+            if len(_across) < _SHARED_KEPT:
+                _across[value] = value
+        shared[value] = found
     return found
 
 
