@@ -11,10 +11,11 @@ from collections import Counter
 from dataclasses import replace
 
 from extender.core.cluster import ClusterState
+from extender.core.decisions import BIND, REJECT
 from extender.core.explain import explain
 from extender.core.scheduler import GangScheduler
 from tests.builders import GPU, TOPO, grid, pod, podgroup
-from tests.dra_builders import claim_pod, exactly, publish, template
+from tests.dra_builders import claim, claim_pod, exactly, publish, template
 
 NODES = [n.name for n in grid(racks=2, nodes=4)]
 IN_A_RACK = {"topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
@@ -108,3 +109,42 @@ def test_explain_shows_the_devices_asked_and_free_per_domain() -> None:
         "devices/gpu.example.com: 40 asked by 5 unbound pod(s); 64 free in the cluster; "
         "free per rack: z1/b1/r1 32, z1/b1/r2 32"
     )
+
+
+def test_devices_of_a_planned_node_allocated_elsewhere_while_members_wait_replan_once_with_the_reason() -> None:
+    scheduler = cluster()
+    keys = gang(scheduler, "g", 3)
+    planned = plan(scheduler, keys)
+    for key in keys[:2]:
+        scheduler.bind(key, planned[key], 0.0)
+    # Another workload's claim was given all 8 devices of the third pod's planned node.
+    taken = planned[keys[2]]
+    held = [(taken, f"gpu-{i}") for i in range(8)]
+    scheduler.state.set_dra("ResourceClaim", "default/other", claim("other", exactly(8), allocated=held))
+    last = scheduler.bind(keys[2], taken, 1.0)
+    assert last.action == REJECT
+    assert last.stale == (taken,)
+    assert last.event is not None
+    assert last.event.outcome == "replanned"
+    assert taken not in scheduler.reserved("default/g").values()
+    assert last.error == (
+        f"topogang: re-planning: planned node(s) {taken} no longer fit"
+        " (deleted, cordoned, not ready or full); planned again"
+    )
+
+
+def test_a_claim_allocated_by_kube_scheduler_on_the_planned_node_is_not_counted_twice() -> None:
+    scheduler = cluster()
+    keys = gang(scheduler, "g", 3)
+    planned = plan(scheduler, keys)
+    # kube-scheduler's PreBind allocates the first pod's claim on its planned node.
+    node = planned[keys[0]]
+    made = "g-0-gpus-x1"
+    scheduler.observe_pod(claim_pod("g-0", group="g", generated=made))
+    scheduler.state.set_dra(
+        "ResourceClaim", f"default/{made}", claim(made, exactly(8), allocated=[(node, f"gpu-{i}") for i in range(8)])
+    )
+    assert scheduler.state.free_on(node, "devices/gpu.example.com") == 0  # 8 held, not 16
+    assert scheduler.plans.still_fits(node)
+    decisions = [scheduler.bind(k, planned[k], 0.0) for k in keys]
+    assert decisions[-1].action == BIND
