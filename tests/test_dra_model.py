@@ -170,7 +170,17 @@ def test_devices_alike_in_what_a_selector_reads_share_one_evaluation() -> None:
         d["attributes"]["uuid"] = {"string": f"GPU-{i}"}
     devices = parse_resource_slice(body).devices
     expression = f'device.attributes["{DRIVER}"].model == "H100"'
-    assert {verdict_key(expression, d) for d in devices} == {(DRIVER, False, ((DRIVER, "model", "H100"),), ())}
+    assert {verdict_key(expression, d) for d in devices} == {(DRIVER, False, (((DRIVER, "model"), "H100"),), ())}
     # One that may read a whole map sees every attribute: a verdict per device.
     walking = f'device.attributes["{DRIVER}"].exists(k, k == "uuid")'
     assert len({verdict_key(walking, d) for d in devices}) == 3
+
+
+def test_alike_values_are_shared_but_never_across_types() -> None:
+    body = slice_body("n8", count=2)
+    body["spec"]["devices"][0]["attributes"]["flag"] = {"bool": True}
+    body["spec"]["devices"][1]["attributes"]["flag"] = {"int": 1}
+    first, second = parse_resource_slice(body).devices
+    assert first.values[0] is True
+    assert second.values[0] == 1
+    assert second.values[0] is not True

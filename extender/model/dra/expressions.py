@@ -125,7 +125,7 @@ def verdict_key(expression: str, device: Device) -> tuple[object, ...]:
     return (
         device.driver,
         device.multiple,
-        tuple(a for a in device.attributes if a[1] in reads),
+        tuple(a for a in zip(device.names, device.values, strict=True) if a[0][1] in reads),
         tuple(c for c in device.capacity if c[1] in reads),
     )
 

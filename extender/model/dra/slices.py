@@ -53,10 +53,18 @@ class Device:
     name: str
     driver: str
     pool: str
-    attributes: tuple[tuple[str, str, AttrValue], ...]  # (domain, name, value), sorted
+    # The attributes, sorted, as their (domain, name)s (one tuple shared by devices alike) and
+    # their values (a GPU's UUID makes those its own): apart, for memory.
+    names: tuple[tuple[str, str], ...]
+    values: tuple[AttrValue, ...]
     capacity: tuple[tuple[str, str, int], ...]  # (domain, name, milli-units), sorted
     where: Where | None = None  # perDeviceNodeSelection: the device's own node fields
     multiple: bool = False  # allowMultipleAllocations
+
+    @property
+    def attributes(self) -> tuple[tuple[str, str, AttrValue], ...]:
+        """(domain, name, value) of each attribute, sorted."""
+        return tuple((d, n, v) for (d, n), v in zip(self.names, self.values, strict=True))
 
     @property
     def id(self) -> DeviceId:
@@ -65,7 +73,7 @@ class Device:
     @property
     def content(self) -> tuple[object, ...]:
         """What a CEL selector can see (not the name): devices alike in this evaluate alike."""
-        return (self.driver, self.attributes, self.capacity, self.multiple)
+        return (self.driver, self.names, self.values, self.capacity, self.multiple)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,16 +133,22 @@ _across: Shared = {}
 
 
 def _shared(value: T, shared: Shared) -> T:
-    """VALUE, or an equal one seen before in this slice or (bounded) in any slice."""
-    found: T | None = shared.get(value)
+    """VALUE, or an equal one of the same types seen before in this slice or (bounded) in any
+    slice (typed: 1 == True in Python, not in CEL)."""
+    key = (value, _types(value))
+    found: T | None = shared.get(key)
     if found is None:
-        found = _across.get(value)
+        found = _across.get(key)
         if found is None:
             found = value
             if len(_across) < _SHARED_KEPT:
-                _across[value] = value
-        shared[value] = found
+                _across[key] = value
+        shared[key] = found
     return found
+
+
+def _types(value: object) -> object:
+    return tuple(_types(v) for v in value) if isinstance(value, tuple) else type(value)
 
 
 def _device(
@@ -149,7 +163,7 @@ def _device(
     for key, value in mapping(body.get("attributes"), f"{field}.attributes", errors).items():
         parsed = _attribute(value, f"{field}.attributes.{key}", errors)
         if parsed is not None:
-            attributes.append(_shared((*_qualified(str(key), driver), parsed), shared))
+            attributes.append((*_qualified(str(key), driver), parsed))
     capacity = []
     for key, value in mapping(body.get("capacity"), f"{field}.capacity", errors).items():
         where = f"{field}.capacity.{key}"
@@ -160,9 +174,11 @@ def _device(
             errors.add(f"{where}.value", str(exc))
     multiple = bool(opt_bool(body.get("allowMultipleAllocations"), f"{field}.allowMultipleAllocations", errors))
     reach = _where(body, field, errors) if per_device else None
-    attrs = _shared(tuple(sorted(attributes, key=str)), shared)
+    attributes.sort(key=str)
+    names = _shared(tuple(_shared((d, n), shared) for d, n, _ in attributes), shared)
+    values = _shared(tuple(_shared(v, shared) for _, _, v in attributes), shared)
     caps = _shared(tuple(sorted(capacity)), shared)
-    return Device(sys.intern(name), sys.intern(driver), sys.intern(pool), attrs, caps, reach, multiple)
+    return Device(sys.intern(name), sys.intern(driver), sys.intern(pool), names, values, caps, reach, multiple)
 
 
 def parse_resource_slice(body: JSON) -> DeviceSlice:
