@@ -183,3 +183,32 @@ async def test_a_mixed_cluster_places_device_plugin_gangs_and_dra_gangs(
     placed = await wait_all_bound(kube, namespace, 8)
     assert {placed[f"plugin-{i}"] for i in range(4)} == set(plugin_nodes)
     assert {placed[f"dra-{i}"] for i in range(4)} == set(dra_nodes)
+
+
+async def test_a_claim_naming_a_missing_device_class_is_in_the_podgroup_status_and_others_are_placed(
+    topogang: Topogang, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes, slices: None
+) -> None:
+    # z0-b0-r0: 4 nodes of 8 devices. Gang "bad" asks for a DeviceClass that does not exist; "good" fits.
+    nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=4, shape=NO_PLUGIN_GPUS)
+    await publish(kube, nodes)
+    await create(kube, claim_template(), namespace)
+    bad = claim_template()
+    bad["metadata"]["name"] = "nope"
+    bad["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "gpu.nope"
+    await create(kube, bad, namespace)
+    await create_podgroup(kube, namespace, "bad", in_one_rack(2))
+    for i in range(2):
+        body = claim_pod(f"bad-{i}", annotations={"pod-group-name": "bad"})
+        body["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "nope"
+        await create(kube, body, namespace)
+    await gang(kube, namespace, "good", in_one_rack(2), [(f"good-{i}", None) for i in range(2)])
+    placed = await wait_all_bound(kube, namespace, 2)
+    assert set(placed) == {"good-0", "good-1"}
+    want = "names DeviceClass 'gpu.nope', which does not exist"
+
+    async def said() -> bool:
+        pg = await kube.get(f"/apis/scheduling.topogang.io/v1alpha1/namespaces/{namespace}/podgroups/bad")
+        status = pg.get("status", {})
+        return status.get("phase") == "Invalid" and want in status.get("message", "")
+
+    await eventually(said, within=60, what=f"PodGroup bad's status saying {want!r}")
