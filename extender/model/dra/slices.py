@@ -132,16 +132,17 @@ _SHARED_KEPT = 65_536  # values shared across slices (a model, an index, a capac
 _across: Shared = {}
 
 
-def _shared(value: T, shared: Shared) -> T:
-    """VALUE, or an equal one of the same types seen before in this slice or (bounded) in any
-    slice (typed: 1 == True in Python, not in CEL)."""
+def _shared(value: T, shared: Shared, across: bool = True) -> T:
+    """VALUE, or an equal one of the same types seen before in this slice or, ACROSS, (bounded)
+    in any slice (typed: 1 == True in Python, not in CEL). Attribute values are shared within a
+    slice only: unique ones (a GPU's UUID) would fill the shared table."""
     key = (value, _types(value))
     found: T | None = shared.get(key)
     if found is None:
-        found = _across.get(key)
+        found = _across.get(key) if across else None
         if found is None:
             found = value
-            if len(_across) < _SHARED_KEPT:
+            if across and len(_across) < _SHARED_KEPT:
                 _across[key] = value
         shared[key] = found
     return found
@@ -176,7 +177,7 @@ def _device(
     reach = _where(body, field, errors) if per_device else None
     attributes.sort(key=str)
     names = _shared(tuple(_shared((d, n), shared) for d, n, _ in attributes), shared)
-    values = _shared(tuple(_shared(v, shared) for _, _, v in attributes), shared)
+    values = _shared(tuple(_shared(v, shared, across=False) for _, _, v in attributes), shared, across=False)
     caps = _shared(tuple(sorted(capacity)), shared)
     return Device(sys.intern(name), sys.intern(driver), sys.intern(pool), names, values, caps, reach, multiple)
 
