@@ -8,7 +8,7 @@ a zone, 8 racks a block), a quarter of the nodes partly used by other work. Gang
     python bench/plan_scale.py --nodes 10000 --pods 1024 --json
     python bench/plan_scale.py --nodes 10000 --pods 1024 --dra
 
---dra plans the same gang twice through ClusterState, the server's view: once with GPUs as an
+--dra plans the same gang twice through ClusterState, alternating, the server's view: once with GPUs as an
 extended resource (nvidia.com/gpu in allocatable; the used quarter as bound pods), once with
 GPUs from Dynamic Resource Allocation (one ResourceSlice of 8 devices per node, as GPU drivers
 publish them; the used quarter as allocated ResourceClaims; each pod's 8 devices a claim from a
@@ -188,33 +188,42 @@ def _with_claims(member: object) -> object:
     return replace(member, requests=requests, claims=(PodClaim("gpus", template_name="gpus"),))  # type: ignore[type-var]
 
 
-def run_state_case(nodes_n: int, pods_n: int, repeat: int, dra: bool) -> dict[str, object]:
-    state, members, pg = dra_state(nodes_n, pods_n, dra)
-    start = time.perf_counter()
-    for m in members:
-        state.upsert_pod(m)  # type: ignore[attr-defined]
-    pods = [state.pods[m.key] for m in members]  # type: ignore[attr-defined]
-    state.snapshot().free("devices/gpu.example.com" if dra else GPU)  # type: ignore[attr-defined]
-    setup = (time.perf_counter() - start) * 1000
-    times = []
-    result = None
-    for _ in range(repeat + 1):
+def dra_compare(nodes_n: int, pods_n: int, repeat: int) -> list[dict[str, object]]:
+    """The same gang planned with GPUs as an extended resource and from claims, runs alternating
+    (so a busy machine slows both alike)."""
+    cases = []
+    for dra in (False, True):
+        state, members, pg = dra_state(nodes_n, pods_n, dra)
         start = time.perf_counter()
-        built = build_gang(pg, pods, {"dc": TOPOLOGY})  # type: ignore[arg-type]
-        assert built.gang is not None, built.errors
-        result = plan(state.snapshot(), built.gang)  # type: ignore[attr-defined]
-        times.append((time.perf_counter() - start) * 1000)
-    assert isinstance(result, Plan), result
-    warm = sorted(times[1:])
-    return {
-        "gpus": "dra" if dra else "extended resource",
-        "nodes": nodes_n,
-        "pods": pods_n,
-        "median_ms": round(statistics.median(warm), 2),
-        "p95_ms": round(warm[min(len(warm) - 1, round(0.95 * (len(warm) - 1)))], 2),
-        "cold_ms": round(times[0], 2),
-        "setup_ms": round(setup, 2),
-    }
+        for m in members:
+            state.upsert_pod(m)  # type: ignore[attr-defined]
+        pods = [state.pods[m.key] for m in members]  # type: ignore[attr-defined]
+        state.snapshot().free("devices/gpu.example.com" if dra else GPU)  # type: ignore[attr-defined]
+        cases.append((dra, state, pods, pg, (time.perf_counter() - start) * 1000))
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(repeat + 1):
+        for dra, state, pods, pg, _setup in cases:
+            start = time.perf_counter()
+            built = build_gang(pg, pods, {"dc": TOPOLOGY})  # type: ignore[arg-type]
+            assert built.gang is not None, built.errors
+            result = plan(state.snapshot(), built.gang)  # type: ignore[attr-defined]
+            times[dra].append((time.perf_counter() - start) * 1000)
+            assert isinstance(result, Plan), result
+    rows = []
+    for dra, _state, _pods, _pg, setup in cases:
+        warm = sorted(times[dra][1:])
+        rows.append(
+            {
+                "gpus": "dra" if dra else "extended resource",
+                "nodes": nodes_n,
+                "pods": pods_n,
+                "median_ms": round(statistics.median(warm), 2),
+                "p95_ms": round(warm[min(len(warm) - 1, round(0.95 * (len(warm) - 1)))], 2),
+                "cold_ms": round(times[dra][0], 2),
+                "setup_ms": round(setup, 2),
+            }
+        )
+    return rows
 
 
 def main() -> None:
@@ -226,7 +235,7 @@ def main() -> None:
     parser.add_argument("--dra", action="store_true", help="GPUs as an extended resource, then from DRA claims")
     args = parser.parse_args()
     if args.dra:
-        rows = [run_state_case(args.nodes or 10_000, args.pods or 1_024, args.repeat, dra) for dra in (False, True)]
+        rows = dra_compare(args.nodes or 10_000, args.pods or 1_024, args.repeat)
         for row in rows:
             print(orjson.dumps(row).decode() if args.json else row)
         print(f"DRA / extended resource, median: {rows[1]['median_ms'] / rows[0]['median_ms']:.2f}x")  # type: ignore[operator]

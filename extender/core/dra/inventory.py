@@ -202,8 +202,13 @@ class DeviceInventory:
         selection = self._selection(resource)
         at: list[int] = []
         if selection is not None:
+            # Devices alike share their attribute tuples (slices.py): one verdict per such group.
+            seen: dict[tuple[object, ...], Verdict] = {}
             for device, on in self._devices_for(nodes).all():
-                verdict = self._selects(selection, device)
+                alike = (device.driver, id(device.names), id(device.values), id(device.capacity), device.multiple)
+                verdict = seen.get(alike)
+                if verdict is None:
+                    verdict = seen[alike] = self._selects(selection, device)
                 if isinstance(verdict, Invalid | Unsupported):
                     self._verdicts.setdefault(resource, verdict)
                 elif verdict:

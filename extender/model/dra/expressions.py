@@ -21,15 +21,34 @@ UUID attribute, cost one evaluation.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-import cel
-
 from extender.model.dra.slices import Device
+
+
+def _load_cel() -> Any:
+    """The package's compiled CEL module (`cel.cel`) alone. `import cel` also imports its
+    command-line tool (typer, rich, prompt_toolkit: 20 MB of resident memory the server does
+    not need); when the compiled module cannot be found alone, that import is the fallback."""
+    spec = importlib.util.find_spec("cel")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        for path in sorted(Path(folder).glob("cel.*.so")) + sorted(Path(folder).glob("cel.*.pyd")):
+            found = importlib.util.spec_from_file_location("cel.cel", path)
+            if found is not None and found.loader is not None:
+                module = importlib.util.module_from_spec(found)
+                found.loader.exec_module(module)
+                return module
+    return importlib.import_module("cel")  # a layout without the compiled module beside the package
+
+
+cel = _load_cel()
 
 MAX_EXPRESSION = 10 * 1024  # resource.k8s.io/v1: CELSelectorExpressionMaxLength
 _DOMAINS = re.compile(r"""device\.(attributes|capacity)\[\s*(["'])([^"']+)\2\s*\]""")
