@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from structlog.testing import capture_logs
+
 from extender.core.cluster import ClusterState
-from extender.core.decisions import BIND, REJECT
+from extender.core.decisions import BIND, REJECT, PlanEvent
 from extender.core.explain import explain
 from extender.core.scheduler import GangScheduler
+from extender.server.reporting import Reporter
 from tests.builders import GPU, TOPO, grid, pod, podgroup
-from tests.dra_builders import claim, claim_pod, exactly, publish, template
+from tests.dra_builders import DRIVER, claim, claim_pod, exactly, publish, template
 
 NODES = [n.name for n in grid(racks=2, nodes=4)]
 IN_A_RACK = {"topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
@@ -148,3 +151,20 @@ def test_a_claim_allocated_by_kube_scheduler_on_the_planned_node_is_not_counted_
     assert scheduler.plans.still_fits(node)
     decisions = [scheduler.bind(k, planned[k], 0.0) for k in keys]
     assert decisions[-1].action == BIND
+
+
+def test_a_selector_left_to_kube_scheduler_is_in_the_gangs_placement_log_line() -> None:
+    scheduler = cluster()
+    expression = f'cel.bind(d, device.attributes["{DRIVER}"], d.model == "H100")'
+    scheduler.state.set_dra("ResourceClaimTemplate", "default/odd", template("odd", exactly(8, selectors=[expression])))
+    keys = gang(scheduler, "odd", 2, template_name="odd")
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    event = scheduler.plans.get("default/odd")
+    assert event is not None
+    reporter = Reporter(scheduler.lookup, None, None)  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        reporter.decision(PlanEvent("default/odd", "planned", 2), 0.001)
+    [line] = logs
+    assert line["event"] == "gang placed"
+    [warning] = line["warnings"]
+    assert "kube-scheduler decides where these devices fit" in warning
