@@ -168,3 +168,32 @@ def test_a_selector_left_to_kube_scheduler_is_in_the_gangs_placement_log_line() 
     assert line["event"] == "gang placed"
     [warning] = line["warnings"]
     assert "kube-scheduler decides where these devices fit" in warning
+
+
+def test_a_high_priority_gang_preempts_a_running_gang_whose_devices_are_claims() -> None:
+    # Both racks full: gang "low" (priority 10) runs on r1, "busy" (priority 10) on r2, each pod
+    # with an allocated claim of 8 devices. "urgent" (priority 1000) needs a whole rack.
+    scheduler = cluster()
+    state = scheduler.state
+    state.set_priority_class("low", 10)
+    state.set_priority_class("high", 1000)
+    for name, rack in (("low", "r1"), ("busy", "r2")):
+        state.set_podgroup(f"default/{name}", podgroup({"minMember": 4, "priorityClassName": "low"}, name=name))
+        for i, node in enumerate(n for n in NODES if f"-{rack}-" in n):
+            made = f"{name}-{i}-gpus"
+            held = [(node, f"gpu-{d}") for d in range(8)]
+            state.set_dra("ResourceClaim", f"default/{made}", claim(made, exactly(8), allocated=held))
+            scheduler.observe_pod(claim_pod(f"{name}-{i}", group=name, generated=made, node_name=node))
+    state.set_podgroup(
+        "default/urgent", podgroup({"minMember": 4, "priorityClassName": "high", **IN_A_RACK}, name="urgent")
+    )
+    keys = []
+    for i in range(4):
+        p = claim_pod(f"urgent-{i}", group="urgent")
+        scheduler.observe_pod(p)
+        keys.append(p.key)
+    event = scheduler.preempt(keys[0], 0.0)
+    assert event is not None
+    assert event.preemption is not None, event
+    assert len(event.preemption.pods) == 4
+    assert {state.pods[k].node_name.split("-")[2] for k in event.preemption.pods} in ({"r1"}, {"r2"})  # type: ignore[union-attr]

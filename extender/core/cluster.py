@@ -72,7 +72,7 @@ class ClusterState:
         # Dynamic Resource Allocation: slices, classes, claims, templates, and the pods with claims
         # (their `requests` carry the devices still needed, refreshed when `table` is next read).
         self.devices = DeviceInventory()
-        self._claimed = ClaimedPods(self.devices)
+        self.claimed = ClaimedPods(self.devices)
         self._stale_pods: set[str] = set()
 
     def subscribe(self, listener: Callable[[str, object], None]) -> None:
@@ -119,11 +119,11 @@ class ClusterState:
                     self._bound.add(pod.node_name, pod.requests)
             for node, requests in self.reservations.values():
                 self._reserved.add(node, requests)
-            self._stale_pods.update(self._claimed.raw)  # nodes or devices changed: count claims again
+            self._stale_pods.update(self.claimed.raw)  # nodes or devices changed: count claims again
         if self._stale_pods:  # pods whose claims, templates or devices changed
             stale, self._stale_pods = self._stale_pods, set()
             for key in sorted(stale):
-                if (raw := self._claimed.raw.get(key)) is not None and key in self.pods:
+                if (raw := self.claimed.raw.get(key)) is not None and key in self.pods:
                     self.upsert_pod(raw)
         return self._table
 
@@ -143,9 +143,9 @@ class ClusterState:
 
     def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
         """Store `pod`; returns the version it replaced."""
-        if pod.claims or pod.key in self._claimed.raw:  # its devices join its requests
-            others = self._claimed.track(pod, pod.key)  # pods sharing a claim with it
-            pod = self._claimed.derive(pod, self.table.nodes)
+        if pod.claims or pod.key in self.claimed.raw:  # its devices join its requests
+            others = self.claimed.track(pod, pod.key)  # pods sharing a claim with it
+            pod = self.claimed.derive(pod, self.table.nodes)
             self._stale_pods |= others
         old = self.pods.get(pod.key)
         if old == pod:
@@ -165,8 +165,8 @@ class ClusterState:
         return old
 
     def delete_pod(self, key: str) -> PodInfo | None:
-        if key in self._claimed.raw:
-            self._stale_pods |= self._claimed.track(None, key)
+        if key in self.claimed.raw:
+            self._stale_pods |= self.claimed.track(None, key)
         old = self.pods.pop(key, None)
         self.arrival.pop(key, None)
         if old is not None:
@@ -311,7 +311,7 @@ class ClusterState:
         if changed == DEVICES:  # capacity per node: the table's rebuild counts every claim again
             self._invalidate_nodes()
         elif changed == CLAIMS:
-            self._stale_pods |= self._claimed.readers(key, template=kind == "ResourceClaimTemplate")
+            self._stale_pods |= self.claimed.readers(key, template=kind == "ResourceClaimTemplate")
         if changed is not None:
             self._notify("devices", key)
 

@@ -270,6 +270,21 @@ class DeviceInventory:
         self._allocated = {cache_key: out, **{k: v for k, v in self._allocated.items() if k[1] == self.claims_version}}
         return out
 
+    def held(self, claims: Sequence[ClaimInfo], nodes: Sequence[NodeInfo]) -> dict[str, int]:
+        """What CLAIMS hold, per device resource pods ask for (and per extendedResourceName, for
+        claims other than kube-scheduler's own for it): what evicting their pod gives back."""
+        devices = self._devices_for(nodes)
+        resources = list(self.selections.items())
+        backed = [(name, Selection(cls, ())) for name, cls in self.extended.items()]
+        out: dict[str, int] = {}
+        for claim in claims:
+            for device_id in claim.allocated:
+                placed = devices.get(device_id)
+                for resource, selection in resources + ([] if claim.extended_resource else backed):
+                    if placed is not None and self._selects(selection, placed[0]) is True:
+                        out[resource] = out.get(resource, 0) + 1000
+        return out
+
     def most_on_a_node(self, resource: str, nodes: Sequence[NodeInfo]) -> int:
         found = self.capacity(resource, nodes)
         return int(found.max()) // 1000 if found is not None and len(found) else 0

@@ -7,7 +7,7 @@ which pod a shared claim is counted on (the first by key: a shared claim counts 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from extender.core.dra.demand import pod_demand
@@ -103,3 +103,23 @@ class ClaimedPods:
         for resource, value in demand.requests.items():
             requests[resource] = requests.get(resource, 0) + value
         return replace(raw, requests=requests, device_errors=demand.errors, device_warnings=demand.warnings)
+
+    def held(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> Mapping[str, int]:
+        """POD's requests plus the devices its own allocated claims hold (made for it, or named
+        by it alone): the room a running pod gives back when it is evicted."""
+        if not pod.claims:
+            return pod.requests
+        own = []
+        for ref in pod.claims:
+            name = ref.generated or ref.claim_name
+            claim = self.inventory.claims.get(f"{pod.namespace}/{name}") if name else None
+            shared = ref.claim_name is not None and len(self._shared.get(claim.key if claim else "", ())) > 1
+            if claim is not None and claim.is_allocated and not shared:
+                own.append(claim)
+        held = self.inventory.held(own, nodes)
+        if not held:
+            return pod.requests
+        out = dict(pod.requests)
+        for resource, value in held.items():
+            out[resource] = out.get(resource, 0) + value
+        return out
