@@ -55,6 +55,7 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
     elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
         key = _namespaced_key(body)
         _last_repair(scheduler, key, body)
+        _reservation(scheduler, key, body)
         try:
             state.set_podgroup(key, parse_podgroup(body))
         except InvalidObject as exc:
@@ -88,6 +89,17 @@ def _last_repair(scheduler: GangScheduler, key: str, body: JSON) -> None:
     if isinstance(last, Mapping) and isinstance(last.get("message"), str):
         when = last.get("time")
         scheduler.repairs.note(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
+
+
+def _reservation(scheduler: GangScheduler, key: str, body: JSON) -> None:
+    """The PodGroup status's reservation (written by the leader), for `explain`; read leniently."""
+    status = body.get("status")
+    held = status.get("reservation") if isinstance(status, Mapping) else None
+    if isinstance(held, Mapping) and all(isinstance(held.get(k), str) for k in ("domain", "estimatedStart")):
+        text = f"room held for it in {held['domain']}; expected to start by {held['estimatedStart']}"
+        scheduler.reserving.note(key, text)
+    else:
+        scheduler.reserving.note(key, None)
 
 
 def delete_object(scheduler: GangScheduler, body: JSON) -> None:

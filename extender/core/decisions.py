@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from extender.placement import (
     INCOMPLETE,
@@ -336,6 +337,26 @@ class Planned:
 
 
 @dataclass(frozen=True)
+class ReservedRoom:
+    """Room held for a waiting gang (core/reservations.py): where, and when it should start."""
+
+    domain: DomainRef
+    nodes: int
+    start: float  # estimated start, wall-clock seconds
+    made: float  # when the reservation was made, wall-clock seconds
+
+    def render(self) -> str:
+        return (
+            f"room held for it in {self.domain} ({self.nodes} nodes) since {rfc3339(self.made)}; "
+            f"expected to start by {rfc3339(self.start)}"
+        )
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
 class QueueBlocked:
     """spec.queue names a queue the cluster does not have."""
 
@@ -365,7 +386,7 @@ class Headline:
 
 
 # What a status message says, in order: where the gang stands, then what last happened to it.
-Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline
+Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline | ReservedRoom
 
 
 @dataclass(frozen=True)
@@ -388,6 +409,7 @@ class GroupStatus:
     said: tuple[Said, ...] = ()  # what the message says, in order
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why) of pods waiting outside the gang, sorted
     warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings
+    reservation: ReservedRoom | None = None  # room held for it while it waits
 
     @property
     def message(self) -> str:

@@ -53,6 +53,7 @@ class Explanation:
     left_out: Mapping[str, Mapping[Excluded, int]] = field(default_factory=dict)  # shape -> why -> nodes
     notes: tuple[str, ...] = ()  # warnings, pods waiting outside the gang
     last_repair: str = ""  # what the gang's last repair moved
+    reservation: str = ""  # the room held for it while it waits, and its estimated start
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
     devices: tuple[str, ...] = ()  # devices (Dynamic Resource Allocation) asked and free per domain
 
@@ -98,6 +99,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         tuple(lines),
         notes=tuple(notes),
         last_repair=repaired,
+        reservation=scheduler.reserving.text(group),
     )
     if all(m.key in node_of for m in gang.members()):
         return replace(base, outcome="nothing to plan: every pod is bound")
@@ -236,6 +238,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"  {'Preemption: ' if i == 0 else '    '}{text}")
         if e.last_repair:
             out.append(f"  Last repair: {e.last_repair}")
+        if e.reservation:
+            out.append(f"  Reservation: {e.reservation}")
         for note in e.notes:
             out.append(f"  Note: {note}")
         out.append("")

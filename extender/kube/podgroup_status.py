@@ -10,6 +10,8 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
     domains      {"PodGroup": "zone z1", "<SubGroup>": "rack z1/b1/r3", ...} once placed
     subGroups    [{name, minMember, pods, planned, bound, domain}]
     lastRepair   {message, time}: the last repair (a broken part moved whole), kept across leaders
+    reservation  {domain, nodes, since, estimatedStart}: room held for the gang while it waits
+                 (core/reservations.py); absent otherwise
     phase        Pending, Scheduled, Invalid, or Finished once every pod has succeeded or failed
     conditions   Scheduled      True once the minimum is bound (and once finished); else False with why
                  Unschedulable  True while the gang cannot run (GangIncomplete, NoCapacity,
@@ -30,7 +32,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.core.decisions import FINISHED, R_GANG_INCOMPLETE, R_SCHEDULED, SCHEDULED, GroupStatus
+from extender.core.decisions import (
+    FINISHED,
+    R_GANG_INCOMPLETE,
+    R_SCHEDULED,
+    SCHEDULED,
+    GroupStatus,
+    ReservedRoom,
+    rfc3339,
+)
 from extender.core.membership import GroupView
 from extender.model.podgroup_body import podgroup_spec_body
 
@@ -140,13 +150,11 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
                 generation,
             )
         )
-    if status.last_repair:
-        before_repair = (previous or {}).get("lastRepair") or {}
-        same = isinstance(before_repair, Mapping) and before_repair.get("message") == _message(status.last_repair)
-        when = before_repair.get("time") if same else now
-        body["lastRepair"] = {"message": _message(status.last_repair), "time": when or now}
-    elif previous and isinstance(previous.get("lastRepair"), Mapping):
-        body["lastRepair"] = previous["lastRepair"]  # this replica has not seen a repair: keep the last
+    repaired = _last_repair(status, previous, now)
+    if repaired is not None:
+        body["lastRepair"] = repaired
+    if status.reservation is not None:
+        body["reservation"] = _reservation(status.reservation)
     if generation:
         body["observedGeneration"] = generation
     if domains:
@@ -154,6 +162,26 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
     if subgroups:
         body["subGroups"] = subgroups
     return body
+
+
+def _last_repair(status: GroupStatus, previous: Mapping[str, Any] | None, now: str) -> Any:
+    if status.last_repair:
+        before = (previous or {}).get("lastRepair") or {}
+        same = isinstance(before, Mapping) and before.get("message") == _message(status.last_repair)
+        when = before.get("time") if same else now
+        return {"message": _message(status.last_repair), "time": when or now}
+    if previous and isinstance(previous.get("lastRepair"), Mapping):
+        return previous["lastRepair"]  # this replica has not seen a repair: keep the last
+    return None
+
+
+def _reservation(room: ReservedRoom) -> JSON:
+    return {
+        "domain": str(room.domain),
+        "nodes": room.nodes,
+        "since": rfc3339(room.made),
+        "estimatedStart": rfc3339(room.start),
+    }
 
 
 def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from extender.model.dra.claims import PodClaim, parse_pod_claims
-from extender.model.errors import ErrorList, FieldError
+from extender.model.errors import ErrorList, FieldError, InvalidObject
 from extender.model.quantity import QuantityError, parse_nonnegative
 from extender.model.raw import JSON, identify, mapping, opt_int, opt_str, seq, str_map
+from extender.model.runtime_bound import runtime_bound
 from extender.model.selectors import (
     NodeSelectorTerm,
     Toleration,
@@ -64,6 +65,10 @@ class PodInfo:
     preemption_policy: str = ""  # spec.preemptionPolicy: "Never" keeps the pod from preempting
     created: float | None = None  # seconds since the epoch, when known
     started: float | None = None  # status.startTime: when the kubelet took the pod
+    # The most seconds it runs (activeDeadlineSeconds or the runtime-bound annotation, the
+    # smaller): what lets it backfill room held for a waiting gang (core/reservations.py).
+    runtime_bound: float | None = None
+    runtime_bound_error: str = ""  # why a written bound was not taken (then runtime_bound is None)
     owner_refs: tuple[OwnerRef, ...] = ()
     scheduler_name: str = "default-scheduler"
     scheduling_gates: tuple[str, ...] = ()
@@ -198,12 +203,21 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         str(mapping(g, f"spec.schedulingGates[{i}]", errors).get("name", ""))
         for i, g in enumerate(seq(spec.get("schedulingGates"), "spec.schedulingGates", errors))
     )
+    annotations = str_map(meta.get("annotations"), "metadata.annotations", errors)
+    # A malformed bound only costs the pod its backfill (it is said in its gang's status): the
+    # pod itself must stay visible, or its room would be counted free.
+    bound: float | None = None
+    bound_error = ""
+    try:
+        bound = runtime_bound(f"Pod {namespace}/{name}", annotations, spec.get("activeDeadlineSeconds"))
+    except InvalidObject as exc:
+        bound_error = str(exc)
     pod = PodInfo(
         namespace=namespace,
         name=name,
         uid=opt_str(meta.get("uid"), "metadata.uid", errors) or "",
         labels=str_map(meta.get("labels"), "metadata.labels", errors),
-        annotations=str_map(meta.get("annotations"), "metadata.annotations", errors),
+        annotations=annotations,
         requests=requests,
         placement=placement,
         node_name=opt_str(spec.get("nodeName"), "spec.nodeName", errors) or None,
@@ -217,6 +231,8 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         scheduler_name=opt_str(spec.get("schedulerName"), "spec.schedulerName", errors) or "default-scheduler",
         scheduling_gates=gates,
         deleting=meta.get("deletionTimestamp") is not None,
+        runtime_bound=bound,
+        runtime_bound_error=bound_error,
         claims=parse_pod_claims(spec, status, errors),
     )
     errors.raise_if_any()

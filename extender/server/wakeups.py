@@ -120,6 +120,10 @@ class Wakeups:
             self._report.changed(group)
             self.wake_members(group)
 
+    def room_freed(self) -> None:
+        """Room a reservation held was let go: kube-scheduler has no event for that."""
+        self._room_changed()
+
     def _room_changed(self) -> None:
         # kube-scheduler requeues its parked pods on a node event, and may retry them before our
         # watch has seen that node: refused again, they would wait for the next event or the
