@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND, REJECT, PlanEvent
 from extender.core.explain import explain
 from extender.core.scheduler import GangScheduler
+from extender.server import reporting
 from extender.server.reporting import Reporter
 from tests.builders import GPU, TOPO, grid, pod, podgroup
 from tests.dra_builders import DRIVER, claim, claim_pod, exactly, publish, template
@@ -153,7 +156,7 @@ def test_a_claim_allocated_by_kube_scheduler_on_the_planned_node_is_not_counted_
     assert decisions[-1].action == BIND
 
 
-def test_a_selector_left_to_kube_scheduler_is_in_the_gangs_placement_log_line() -> None:
+def test_a_selector_left_to_kube_scheduler_is_in_the_gangs_placement_log_line(monkeypatch: pytest.MonkeyPatch) -> None:
     scheduler = cluster()
     expression = f'cel.bind(d, device.attributes["{DRIVER}"], d.model == "H100")'
     scheduler.state.set_dra("ResourceClaimTemplate", "default/odd", template("odd", exactly(8, selectors=[expression])))
@@ -163,6 +166,8 @@ def test_a_selector_left_to_kube_scheduler_is_in_the_gangs_placement_log_line() 
     assert event is not None
     reporter = Reporter(scheduler.lookup, None, None)  # type: ignore[arg-type]
     with capture_logs() as logs:
+        # a fresh logger: another test may have configured structlog to cache the module's one
+        monkeypatch.setattr(reporting, "log", structlog.get_logger("topogang"))
         reporter.decision(PlanEvent("default/odd", "planned", 2), 0.001)
     [line] = logs
     assert line["event"] == "gang placed"
