@@ -165,10 +165,15 @@ def test_a_selector_left_to_kube_scheduler_is_in_the_gangs_placement_log_line(mo
     event = scheduler.plans.get("default/odd")
     assert event is not None
     reporter = Reporter(scheduler.lookup, None, None)  # type: ignore[arg-type]
-    with capture_logs() as logs:
-        # a fresh logger: another test may have configured structlog to cache the module's one
-        monkeypatch.setattr(reporting, "log", structlog.get_logger("topogang"))
-        reporter.decision(PlanEvent("default/odd", "planned", 2), 0.001)
+    # The CLI's tests configure structlog (a level filter, cached loggers): start from its defaults.
+    saved = structlog.get_config()
+    structlog.reset_defaults()
+    try:
+        with capture_logs() as logs:
+            monkeypatch.setattr(reporting, "log", structlog.get_logger("topogang"))
+            reporter.decision(PlanEvent("default/odd", "planned", 2), 0.001)
+    finally:
+        structlog.configure(**saved)
     [line] = logs
     assert line["event"] == "gang placed"
     [warning] = line["warnings"]
