@@ -3,6 +3,7 @@ cache and the simulator)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +33,7 @@ def apply_dra(state: ClusterState, api: str, kind: str, body: Mapping[str, Any])
         state.set_dra(kind, cls.name, cls)
     elif kind == "ResourceClaim":
         claim = parse_resource_claim(body)
-        state.set_dra(kind, claim.key, claim)
+        state.set_dra(kind, sys.intern(claim.key), claim)  # interned: the key pods' references use
     else:
         template = parse_claim_template(body)
         state.set_dra(kind, template.key, template)

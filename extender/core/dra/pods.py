@@ -7,6 +7,7 @@ which pod a shared claim is counted on (the first by key: a shared claim counts 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -27,7 +28,7 @@ def _refs(pod: PodInfo) -> set[str]:
     for ref in pod.claims:
         for name in (ref.claim_name, ref.generated):
             if name:
-                out.add(f"{pod.namespace}/{name}")
+                out.add(sys.intern(f"{pod.namespace}/{name}"))  # the inventory's key for the claim too
         if ref.template_name:
             out.add(f"{pod.namespace}/template:{ref.template_name}")
     return out
