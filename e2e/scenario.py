@@ -35,6 +35,9 @@ PATHS = {  # (apiVersion, kind) -> (path prefix, plural, namespaced)
         "compositepodgroups",
         True,
     ),
+    ("resource.k8s.io/v1", "DeviceClass"): ("/apis/resource.k8s.io/v1", "deviceclasses", False),
+    ("resource.k8s.io/v1", "ResourceSlice"): ("/apis/resource.k8s.io/v1", "resourceslices", False),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1", "resourceclaimtemplates", True),
 }
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from extender.core.decisions import R_WAITING, Headline
+from extender.core.explain_devices import device_lines
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
 from extender.placement import (
@@ -54,6 +55,7 @@ class Explanation:
     last_repair: str = ""  # what the gang's last repair moved
     reservation: str = ""  # the room held for it while it waits, and its estimated start
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
+    devices: tuple[str, ...] = ()  # devices (Dynamic Resource Allocation) asked and free per domain
 
 
 def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
@@ -135,7 +137,8 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     # whose cache is fresh) would say "waiting to be planned": the dry run knows better.
     message = replace(status, said=(Headline(headline),)).message if status.reason == R_WAITING else status.message
     left = {k: v for k, v in shapes.items() if v}
-    return replace(base, message=message, outcome=outcome, left_out=left, preemption=preemption)
+    devices = device_lines(state, gang, snapshot, tree)
+    return replace(base, message=message, outcome=outcome, left_out=left, preemption=preemption, devices=devices)
 
 
 def _preemption(scheduler: GangScheduler, group: str, dry_run: bool) -> tuple[str, ...]:
@@ -238,6 +241,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"{indent}{line.label}: min {line.minimum}{constraint}; {counts}{where}")
         if e.outcome:
             out.append(f"  Planning it now: {e.outcome}")
+        for device_line in e.devices:
+            out.append(f"  Devices: {device_line}")
         for shape, reasons in e.left_out.items():
             texts = sorted(((str(why), n) for why, n in reasons.items()), key=lambda kv: (-kv[1], kv[0]))
             shown = ", ".join(f"{n} {why}" for why, n in texts)

@@ -88,6 +88,8 @@ def _tree_signature(pod: PodInfo) -> tuple[object, ...]:
         pod.priority,
         pod.priority_class_name,
         pod.created,
+        pod.device_errors,
+        pod.device_warnings,
     )
 
 
@@ -138,10 +140,12 @@ class Membership:
             self._views.pop(str(key), None)
         elif kind == "resource_interface":
             self._all_dirty = True
-        elif kind != "node":  # topologies, priority classes: every tree or priority may change
+        elif kind not in ("node", "devices"):  # topologies, priority classes: every tree or priority may change
+            # (devices change pods' requests: those come as pod events)
             self._views.clear()  # (a node changes no tree: gangs are built from specs and topologies)
 
     def _sync(self) -> None:
+        _ = self.state.table  # pods whose claims or devices changed are counted again first
         if self._all_dirty:
             self._all_dirty = False
             self._dirty_families.update(self._families)
@@ -309,12 +313,16 @@ class Membership:
                 subgroup_of=grouping.subgroup_of,
                 default_topology=flavor_topology(pods, state.flavors.values()),
             )
+            # Claims that ask for a class that does not exist, a selector that does not compile,
+            # more devices than any node has: errors of the gang, named in its status and Events.
+            device_errors = tuple(dict.fromkeys(e for p in present for e in p.device_errors))
+            device_warnings = tuple(dict.fromkeys(w for p in present for w in p.device_warnings))
             view = GroupView(
                 group,
                 spec,
                 built,
-                built.errors,
-                warnings=(*grouping.warnings, *built.warnings, *_gated(pods)),
+                (*built.errors, *device_errors),
+                warnings=(*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),

@@ -85,7 +85,8 @@ class Plans:
         info = self._state.nodes.get(node)
         if info is None or not info.schedulable:
             return False
-        return all(self._state.free_on(node, r) >= 0 for r in info.allocatable)
+        devices = self._state.devices.selections  # the device resources pods ask for (DRA)
+        return all(self._state.free_on(node, r) >= 0 for r in (*info.allocatable, *devices))
 
     def admit_plain(self, pod: PodInfo, nodes: Sequence[str], held: frozenset[str] = frozenset()) -> FilterResult:
         """Plain pods pass, except onto nodes where they would take a gang's reserved room, or

@@ -85,8 +85,9 @@ class Repairs:
 
     def _without(self, pods: Mapping[str, str]) -> ClusterSnapshot:
         give_back: dict[str, Counter[str]] = {}
-        for pod, node in pods.items():
-            give_back.setdefault(node, Counter()).update(self.state.pods[pod].requests)
+        nodes = self.state.table.nodes
+        for pod, node in pods.items():  # with the devices its own claims hold (DRA)
+            give_back.setdefault(node, Counter()).update(self.state.claimed.held(self.state.pods[pod], nodes))
         return self.state.snapshot(give_back)
 
     def start(self, group: str, repair: Repair, now: float) -> Underway:

@@ -39,6 +39,14 @@ RESOURCE_INTERFACES = (
     _r("scheduling.topogang.io", "v1alpha1", "ResourceInterface", "resourceinterfaces", namespaced=False),
 )
 
+# Dynamic Resource Allocation: devices per node, classes, claims and the templates of claims to be.
+DRA = (
+    _r("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", namespaced=False),
+    _r("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", namespaced=False),
+    _r("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims"),
+    _r("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates"),
+)
+
 # The owners the pod grouper walks from a pod up to its workload.
 OWNERS = OWNER_RESOURCES
 
@@ -53,11 +61,13 @@ WATCHED: tuple[Resource, ...] = (
     *RESOURCE_INTERFACES,
     *RESOURCE_FLAVORS,
     *QUEUES,
+    *DRA,
     *OWNERS,
     *UPSTREAM_GROUPS,  # Kubernetes' own PodGroups and CompositePodGroups (stored as objects)
 )
 
 __all__ = [
+    "DRA",
     "EVENTS",
     "NODES",
     "OWNERS",

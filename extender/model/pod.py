@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from extender.model.errors import ErrorList, InvalidObject
+from extender.model.dra.claims import PodClaim, parse_pod_claims
+from extender.model.errors import ErrorList, FieldError, InvalidObject
 from extender.model.quantity import QuantityError, parse_nonnegative
 from extender.model.raw import JSON, identify, mapping, opt_int, opt_str, seq, str_map
 from extender.model.runtime_bound import runtime_bound
@@ -74,6 +75,11 @@ class PodInfo:
     deleting: bool = False
     # spec.schedulingGroup.podGroupName: the scheduling.k8s.io PodGroup the pod belongs to
     scheduling_group: str | None = None
+    claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims (Dynamic Resource Allocation)
+    # Set by ClusterState from the pod's claims (core/dra): `requests` then holds the devices
+    # they still need; these say what could not be counted and why.
+    device_errors: tuple[FieldError, ...] = ()
+    device_warnings: tuple[str, ...] = ()
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -230,6 +236,7 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         scheduling_group=_scheduling_group(spec.get("schedulingGroup"), errors),
         runtime_bound=bound,
         runtime_bound_error=bound_error,
+        claims=parse_pod_claims(spec, status, errors),
     )
     errors.raise_if_any()
     return pod

@@ -94,9 +94,9 @@ class Wakeups:
         """A victim pod changed or went: wake its gang's members soon if it was the last. A node
         came or changed, or a pod went: wake the members parked for want of room (at most once a
         second)."""
-        if kind == "node" or (kind == "pod" and isinstance(key, str) and self._lookup.pod(key) is None):
-            self._room_changed()  # a node came or changed, or a pod went: there may be room
-            if kind == "node":
+        if kind in ("node", "devices") or (kind == "pod" and isinstance(key, str) and self._lookup.pod(key) is None):
+            self._room_changed()  # a node, device or claim came or changed, or a pod went: there may be room
+            if kind != "pod":
                 return
         if (
             kind != "pod"

@@ -232,6 +232,8 @@ class Simulation:
         short: list[str] = []
         for resource, need in sorted(pod.requests.items()):
             free = table.alloc(resource) - self.state.bound.used(resource) - ledger.used(resource)
+            if (held := self.state.devices.allocated(resource, table.nodes)) is not None:
+                free = free - held  # devices claims in the input hold (their status.allocation)
             ok = free >= need
             # as kube-scheduler counts: each eligible node that lacks this resource, whatever else it lacks
             lacking = int(np.count_nonzero(eligible & ~ok))
