@@ -15,6 +15,14 @@ hold only owners here.
 
     python bench/memory_scale.py                     # 10,000 nodes, 100,000 pods
     python bench/memory_scale.py --nodes 5000 --pods 50000 --json
+    python bench/memory_scale.py --dra slices        # and a ResourceSlice per node
+    python bench/memory_scale.py --dra claims        # GPUs only from Dynamic Resource Allocation
+
+--dra slices: each node also has a ResourceSlice of 16 devices, each with a model, an index and
+a UUID attribute, as a GPU driver publishes them (a DeviceClass selects them; the pods are
+unchanged). --dra claims: the nodes' GPUs are those devices only (no nvidia.com/gpu in
+allocatable) and each pod's GPU is a ResourceClaim made from a template and allocated on its
+node (100,000 claims), as kube-controller-manager and kube-scheduler leave them.
 """
 
 from __future__ import annotations
@@ -107,13 +115,79 @@ def pod(i: int, node_name: str, gang: str | None) -> dict[str, Any]:
     }
 
 
-def build(nodes: int, pods: int, gang_size: int) -> GangScheduler:
+DRIVER = "gpu.example.com"
+RESOURCE_API = "resource.k8s.io/v1"
+
+
+def resource_slice(i: int) -> dict[str, Any]:
+    name = f"gpu-{i:05d}"
+    devices = [
+        {
+            "name": f"gpu-{d}",
+            "attributes": {
+                "model": {"string": "H100-SXM"},
+                "index": {"int": d},
+                "uuid": {"string": f"GPU-{i:05d}-{d:02d}"},
+            },
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for d in range(16)
+    ]
+    spec = {"driver": DRIVER, "nodeName": name, "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}}
+    return {"apiVersion": RESOURCE_API, "kind": "ResourceSlice", "metadata": {"name": f"{name}-{DRIVER}"},
+            "spec": {**spec, "devices": devices}}  # fmt: skip
+
+
+def with_claim(body: dict[str, Any], device: int | None) -> list[dict[str, Any]]:
+    """BODY's GPU as a claim from the template `gpu` (DEVICE: allocated on its node); the
+    objects to apply, the pod last."""
+    container = body["spec"]["containers"][0]
+    container["resources"] = {"requests": {"cpu": "8", "memory": "64Gi"}, "claims": [{"name": "gpu"}]}
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu"}]
+    if device is None:
+        return [body]
+    meta = body["metadata"]
+    claim_name = f"{meta['name']}-gpu"
+    body["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    result = {"request": "gpu", "driver": DRIVER, "pool": body["spec"]["nodeName"], "device": f"gpu-{device}"}
+    claim = {
+        "apiVersion": RESOURCE_API,
+        "kind": "ResourceClaim",
+        "metadata": {"name": claim_name, "namespace": meta["namespace"], "uid": f"claim-{meta['uid']}"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "count": 1}}]}},
+        "status": {
+            "allocation": {"devices": {"results": [result]}},
+            "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}],
+        },
+    }
+    return [claim, body]
+
+
+def dra_setup(scheduler: GangScheduler) -> None:
+    selectors = [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]
+    apply_object(scheduler, {"apiVersion": RESOURCE_API, "kind": "DeviceClass", "metadata": {"name": DRIVER},
+                             "spec": {"selectors": selectors}})  # fmt: skip
+    request = {"name": "gpu", "exactly": {"deviceClassName": DRIVER, "count": 1}}
+    apply_object(scheduler, {"apiVersion": RESOURCE_API, "kind": "ResourceClaimTemplate",
+                             "metadata": {"name": "gpu", "namespace": "team"},
+                             "spec": {"spec": {"devices": {"requests": [request]}}}})  # fmt: skip
+
+
+def build(nodes: int, pods: int, gang_size: int, dra: str = "") -> GangScheduler:
     scheduler = GangScheduler(ClusterState())
     levels = [{"nodeLabel": lv} for lv in LEVELS]
     apply_object(scheduler, {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "Topology",
                              "metadata": {"name": "default"}, "spec": {"levels": levels}})  # fmt: skip
+    if dra:
+        dra_setup(scheduler)
     for i in range(nodes):
-        apply_object(scheduler, orjson.loads(orjson.dumps(node(i))))  # as decoded from the wire
+        body = node(i)
+        if dra:
+            apply_object(scheduler, orjson.loads(orjson.dumps(resource_slice(i))))
+        if dra == "claims":
+            without = {k: v for k, v in body["status"]["capacity"].items() if k != GPU}
+            body["status"]["capacity"] = body["status"]["allocatable"] = without
+        apply_object(scheduler, orjson.loads(orjson.dumps(body)))  # as decoded from the wire
     in_gangs = pods * 9 // 10
     for g in range(in_gangs // gang_size):
         spec = {"minMember": gang_size, "topologyConstraint": {"requiredTopologyLevel": LEVELS[1]}}
@@ -123,7 +197,9 @@ def build(nodes: int, pods: int, gang_size: int) -> GangScheduler:
     for i in range(pods):
         gang = f"gang-{i // gang_size}" if i < in_gangs - in_gangs % gang_size else None
         spread = max(1, pods // nodes)  # pods a node
-        apply_object(scheduler, orjson.loads(orjson.dumps(pod(i, f"gpu-{(i // spread) % nodes:05d}", gang))))
+        body = pod(i, f"gpu-{(i // spread) % nodes:05d}", gang)
+        for obj in with_claim(body, i % spread) if dra == "claims" else [body]:
+            apply_object(scheduler, orjson.loads(orjson.dumps(obj)))
     return scheduler
 
 
@@ -135,7 +211,7 @@ def query(scheduler: GangScheduler) -> int:
     return len(groups)
 
 
-def plan_one(scheduler: GangScheduler) -> str:
+def plan_one(scheduler: GangScheduler, dra: str = "") -> str:
     """A 1,024-pod gang of 1-GPU pods planned on the full cluster (builds the node table)."""
     body = {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "PodGroup",
             "metadata": {"name": "new", "namespace": "team"}, "spec": {"minMember": 1024}}  # fmt: skip
@@ -144,6 +220,8 @@ def plan_one(scheduler: GangScheduler) -> str:
         member = pod(10_000_000 + i, "", "new")
         del member["spec"]["nodeName"]
         member["status"] = {"phase": "Pending"}
+        if dra == "claims":
+            with_claim(member, None)
         apply_object(scheduler, member)
     first = scheduler.state.pods["team/new-10000000"]
     result = scheduler.filter(first, sorted(scheduler.state.nodes), 0.0)
@@ -156,21 +234,23 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=100_000)
     parser.add_argument("--gang-size", type=int, default=256)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--dra", choices=["slices", "claims"], default="", help="add ResourceSlices; or claims too")
     args = parser.parse_args()
     gc.collect()
     base, _ = memory_mb()
     start = time.perf_counter()
-    scheduler = build(args.nodes, args.pods, args.gang_size)
+    scheduler = build(args.nodes, args.pods, args.gang_size, args.dra)
     built_s = time.perf_counter() - start
     gc.collect()
     after_build, _ = memory_mb()
     start = time.perf_counter()
     groups = query(scheduler)
-    outcome = plan_one(scheduler)
+    outcome = plan_one(scheduler, args.dra)
     query_s = time.perf_counter() - start
     gc.collect()
     rss, peak = memory_mb()
     out = {
+        "dra": args.dra or "none",
         "nodes": len(scheduler.state.nodes),
         "pods": len(scheduler.state.pods),
         "gangs": groups,

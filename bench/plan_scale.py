@@ -6,6 +6,14 @@ a zone, 8 racks a block), a quarter of the nodes partly used by other work. Gang
 
     python bench/plan_scale.py                       # the 9 cases of the issue
     python bench/plan_scale.py --nodes 10000 --pods 1024 --json
+    python bench/plan_scale.py --nodes 10000 --pods 1024 --dra
+
+--dra plans the same gang twice through ClusterState, alternating, the server's view: once with GPUs as an
+extended resource (nvidia.com/gpu in allocatable; the used quarter as bound pods), once with
+GPUs from Dynamic Resource Allocation (one ResourceSlice of 8 devices per node, as GPU drivers
+publish them; the used quarter as allocated ResourceClaims; each pod's 8 devices a claim from a
+template), and prints both and their ratio. `setup_ms` is the first snapshot after the slices
+came (counting devices per node) and the pods' demand.
 
 Each case prints the median and p95 of `build_gang + plan` over repeated runs on a node table
 that is already built (as in the server, where it lives as long as the node set); `cold_ms` is
@@ -129,13 +137,109 @@ def run_case(nodes_n: int, pods_n: int, repeat: int) -> dict[str, object]:
     }
 
 
+def dra_state(nodes_n: int, pods_n: int, dra: bool) -> tuple[object, list[object], object]:
+    """(ClusterState, members, PodGroup) of the same cluster and gang, GPUs through DRA or not."""
+    from extender.core.cluster import ClusterState
+    from extender.core.dra.objects import apply_dra
+
+    nodes, used = cluster(nodes_n)
+    state = ClusterState()
+    state.set_topology("dc", TOPOLOGY)
+    driver = "gpu.example.com"
+    if dra:
+        cls = {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}
+        apply_dra(state, "resource.k8s.io/v1", "DeviceClass", {"metadata": {"name": driver}, "spec": cls})
+        template = {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": driver, "count": 8}}]}}
+        body = {"metadata": {"name": "gpus", "namespace": "bench"}, "spec": {"spec": template}}
+        apply_dra(state, "resource.k8s.io/v1", "ResourceClaimTemplate", body)
+    for n in nodes:
+        alloc = dict(n.allocatable)
+        if dra:
+            del alloc[GPU]
+            devices = [{"name": f"gpu-{i}"} for i in range(8)]
+            spec = {"driver": driver, "nodeName": n.name, "pool": {"name": n.name, "generation": 1}, "devices": devices}
+            apply_dra(state, "resource.k8s.io/v1", "ResourceSlice", {"metadata": {"name": n.name}, "spec": spec})
+        state.upsert_node(NodeInfo(n.name, n.labels, alloc))
+    for i, (name, taken) in enumerate(sorted(used.items())):
+        gpus = taken[GPU] // 1000
+        requests = {"cpu": "8"} if dra else {"cpu": "8", GPU: str(gpus)}
+        running = {"containers": [{"name": "c", "resources": {"requests": requests}}], "nodeName": name}
+        state.upsert_pod(parse_pod({"metadata": {"name": f"used-{i}", "namespace": "bench"}, "spec": running}))
+        if dra:
+            results = [{"request": "g", "driver": driver, "pool": name, "device": f"gpu-{d}"} for d in range(gpus)]
+            claim = {
+                "metadata": {"name": f"used-{i}", "namespace": "bench"},
+                "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": driver}}]}},
+                "status": {"allocation": {"devices": {"results": results}}},
+            }
+            apply_dra(state, "resource.k8s.io/v1", "ResourceClaim", claim)
+    pg, members = gang_objects(pods_n)
+    if dra:
+        members = [_with_claims(m) for m in members]
+    return state, members, pg
+
+
+def _with_claims(member: object) -> object:
+    from dataclasses import replace
+
+    from extender.model.dra.claims import PodClaim
+
+    requests = {k: v for k, v in member.requests.items() if k != GPU}  # type: ignore[attr-defined]
+    return replace(member, requests=requests, claims=(PodClaim("gpus", template_name="gpus"),))  # type: ignore[type-var]
+
+
+def dra_compare(nodes_n: int, pods_n: int, repeat: int) -> list[dict[str, object]]:
+    """The same gang planned with GPUs as an extended resource and from claims, runs alternating
+    (so a busy machine slows both alike)."""
+    cases = []
+    for dra in (False, True):
+        state, members, pg = dra_state(nodes_n, pods_n, dra)
+        start = time.perf_counter()
+        for m in members:
+            state.upsert_pod(m)  # type: ignore[attr-defined]
+        pods = [state.pods[m.key] for m in members]  # type: ignore[attr-defined]
+        state.snapshot().free("devices/gpu.example.com" if dra else GPU)  # type: ignore[attr-defined]
+        cases.append((dra, state, pods, pg, (time.perf_counter() - start) * 1000))
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(repeat + 1):
+        for dra, state, pods, pg, _setup in cases:
+            start = time.perf_counter()
+            built = build_gang(pg, pods, {"dc": TOPOLOGY})  # type: ignore[arg-type]
+            assert built.gang is not None, built.errors
+            result = plan(state.snapshot(), built.gang)  # type: ignore[attr-defined]
+            times[dra].append((time.perf_counter() - start) * 1000)
+            assert isinstance(result, Plan), result
+    rows = []
+    for dra, _state, _pods, _pg, setup in cases:
+        warm = sorted(times[dra][1:])
+        rows.append(
+            {
+                "gpus": "dra" if dra else "extended resource",
+                "nodes": nodes_n,
+                "pods": pods_n,
+                "median_ms": round(statistics.median(warm), 2),
+                "p95_ms": round(warm[min(len(warm) - 1, round(0.95 * (len(warm) - 1)))], 2),
+                "cold_ms": round(times[dra][0], 2),
+                "setup_ms": round(setup, 2),
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, help="run only this cluster size")
     parser.add_argument("--pods", type=int, help="run only this gang size (a multiple of 8)")
     parser.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line per case")
+    parser.add_argument("--dra", action="store_true", help="GPUs as an extended resource, then from DRA claims")
     args = parser.parse_args()
+    if args.dra:
+        rows = dra_compare(args.nodes or 10_000, args.pods or 1_024, args.repeat)
+        for row in rows:
+            print(orjson.dumps(row).decode() if args.json else row)
+        print(f"DRA / extended resource, median: {rows[1]['median_ms'] / rows[0]['median_ms']:.2f}x")  # type: ignore[operator]
+        return
     node_sizes = [args.nodes] if args.nodes else [1_000, 5_000, 10_000]
     pod_sizes = [args.pods] if args.pods else [64, 256, 1_024]
     if not args.json:

@@ -28,6 +28,16 @@ PATHS = {  # (apiVersion, kind) -> (path prefix, plural, namespaced)
     ("scheduling.topogang.io/v1alpha1", "Topology"): ("/apis/scheduling.topogang.io/v1alpha1", "topologies", False),
     ("scheduling.run.ai/v2", "Queue"): ("/apis/scheduling.run.ai/v2", "queues", False),
     ("kueue.x-k8s.io/v1beta1", "ResourceFlavor"): ("/apis/kueue.x-k8s.io/v1beta1", "resourceflavors", False),
+    ("scheduling.k8s.io/v1beta1", "PodGroup"): ("/apis/scheduling.k8s.io/v1beta1", "podgroups", True),
+    ("scheduling.k8s.io/v1alpha3", "PodGroup"): ("/apis/scheduling.k8s.io/v1alpha3", "podgroups", True),
+    ("scheduling.k8s.io/v1alpha3", "CompositePodGroup"): (
+        "/apis/scheduling.k8s.io/v1alpha3",
+        "compositepodgroups",
+        True,
+    ),
+    ("resource.k8s.io/v1", "DeviceClass"): ("/apis/resource.k8s.io/v1", "deviceclasses", False),
+    ("resource.k8s.io/v1", "ResourceSlice"): ("/apis/resource.k8s.io/v1", "resourceslices", False),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): ("/apis/resource.k8s.io/v1", "resourceclaimtemplates", True),
 }
 
 

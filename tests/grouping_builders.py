@@ -198,6 +198,7 @@ def group_file(path: Path) -> tuple[GroupingResult, list[PodInfo]]:
     docs: list[JSON] = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
     workloads = [d for d in docs if can_synthesize(str(d.get("apiVersion")), str(d.get("kind")))]
     pods, owners = pods_of(*workloads)
+    pods += [parse_pod(d) for d in docs if d.get("kind") == "Pod"]  # pods the file gives (scheduling.k8s.io groups)
     # objects of the file win over synthesized ones, as in the simulator
     return group_pods(pods, ObjectIndex([*owners, *docs]), {}), pods
 

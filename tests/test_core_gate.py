@@ -230,3 +230,28 @@ def test_gangs_whole_or_with_finished_pods_are_not_recovered() -> None:
     scheduler, keys = part_bound(nodes=3)
     scheduler.observe_pod(replace(scheduler.state.pods[keys[0]], phase="Succeeded"))
     assert Recovery(within=32.0).start(scheduler, 0.0) == []
+
+
+def test_a_pod_beyond_the_minimum_deleted_while_waiting_at_the_gate_is_not_bound_with_the_gang() -> None:
+    state = ClusterState()
+    for n in grid(racks=2, nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    state.set_podgroup("default/e", podgroup({"minMember": 2}, name="e"))
+    scheduler = GangScheduler(state, plan_ttl=600)
+    keys = []
+    for i in range(3):
+        p = pod(f"e-{i}", group="e")
+        scheduler.observe_pod(p)
+        keys.append(p.key)
+    scheduler.filter(state.pods[keys[0]], NODES, 0.0)
+    plan = dict(scheduler.reserved("default/e"))
+    assert set(plan) == set(keys)  # the minimum of 2 and the third beyond it
+    extra = next(k for k in keys if k not in scheduler.plans["default/e"].gate.minimum)
+    assert scheduler.bind(extra, plan[extra], 1.0).action == WAIT  # it waits for the minimum
+    scheduler.delete_pod(extra)  # ... and goes away meanwhile
+    minimum = sorted(scheduler.plans["default/e"].gate.minimum)
+    assert scheduler.bind(minimum[0], plan[minimum[0]], 2.0).action == WAIT
+    last = scheduler.bind(minimum[1], plan[minimum[1]], 3.0)
+    assert last.action == BIND
+    assert sorted(last.bind) == sorted((k, plan[k]) for k in minimum)  # not the deleted pod

@@ -83,20 +83,20 @@ def test_plans_swap_moves_both_reservations() -> None:
     assert state.reservations[keys[0]][0] == NODES[1]
 
 
-def test_plans_let_go_of_a_bound_pod_forgets_its_arrival_and_a_sweep_forgets_a_carried_out_plan() -> None:
+def test_plans_let_go_of_a_pod_forgets_its_arrival_and_a_sweep_forgets_a_carried_out_plan() -> None:
     state, _, keys = cluster()
     plans = Plans(state)
     plans.hold("default/g", a_plan(keys, NODES[:3]), 0.0)
     gp = plans["default/g"]
     gp.gate.arrive(keys[0], NODES[0], 0.0)
-    plans.let_go(gp, keys[0], bound=True)
+    plans.let_go(gp, keys[0])
     assert keys[0] not in gp.gate.arrived
     gp.gate.arrive(keys[1], NODES[1], 0.0)
-    plans.let_go(gp, keys[1], bound=False)  # it left: its arrival is the gate's to hand out
-    assert keys[1] in gp.gate.arrived
+    plans.let_go(gp, keys[1])  # it left (deleted, finished): never bound when the gate opens
+    assert keys[1] not in gp.gate.arrived
     assert plans.sweep({"default/g"}) == []  # not carried out yet
     gp.gate.opened = True
-    plans.let_go(gp, keys[2], bound=True)
+    plans.let_go(gp, keys[2])
     assert plans.sweep({"default/g"}) == ["default/g"]
     assert plans.domains("default/g") == {"default/g": RACK}  # the last domains outlive the plan
     plans.sweep(set())

@@ -84,3 +84,27 @@ spec:
       limits:
         nvidia.com/gpu: '8'
 """
+
+
+def test_the_dra_example_is_story_2_with_gpus_from_claims(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "-f", str(ROOT / "examples" / "dra"), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    workers = [p for p in doc["pods"] if p["subGroup"].startswith("worker-seg-")]
+    assert len(workers) == 16
+    assert len({p["node"] for p in workers}) == 16  # 8 devices each: one worker per node
+    segments: dict[str, set[str]] = {}
+    for p in workers:
+        segments.setdefault(p["subGroup"], set()).add(p["node"].rsplit("-", 1)[0])
+    assert all(len(racks) == 1 for racks in segments.values())
+    assert len({r.split("-")[1] for racks in segments.values() for r in racks}) == 1
+
+
+def test_the_reservation_example_shows_the_room_held_and_the_estimated_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["simulate", "-f", str(ROOT / "examples" / "reservation"), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (group,) = doc["podGroups"]
+    assert group["phase"] == "Pending"
+    assert "room held for it in rack z1/r1 (2 nodes)" in group["message"]
+    assert "expected to start by 2026-11-25T11:00:00Z" in group["message"]  # 10:00 + activeDeadlineSeconds

@@ -271,3 +271,44 @@ async def test_the_podgroup_of_a_deleted_workload_is_not_written_again() -> None
         assert path not in api.objects
     finally:
         await writer.stop()
+
+
+async def test_a_split_of_kubernetes_own_gang_is_said_on_its_root_object_too() -> None:
+    from tests.test_upstream_gangs import RACK, group
+    from tests.test_upstream_gangs import pod as upstream_pod
+
+    state = ClusterState()
+    for n in grid(nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    scheduler = GangScheduler(state)
+    root = group("train", 2, [RACK])
+    root["metadata"]["uid"] = "uid-train"
+    apply_object(scheduler, root)
+    for i in range(2):
+        apply_object(scheduler, upstream_pod(f"w-{i}", group="train"))
+    planned = scheduler.filter(state.pods["ml/w-0"], NODES, 0.0)
+    assert planned.nodes
+    elsewhere = next(n for n in NODES if n not in scheduler.plans["ml/podgroup-train"].reserved.values())
+    scheduler.observe_pod(replace(state.pods["ml/w-1"], node_name=elsewhere))
+    api, events = FakeApi(), Events()
+    upstream = "/apis/scheduling.k8s.io/v1beta1/namespaces/ml/podgroups/train"
+    api.put_object(upstream, "uid-train")
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01)
+    writer.start()
+    try:
+        await until(lambda: "status" in api.objects[upstream], "the condition on Kubernetes' PodGroup")
+        (condition,) = api.objects[upstream]["status"]["conditions"]
+        assert (condition["type"], condition["status"], condition["reason"]) == (
+            "GangSplit",
+            "True",
+            "SplitBetweenDeciders",
+        )
+        assert f"pod ml/w-1 was bound to node {elsewhere} by another scheduler" in condition["message"]
+        await until(lambda: len(events.events) >= 2, "the Events")
+        assert sorted((e[0], e[2]) for e in events.events) == [
+            ("podgroup-train/uid-1", "GangSplit"),
+            ("train/uid-train", "GangSplit"),
+        ]
+    finally:
+        await writer.stop()

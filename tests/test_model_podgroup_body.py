@@ -26,7 +26,7 @@ def comparable(spec: PodGroupSpec) -> PodGroupSpec:
     """What the PodGroup API carries: not where a constraint was read from, nor exclusivity."""
 
     def plain(c: TopologyConstraint | None) -> TopologyConstraint | None:
-        return None if c is None else replace(c, field="", exclusive=False)
+        return None if c is None else replace(c, field="", exclusive=False, required_fields=())
 
     return replace(
         spec,

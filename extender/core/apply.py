@@ -13,6 +13,8 @@ so both see a cluster the same way:
     ResourceInterface         ClusterState.set_resource_interface, by name
     ResourceFlavor (Kueue)    ClusterState.set_flavor, by name
     Queue (KAI), LocalQueue (Kueue)  ClusterState.set_queue; their CRDs, set_queue_api
+    ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate (resource.k8s.io/v1)
+                              ClusterState.set_dra (core/dra/objects.py)
     anything else             ClusterState.set_object: the workload owners the grouper reads
 
 Any other object that does not parse raises `InvalidObject` and the view keeps what it had of
@@ -25,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.core.cluster import object_key
+from extender.core.dra.objects import apply_dra, delete_dra
 from extender.core.queues import KUEUE_LOCAL_QUEUE, QUEUE_CRDS, QUEUE_KINDS, QueueKey
 from extender.core.scheduler import GangScheduler
 from extender.model.budget import parse_budget
@@ -52,6 +55,7 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
     elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
         key = _namespaced_key(body)
         _last_repair(scheduler, key, body)
+        _reservation(scheduler, key, body)
         try:
             state.set_podgroup(key, parse_podgroup(body))
         except InvalidObject as exc:
@@ -73,7 +77,7 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
         state.set_queue(queue, True)
     elif kind == "CustomResourceDefinition" and _name(body) in QUEUE_CRDS:
         state.set_queue_api(QUEUE_CRDS[_name(body)], True)
-    else:
+    elif not apply_dra(state, api, kind, body):
         state.set_object(_owner_key(api, kind, body), body)
     return ()
 
@@ -85,6 +89,17 @@ def _last_repair(scheduler: GangScheduler, key: str, body: JSON) -> None:
     if isinstance(last, Mapping) and isinstance(last.get("message"), str):
         when = last.get("time")
         scheduler.repairs.note(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
+
+
+def _reservation(scheduler: GangScheduler, key: str, body: JSON) -> None:
+    """The PodGroup status's reservation (written by the leader), for `explain`; read leniently."""
+    status = body.get("status")
+    held = status.get("reservation") if isinstance(status, Mapping) else None
+    if isinstance(held, Mapping) and all(isinstance(held.get(k), str) for k in ("domain", "estimatedStart")):
+        text = f"room held for it in {held['domain']}; expected to start by {held['estimatedStart']}"
+        scheduler.reserving.note(key, text)
+    else:
+        scheduler.reserving.note(key, None)
 
 
 def delete_object(scheduler: GangScheduler, body: JSON) -> None:
@@ -109,7 +124,7 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
         state.set_flavor(_name(body), None)
     elif (queue := _queue_key(api, kind, body)) is not None:
         state.set_queue(queue, False)
-    else:
+    elif not delete_dra(state, api, kind, body):
         state.set_object(_owner_key(api, kind, body), None)
 
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
+from extender.core.dra import DeviceInventory
+from extender.core.dra.inventory import CLAIMS, DEVICES, DraObject
+from extender.core.dra.pods import ClaimedPods
 from extender.core.usage import PlanningUsage, UsageLedger
 from extender.model.budget import DisruptionBudget
 from extender.model.errors import FieldError
@@ -50,6 +54,9 @@ class ClusterState:
         self.global_default: dict[str, int] = {}  # PriorityClasses with globalDefault: true
         self.budgets: dict[str, DisruptionBudget] = {}  # PodDisruptionBudgets, by namespace/name
         self.objects: dict[ObjectKey, Mapping[str, Any]] = {}
+        # the same objects by (API group, kind, namespace), then name: a kind's objects of one
+        # namespace without a scan (the children of a scheduling.k8s.io CompositePodGroup)
+        self._by_namespace: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
         self.resource_interfaces: dict[str, Mapping[str, Any]] = {}
         self.flavors: dict[str, ResourceFlavor] = {}  # Kueue ResourceFlavors by name
         self.queue_apis: set[str] = set()  # the queue kinds installed (core.queues.QUEUE_KINDS)
@@ -65,6 +72,11 @@ class ClusterState:
         self._bound: UsageLedger | None = None
         self._reserved: UsageLedger | None = None
         self._listeners: list[Callable[[str, object], None]] = []
+        # Dynamic Resource Allocation: slices, classes, claims, templates, and the pods with claims
+        # (their `requests` carry the devices still needed, refreshed when `table` is next read).
+        self.devices = DeviceInventory()
+        self.claimed = ClaimedPods(self.devices)
+        self._stale_pods: set[str] = set()
 
     def subscribe(self, listener: Callable[[str, object], None]) -> None:
         """Call `listener(kind, key)` on every change: kind is pod, node (added or changed),
@@ -102,13 +114,20 @@ class ClusterState:
     @property
     def table(self) -> NodeTable:
         if self._table is None:
-            self._table = NodeTable(sorted(self.nodes.values(), key=lambda n: n.name), self.generation)
+            nodes = sorted(self.nodes.values(), key=lambda n: n.name)
+            self._table = NodeTable(nodes, self.generation, self.devices)
             self._bound, self._reserved = UsageLedger(self._table), UsageLedger(self._table)
             for pod in self.pods.values():
                 if pod.uses_capacity and pod.node_name is not None:
                     self._bound.add(pod.node_name, pod.requests)
             for node, requests in self.reservations.values():
                 self._reserved.add(node, requests)
+            self._stale_pods.update(self.claimed.raw)  # nodes or devices changed: count claims again
+        if self._stale_pods:  # pods whose claims, templates or devices changed
+            stale, self._stale_pods = self._stale_pods, set()
+            for key in sorted(stale):
+                if (raw := self.claimed.raw.get(key)) is not None and key in self.pods:
+                    self.upsert_pod(raw)
         return self._table
 
     @property
@@ -127,6 +146,10 @@ class ClusterState:
 
     def upsert_pod(self, pod: PodInfo) -> PodInfo | None:
         """Store `pod`; returns the version it replaced."""
+        if pod.claims or pod.key in self.claimed.raw:  # its devices join its requests
+            others = self.claimed.track(pod, pod.key)  # pods sharing a claim with it
+            pod = self.claimed.derive(pod, self.table.nodes)
+            self._stale_pods |= others
         old = self.pods.get(pod.key)
         if old == pod:
             return old
@@ -136,6 +159,8 @@ class ClusterState:
             if pod.uses_capacity and pod.node_name:
                 self._bound.add(pod.node_name, pod.requests)
         self.pods[pod.key] = pod
+        if old is not None and old.requests != pod.requests and pod.key in self.reservations:
+            self.reserve(pod.key, self.reservations[pod.key][0], pod.requests)  # its claim was allocated
         if old is None:
             self._arrivals += 1
             self.arrival[pod.key] = self._arrivals
@@ -143,6 +168,8 @@ class ClusterState:
         return old
 
     def delete_pod(self, key: str) -> PodInfo | None:
+        if key in self.claimed.raw:
+            self._stale_pods |= self.claimed.track(None, key)
         old = self.pods.pop(key, None)
         self.arrival.pop(key, None)
         if old is not None:
@@ -205,11 +232,22 @@ class ClusterState:
         self._notify("topology", name)
 
     def set_object(self, key: ObjectKey, body: Mapping[str, Any] | None) -> None:
+        group, kind, namespace, name = key
         if body is None:
             self.objects.pop(key, None)
+            same = self._by_namespace.get((group, kind, namespace))
+            if same is not None:
+                same.pop(name, None)
+                if not same:
+                    del self._by_namespace[(group, kind, namespace)]
         else:
             self.objects[key] = body
+            self._by_namespace.setdefault((group, kind, namespace), {})[name] = body
         self._notify("object", key)
+
+    def in_namespace(self, api_version: str, kind: str, namespace: str) -> list[Mapping[str, Any]]:
+        """Every object of that kind (any version of its API group) in the namespace."""
+        return list(self._by_namespace.get((api_version.rpartition("/")[0], kind, namespace), {}).values())
 
     def set_flavor(self, name: str, flavor: ResourceFlavor | None) -> None:
         if flavor is None:
@@ -266,14 +304,30 @@ class ClusterState:
     # -- planning view ---------------------------------------------------------------------------------
 
     def snapshot(self, give_back: Mapping[str, Mapping[str, int]] | None = None) -> ClusterSnapshot:
-        """Free capacity: allocatable - bound pods - reservations, plus what `give_back` returns."""
-        return ClusterSnapshot(self.table, PlanningUsage(self.bound, self.reserved, give_back or {}))
+        """Free capacity: allocatable (and devices) - bound pods - reservations - devices claims
+        hold, plus what `give_back` returns."""
+        table = self.table
+        held = partial(self.devices.allocated, nodes=table.nodes)
+        return ClusterSnapshot(table, PlanningUsage(self.bound, self.reserved, give_back or {}, held))
 
     def free_on(self, node: str, resource: str) -> int:
-        info = self.nodes.get(node)
-        if info is None:
+        i = self.table.index.get(node)
+        if i is None:
             return 0
-        return info.allocatable.get(resource, 0) - self.bound.at(node, resource) - self.reserved.at(node, resource)
+        held = self.devices.allocated(resource, self.table.nodes)
+        taken = self.bound.at(node, resource) + self.reserved.at(node, resource)
+        return int(self.table.alloc(resource)[i]) - taken - (int(held[i]) if held is not None else 0)
+
+    def set_dra(self, kind: str, key: str, found: DraObject | None) -> None:
+        """A ResourceSlice or DeviceClass (by name), a ResourceClaim or ResourceClaimTemplate (by
+        namespace/name) came or changed (FOUND), or went (None)."""
+        changed = self.devices.set(kind, key, found)
+        if changed == DEVICES:  # capacity per node: the table's rebuild counts every claim again
+            self._invalidate_nodes()
+        elif changed == CLAIMS:
+            self._stale_pods |= self.claimed.readers(key, template=kind == "ResourceClaimTemplate")
+        if changed is not None:
+            self._notify("devices", key)
 
     def pod_priority(self, pod: PodInfo) -> int:
         """As the API server's Priority admission resolves it (live pods carry its answer in

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from extender.placement import (
     INCOMPLETE,
@@ -336,6 +337,26 @@ class Planned:
 
 
 @dataclass(frozen=True)
+class ReservedRoom:
+    """Room held for a waiting gang (core/reservations.py): where, and when it should start."""
+
+    domain: DomainRef
+    nodes: int
+    start: float  # estimated start, wall-clock seconds
+    made: float  # when the reservation was made, wall-clock seconds
+
+    def render(self) -> str:
+        return (
+            f"room held for it in {self.domain} ({self.nodes} nodes) since {rfc3339(self.made)}; "
+            f"expected to start by {rfc3339(self.start)}"
+        )
+
+
+def rfc3339(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
 class QueueBlocked:
     """spec.queue names a queue the cluster does not have."""
 
@@ -364,8 +385,25 @@ class Headline:
         return self.text
 
 
+@dataclass(frozen=True)
+class Split:
+    """A member of a gang bound where topogang did not plan it: a second decider (Kubernetes'
+    own gang plugins in another profile or scheduler, a manual binding) placed part of the gang."""
+
+    pod: str
+    node: str
+    planned: str
+
+    def render(self) -> str:
+        return (
+            f"gang split between two deciders: pod {self.pod} was bound to node {self.node} by another"
+            f" scheduler, not to its planned node {self.planned} (turn Kubernetes' GangScheduling and"
+            " TopologyPlacementGenerator plugins off in the profiles whose gangs topogang decides)"
+        )
+
+
 # What a status message says, in order: where the gang stands, then what last happened to it.
-Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline
+Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline | ReservedRoom
 
 
 @dataclass(frozen=True)
@@ -388,10 +426,14 @@ class GroupStatus:
     said: tuple[Said, ...] = ()  # what the message says, in order
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why) of pods waiting outside the gang, sorted
     warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings
+    split: Split | None = None  # a member another decider bound elsewhere
+    reservation: ReservedRoom | None = None  # room held for it while it waits
 
     @property
     def message(self) -> str:
         parts = [self.detail] if self.detail else []
+        if self.split is not None:
+            parts.append(self.split.render())
         parts += [s.render() for s in self.said]
         if self.waiting:
             parts.append("; ".join(f"{pod}: {why}" for pod, why in self.waiting))

@@ -18,8 +18,14 @@ def _exclusive(gang: Gang | None) -> bool:
     return gang is not None and any(s.rule is not None and s.rule.exclusive for s in gang.scopes)
 
 
-def snapshot_for(state: ClusterState, membership: Membership, group: str, gang: Gang) -> ClusterSnapshot:
+def snapshot_for(
+    state: ClusterState, membership: Membership, group: str, gang: Gang, held: BoolArray | None = None
+) -> ClusterSnapshot:
+    """The cluster as GROUP's plan sees it: HELD (nodes reservations keep from it) and the
+    domains other gangs hold exclusively are blocked."""
     base = state.snapshot()
+    if held is not None:
+        base = ClusterSnapshot(base.table, base.usage, held)
     others = []
     for other in membership.exclusive_groups():  # known from specs: no other gang is built here
         if other == group:
@@ -40,7 +46,7 @@ def snapshot_for(state: ClusterState, membership: Membership, group: str, gang: 
     for pod_key, (node, _) in state.reservations.items():
         placed.setdefault(pod_key, node)
 
-    blocked: BoolArray = np.zeros(len(table), dtype=np.bool_)
+    blocked: BoolArray = np.zeros(len(table), dtype=np.bool_) if held is None else held.copy()
     for g in others:
         tree = table.tree(g.topology)
         for scope in g.scopes:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from extender.core.decisions import R_WAITING, Headline
+from extender.core.explain_devices import device_lines
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
 from extender.placement import (
@@ -52,7 +53,9 @@ class Explanation:
     left_out: Mapping[str, Mapping[Excluded, int]] = field(default_factory=dict)  # shape -> why -> nodes
     notes: tuple[str, ...] = ()  # warnings, pods waiting outside the gang
     last_repair: str = ""  # what the gang's last repair moved
+    reservation: str = ""  # the room held for it while it waits, and its estimated start
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
+    devices: tuple[str, ...] = ()  # devices (Dynamic Resource Allocation) asked and free per domain
 
 
 def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
@@ -66,10 +69,23 @@ def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
         key = GroupKey.parse(g)
         if key.namespace != wanted.namespace:
             continue
-        owner = scheduler.lookup.view(g).owner  # the workload a derived gang comes from
-        if (owner is not None and owner.name == wanted.name) or key.name.endswith(f"-{wanted.name}"):
+        view = scheduler.lookup.view(g)
+        owner = view.owner  # the workload a derived gang comes from
+        if (
+            (owner is not None and owner.name == wanted.name)
+            or key.name.endswith(f"-{wanted.name}")
+            or _owned_by(scheduler, view.pods, wanted.name)
+        ):
             out.append(g)
     return sorted(out)
+
+
+def _owned_by(scheduler: GangScheduler, pods: Iterable[str], name: str) -> bool:
+    """Whether a pod's controller is NAME (a scheduling.k8s.io PodGroup its Job's controller made)."""
+    first = next(iter(pods), None)
+    pod = scheduler.state.pods.get(first) if first is not None else None
+    controller = pod.controller if pod is not None else None
+    return controller is not None and controller.name == name
 
 
 def explain(scheduler: GangScheduler, group: str) -> Explanation:
@@ -96,6 +112,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         tuple(lines),
         notes=tuple(notes),
         last_repair=repaired,
+        reservation=scheduler.reserving.text(group),
     )
     if all(m.key in node_of for m in gang.members()):
         return replace(base, outcome="nothing to plan: every pod is bound")
@@ -120,7 +137,8 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     # whose cache is fresh) would say "waiting to be planned": the dry run knows better.
     message = replace(status, said=(Headline(headline),)).message if status.reason == R_WAITING else status.message
     left = {k: v for k, v in shapes.items() if v}
-    return replace(base, message=message, outcome=outcome, left_out=left, preemption=preemption)
+    devices = device_lines(state, gang, snapshot, tree)
+    return replace(base, message=message, outcome=outcome, left_out=left, preemption=preemption, devices=devices)
 
 
 def _preemption(scheduler: GangScheduler, group: str, dry_run: bool) -> tuple[str, ...]:
@@ -223,6 +241,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"{indent}{line.label}: min {line.minimum}{constraint}; {counts}{where}")
         if e.outcome:
             out.append(f"  Planning it now: {e.outcome}")
+        for device_line in e.devices:
+            out.append(f"  Devices: {device_line}")
         for shape, reasons in e.left_out.items():
             texts = sorted(((str(why), n) for why, n in reasons.items()), key=lambda kv: (-kv[1], kv[0]))
             shown = ", ".join(f"{n} {why}" for why, n in texts)
@@ -231,6 +251,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"  {'Preemption: ' if i == 0 else '    '}{text}")
         if e.last_repair:
             out.append(f"  Last repair: {e.last_repair}")
+        if e.reservation:
+            out.append(f"  Reservation: {e.reservation}")
         for note in e.notes:
             out.append(f"  Note: {note}")
         out.append("")

@@ -17,6 +17,8 @@ from typing import Any
 
 from extender.core.cluster import ClusterState
 from extender.grouping import PODGROUP, Family, Grouping, family_key, group_pods
+from extender.grouping.upstream import tree as upstream
+from extender.grouping.upstream.objects import GROUP as UPSTREAM_GROUP
 from extender.model.errors import FieldError
 from extender.model.flavor import flavor_topology
 from extender.model.keys import GroupKey
@@ -62,6 +64,9 @@ class _Lookup:
     def resource_interfaces(self) -> Sequence[Mapping[str, Any]]:
         return list(self.state.resource_interfaces.values())
 
+    def in_namespace(self, api_version: str, kind: str, namespace: str) -> Sequence[Mapping[str, Any]]:
+        return self.state.in_namespace(api_version, kind, namespace)
+
 
 def _signature(pod: PodInfo) -> tuple[object, ...]:
     """What grouping reads of a pod besides its existence. topogang's own plan-generation
@@ -83,6 +88,8 @@ def _tree_signature(pod: PodInfo) -> tuple[object, ...]:
         pod.priority,
         pod.priority_class_name,
         pod.created,
+        pod.device_errors,
+        pod.device_warnings,
     )
 
 
@@ -104,6 +111,7 @@ class Membership:
         self._views: dict[str, GroupView] = {}
         self._dirty_pods: set[str] = set(state.pods)
         self._dirty_readers: set[str] = set()  # pods that read an object that changed
+        self._rekey: set[str] = set()  # pods whose family may have changed with an object (a new root)
         self._dirty_families: set[Family] = set()
         self._all_dirty = False
         state.subscribe(self._changed)
@@ -118,8 +126,12 @@ class Membership:
             self._dirty_pods.update(self._readers.get(("Pod", pod.namespace, pod.name), ()))
         elif kind == "object":
             assert isinstance(key, tuple)
-            _, obj_kind, ns, name = key
-            readers = self._readers.get((obj_kind, ns, name), ())
+            group, obj_kind, ns, name = key
+            readers = self._readers.get((obj_kind, ns, name), set())
+            if group == UPSTREAM_GROUP:  # any group of a tree changes the tree's gang, and its root
+                root = upstream.root_name(self.lookup, obj_kind, ns, name)
+                readers = readers | self._readers.get((upstream.TREE, ns, root), set())
+                self._rekey.update(readers)
             self._dirty_pods.update(readers)
             # their pods unchanged, their gangs' trees may not be (a PodGang, an owner's spec)
             self._dirty_readers.update(readers)
@@ -128,10 +140,12 @@ class Membership:
             self._views.pop(str(key), None)
         elif kind == "resource_interface":
             self._all_dirty = True
-        elif kind != "node":  # topologies, priority classes: every tree or priority may change
+        elif kind not in ("node", "devices"):  # topologies, priority classes: every tree or priority may change
+            # (devices change pods' requests: those come as pod events)
             self._views.clear()  # (a node changes no tree: gangs are built from specs and topologies)
 
     def _sync(self) -> None:
+        _ = self.state.table  # pods whose claims or devices changed are counted again first
         if self._all_dirty:
             self._all_dirty = False
             self._dirty_families.update(self._families)
@@ -139,7 +153,8 @@ class Membership:
         for key in self._dirty_pods:
             pod = pods.get(key)
             old = self._family.get(key)
-            if pod is not None and key in self._family and self._signature.get(key) == _signature(pod):
+            same = key not in self._rekey and self._signature.get(key) == _signature(pod) if pod is not None else False
+            if pod is not None and key in self._family and same:
                 if old is not None:  # same family; its tree may still change (bound, requests)
                     tree = _tree_signature(pod)
                     if self._tree.get(key) != tree:
@@ -169,6 +184,7 @@ class Membership:
                 self._families.setdefault(family, set()).add(key)
                 self._dirty_families.add(family)
         self._dirty_pods.clear()
+        self._rekey.clear()
         for key in self._dirty_readers:
             if (family := self._family.get(key)) is not None:
                 self._dirty_families.add(family)
@@ -183,7 +199,8 @@ class Membership:
             self._group_family.pop(grouping.key, None)
             self._views.pop(grouping.key, None)
         for pod_key in self._family_waiting.pop(family, {}):
-            self._group_of.pop(pod_key, None)
+            if self._family.get(pod_key) == family:  # not a pod that moved to another family since
+                self._group_of.pop(pod_key, None)
         members = [self.state.pods[k] for k in sorted(self._families.get(family, ())) if k in self.state.pods]
         for p in members:
             self._group_of.pop(p.key, None)
@@ -296,12 +313,16 @@ class Membership:
                 subgroup_of=grouping.subgroup_of,
                 default_topology=flavor_topology(pods, state.flavors.values()),
             )
+            # Claims that ask for a class that does not exist, a selector that does not compile,
+            # more devices than any node has: errors of the gang, named in its status and Events.
+            device_errors = tuple(dict.fromkeys(e for p in present for e in p.device_errors))
+            device_warnings = tuple(dict.fromkeys(w for p in present for w in p.device_warnings))
             view = GroupView(
                 group,
                 spec,
                 built,
-                built.errors,
-                warnings=(*grouping.warnings, *built.warnings, *_gated(pods)),
+                (*built.errors, *device_errors),
+                warnings=(*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),

@@ -21,6 +21,7 @@ from extender.model.pod import PodInfo
 from extender.placement import DomainRef, Plan
 
 RESERVED = "topogang: capacity reserved for a gang"
+HELD = "topogang: room held for a waiting gang (a reservation; see its PodGroup's status)"
 
 
 @dataclass
@@ -84,19 +85,28 @@ class Plans:
         info = self._state.nodes.get(node)
         if info is None or not info.schedulable:
             return False
-        return all(self._state.free_on(node, r) >= 0 for r in info.allocatable)
+        devices = self._state.devices.selections  # the device resources pods ask for (DRA)
+        return all(self._state.free_on(node, r) >= 0 for r in (*info.allocatable, *devices))
 
-    def admit_plain(self, pod: PodInfo, nodes: Sequence[str]) -> FilterResult:
-        """Plain pods pass, except onto nodes where they would take a gang's reserved room."""
+    def admit_plain(self, pod: PodInfo, nodes: Sequence[str], held: frozenset[str] = frozenset()) -> FilterResult:
+        """Plain pods pass, except onto nodes where they would take a gang's reserved room, or
+        HELD ones (room a reservation keeps for a waiting gang)."""
         reserved = self._state.reserved_nodes
         failed = {}
+        if held:
+            failed = {n: HELD for n in nodes if n in held}
         if reserved:
             for node in nodes:
-                if node in reserved and any(self._state.free_on(node, r) < v for r, v in pod.requests.items()):
+                if (
+                    node not in failed
+                    and node in reserved
+                    and any(self._state.free_on(node, r) < v for r, v in pod.requests.items())
+                ):
                     failed[node] = RESERVED
         if not failed:
             return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
-        return FilterResult([n for n in nodes if n not in failed], failed=failed, reason=RESERVED)
+        reason = RESERVED if any(v == RESERVED for v in failed.values()) else HELD
+        return FilterResult([n for n in nodes if n not in failed], failed=failed, reason=reason)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -123,12 +133,12 @@ class Plans:
         self._state.reserve(pod, theirs, self._state.pods[pod].requests)
         self._state.reserve(mate, mine, self._state.pods[mate].requests)
 
-    def let_go(self, gp: GroupPlan, pod: str, *, bound: bool) -> None:
-        """POD no longer needs its planned room: it BOUND (there or elsewhere: it is no longer
-        waited for at the gate either), or it left."""
+    def let_go(self, gp: GroupPlan, pod: str) -> None:
+        """POD no longer needs its planned room: it bound (there or elsewhere), or it left.
+        Either way it is no longer waited for at the gate, nor bound when the gate opens (a pod
+        beyond the minimum deleted while it waited there would be bound after its deletion)."""
         del gp.reserved[pod]
-        if bound:
-            gp.gate.arrived.pop(pod, None)
+        gp.gate.arrived.pop(pod, None)
         self._state.unreserve(pod)
 
     def release(self, group: str) -> GroupPlan | None:

@@ -46,7 +46,7 @@ def running_workloads(
         group = membership.group_of(pod.key)
         if group is None:
             if pod.key not in exclude:
-                out.append(Workload(pod.key, state.pod_priority(pod), (_running(pod),), gang=False))
+                out.append(Workload(pod.key, state.pod_priority(pod), (_running(state, pod),), gang=False))
         elif group != skip:
             by_group.setdefault(group, []).append(pod)
     for group, pods in sorted(by_group.items()):
@@ -54,15 +54,17 @@ def running_workloads(
             continue
         view = membership.view(group)
         gang = view.built.gang if view.built is not None else None
-        running = tuple(_running(p) for p in sorted(pods, key=lambda p: p.key))
+        running = tuple(_running(state, p) for p in sorted(pods, key=lambda p: p.key))
         out.append(Workload(group, view.priority, running, _elastic(gang, running)))
     return out
 
 
-def _running(pod: PodInfo) -> RunningPod:
+def _running(state: ClusterState, pod: PodInfo) -> RunningPod:
     assert pod.node_name is not None
     started = pod.started if pod.started is not None else (pod.created or 0.0)
-    return RunningPod(pod.key, pod.node_name, pod.requests, started)
+    # with the devices its own claims hold (DRA): its requests no longer count them once allocated
+    requests = state.claimed.held(pod, state.table.nodes) if pod.claims else pod.requests
+    return RunningPod(pod.key, pod.node_name, requests, started)
 
 
 def _elastic(gang: Gang | None, pods: tuple[RunningPod, ...]) -> frozenset[str]:

@@ -22,18 +22,19 @@ from dataclasses import dataclass, field
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import R_REPAIRING, Reason, Repairing, Unrepairable
+from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.pod import PodInfo
 from extender.placement import ClusterSnapshot, Gang, Repair, plan_repair
 
-# Where a workload asks to be evicted whole when it cannot be repaired in time (a pod annotation,
-# so that every kind of workload can set it on its pod template).
-ON_UNREPAIRABLE = "scheduling.topogang.io/on-unrepairable"
 EVICT_GANG, KEEP = "EvictGang", "Keep"
 
 
-def unrepairable_policy(pods: list[PodInfo]) -> tuple[bool, str]:
-    """(evict the gang whole?, a complaint about the annotation's value, or "")."""
+def unrepairable_policy(pods: list[PodInfo], group: Mapping[str, str] | None = None) -> tuple[bool, str]:
+    """(evict the gang whole?, a complaint about the annotation's value, or ""); GROUP: the
+    annotations of the group object, which may carry it too."""
     values = {p.annotations[ON_UNREPAIRABLE] for p in pods if ON_UNREPAIRABLE in p.annotations}
+    if group is not None and ON_UNREPAIRABLE in group:
+        values.add(group[ON_UNREPAIRABLE])
     bad = sorted(v for v in values if v not in (EVICT_GANG, KEEP))
     if bad:
         return False, f"annotation {ON_UNREPAIRABLE}: {bad[0]!r} is not {EVICT_GANG} or {KEEP}; kept running"
@@ -84,8 +85,9 @@ class Repairs:
 
     def _without(self, pods: Mapping[str, str]) -> ClusterSnapshot:
         give_back: dict[str, Counter[str]] = {}
-        for pod, node in pods.items():
-            give_back.setdefault(node, Counter()).update(self.state.pods[pod].requests)
+        nodes = self.state.table.nodes
+        for pod, node in pods.items():  # with the devices its own claims hold (DRA)
+            give_back.setdefault(node, Counter()).update(self.state.claimed.held(self.state.pods[pod], nodes))
         return self.state.snapshot(give_back)
 
     def start(self, group: str, repair: Repair, now: float) -> Underway:
@@ -144,10 +146,12 @@ class Repairs:
         underway = self.underway[group]
         return Repairing(underway.repair.describe(), len(underway.pending))
 
-    def verdict(self, pods: list[PodInfo], why: Reason | None) -> tuple[Unrepairable, list[PodInfo]]:
-        """A gang given up (PODS, last said WHY): the reason, and its running pods to evict
-        (none unless the workload asks to be evicted whole)."""
-        evict, note = unrepairable_policy(pods)
+    def verdict(
+        self, pods: list[PodInfo], why: Reason | None, group: Mapping[str, str] | None = None
+    ) -> tuple[Unrepairable, list[PodInfo]]:
+        """A gang given up (PODS, last said WHY; GROUP: its group object's annotations): the
+        reason, and its running pods to evict (none unless the workload asks to be evicted whole)."""
+        evict, note = unrepairable_policy(pods, group)
         bound = [p for p in pods if p.node_name is not None and not p.terminal] if evict else []
         text = why.render() if why is not None and why.kind != R_REPAIRING else "the moved pods did not leave"
         return Unrepairable(text, self.timeout, len(bound), note), bound

@@ -218,8 +218,11 @@ def soonest(
 
     def holding(k: int) -> BoolArray:
         f = free.copy()
-        if k:
-            np.add.at(f, running.node[:k], running.request[:k])
+        if k:  # the first k releases, per node and resource (bincount: far faster than add.at)
+            for c in range(f.shape[1]):
+                f[:, c] += np.bincount(running.node[:k], weights=running.request[:k, c], minlength=len(f)).astype(
+                    np.int64
+                )
         out: BoolArray = (layout.room(f, demand, level) >= demand.pods) & allowed
         return out
 

@@ -24,6 +24,7 @@ framework and Kueue's scheduler are the models):
   reasons     reasons.Reasons    why each gang is where it is, as data
   lookup      lookup.Lookup      what the edges read of the cluster and its gangs
   status      status.Status      where each gang stands (read from the parts above)
+  reserving   reserving.Reserving  room held for gangs that wait too long (reservations.py)
 
 The edges call the methods below for anything that changes more than one part, and read the
 parts directly (`scheduler.lookup.pod(key)`, `scheduler.gates.progress(group)`, ...).
@@ -47,6 +48,7 @@ from extender.core.decisions import (
     PlanEvent,
     Released,
     Repairing,
+    Split,
 )
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
@@ -56,10 +58,22 @@ from extender.core.plans import Plans
 from extender.core.preempting import Preempting
 from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
+from extender.core.reservations import Settings
+from extender.core.reserving import Reserving
 from extender.core.status import Status, queue_of
 from extender.core.steering import Steering
 from extender.model.pod import PodInfo
-from extender.placement import INCOMPLETE, Gang, Unplaceable, incomplete, meets_minimum, plan
+from extender.placement import (
+    INCOMPLETE,
+    NO_CAPACITY,
+    NO_DOMAIN,
+    BoolArray,
+    Gang,
+    Unplaceable,
+    incomplete,
+    meets_minimum,
+    plan,
+)
 
 MAX_SCORE = 10
 refuse = FilterResult.refusal
@@ -74,7 +88,10 @@ class GangScheduler:
         preemption_timeout: float = 60.0,
         repair_timeout: float = 300.0,
         nominate: bool = False,
+        reservations: Settings | None = None,
     ) -> None:
+        """RESERVATIONS: who gets room held and how (None: no reservations, the default of the
+        core; the server and the simulator pass their settings)."""
         self.state = state
         self.membership = Membership(state)
         self.plan_ttl = plan_ttl
@@ -85,7 +102,12 @@ class GangScheduler:
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
         self.repairs = Repairs(state, timeout=repair_timeout)
         self.lookup = Lookup(state, self.membership)
-        self._status = Status(state, self.membership, self.plans, self.reasons, self.preempting, self.repairs)
+        self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0))
+        self._status = Status(
+            state, self.membership, self.plans, self.reasons, self.preempting, self.repairs, self.reserving
+        )
+        # gangs a second decider placed part of, as last seen (Kubernetes' own gang plugins)
+        self.splits: dict[str, Split] = {}
 
     # -- filter and prioritize ------------------------------------------------------------------
 
@@ -100,7 +122,11 @@ class GangScheduler:
             waiting = self.membership.waiting(pod.key)
             if waiting is not None:  # it names a gang that cannot be resolved yet: not a plain pod
                 return refuse(nodes, f"topogang: {waiting}")
-            return self.plans.admit_plain(pod, nodes)
+            kept_out: frozenset[str] = frozenset()
+            if self.reserving.current and (pod.controller is None or pod.controller.kind != "DaemonSet"):
+                # (a DaemonSet's pod has one node to go to: never held out)
+                kept_out = self.reserving.held_names(pod.key, self.state.pod_priority(pod), pod.runtime_bound, now)
+            return self.plans.admit_plain(pod, nodes, kept_out)
         if pod.node_name is not None:  # bound at its gate while kube-scheduler was retrying it
             if pod.node_name in nodes:
                 return FilterResult([pod.node_name], group=group)
@@ -178,7 +204,8 @@ class GangScheduler:
             view = self.membership.view(group, assumed=gp.reserved)
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
-        result = plan(snapshot_for(self.state, self.membership, group, gang), gang)
+        held = self._held_from(group, view, now)
+        result = plan(snapshot_for(self.state, self.membership, group, gang, held), gang)
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
@@ -188,12 +215,67 @@ class GangScheduler:
                 if found is not None:
                     return found
             self.reasons.record(group, result.reason)
+            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+                self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
+        self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
         self.repairs.mended(group)
         self.reasons.record(group, BeyondMinimum(len(result.unplaced)) if result.unplaced else None)
         nodes, attempts = tuple(new.values()), result.attempts
         return PlanEvent(group, outcome, len(new), nodes, result.domains, attempts=attempts, levels=result.levels)
+
+    def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
+        """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
+        none when one has none)."""
+        bounds = [p.runtime_bound for k in view.pods if (p := self.state.pods.get(k)) is not None]
+        bound = None if not bounds or None in bounds else max(b for b in bounds if b is not None)
+        return self.reserving.held_from(group, view.priority, bound, now)
+
+    def refresh_reservations(self, now: float, wall: float) -> tuple[list[str], list[str]]:
+        """Who holds room where (the sweep): (gangs given a reservation, gangs whose reservation
+        went). WALL: the wall clock at NOW, for pods' start times and estimated starts."""
+        if self.reserving.enabled:
+            for group in self._discover(now):
+                self.reserving.told.add(group)
+        ready: dict[str, Gang] = {}
+        for group in self.reserving.queued():
+            if not self.membership.has(group) or group in self.plans:
+                continue
+            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
+                continue
+            view = self.membership.view(group)
+            gang = view.built.gang if view.valid and view.built is not None else None
+            if gang is not None and incomplete(gang) is None and queue_of(self.state, view)[0] is None:
+                ready[group] = gang
+        return self.reserving.refresh(now, wall, ready)
+
+    def _discover(self, now: float) -> list[str]:
+        """Gangs kube-scheduler never asks about: when its own filters find no node with room (a
+        full cluster), topogang is not called, and a gang would never queue for a reservation.
+        Each whole, unplanned gang is tried once per change of the cluster (a plan that is not
+        kept): refused for room, it queues, and its status says why."""
+        version = self.state.version
+        found = []
+        for group in self.membership.groups():
+            if group in self.plans or self.reserving.is_queued(group) or not self.reserving.untried(group, version):
+                continue
+            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
+                continue
+            view = self.membership.view(group)
+            gang = view.built.gang if view.valid and view.built is not None else None
+            if gang is None or view.waiting or incomplete(gang) is not None or queue_of(self.state, view)[0]:
+                continue  # (a gang its queue holds back waits for the queue, not for room)
+            if any(m.node is not None for m in gang.members()):
+                continue  # it runs: pods beyond its minimum do not queue for room
+            result = plan(
+                snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
+            )
+            if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+                self.reasons.record(group, result.reason)
+                self.reserving.waiting(group, now)
+                found.append(group)
+        return found
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
         self._release(group, why or Released(R_REPLANNING))
@@ -207,6 +289,7 @@ class GangScheduler:
             return None
         self._release(group, Released(R_REPLANNING))  # a plan carried out: the repair gets a gate of its own
         self.repairs.start(group, found, now)
+        self.reserving.placed(group)
         self.reasons.record(group, Repairing(found.describe(), len(found.moved)))
         return PlanEvent.of(group, "repairing", found.plan, found.describe(), repair=found)
 
@@ -215,6 +298,7 @@ class GangScheduler:
         found = self.preempting.attempt(group, now)
         if not isinstance(found, Nomination):
             return None
+        self.reserving.placed(group)
         self.reasons.record(group, found.reason())
         return PlanEvent.of(group, "preempting", found.preemption.plan, found.describe(), preemption=found.preemption)
 
@@ -303,6 +387,9 @@ class GangScheduler:
         self.reasons.sweep(groups)
         self.preempting.sweep(groups)
         self.repairs.sweep(groups)
+        self.reserving.sweep(groups)
+        for group in set(self.splits) - groups:
+            del self.splits[group]
         return out
 
     def expire_repairs(self, now: float) -> list[tuple[str, list[PodInfo]]]:
@@ -313,7 +400,8 @@ class GangScheduler:
             if not self.membership.has(group):
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
-            verdict, bound = self.repairs.verdict(pods, self.reasons.get(group))
+            spec = self.membership.view(group).spec
+            verdict, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None)
             self.reasons.record(group, verdict)
             out.append((group, bound))
         return out
@@ -338,9 +426,12 @@ class GangScheduler:
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
-        gp = self.plans.get(self.membership.group_of(pod.key))
-        if gp is not None and pod.key in gp.reserved:
-            self.plans.let_go(gp, pod.key, bound=True)  # bound where planned, or elsewhere: no longer ours to hold
+        group = self.membership.group_of(pod.key)
+        gp = self.plans.get(group)
+        if group is not None and gp is not None and pod.key in gp.reserved:
+            if gp.reserved[pod.key] != pod.node_name:  # another decider placed it
+                self.splits[group] = Split(pod.key, pod.node_name, gp.reserved[pod.key])
+            self.plans.let_go(gp, pod.key)  # bound where planned, or elsewhere: no longer ours to hold
 
     def forget_pod(self, key: str) -> None:
         """A pod was deleted (or finished): its reservation goes; an unbound minimum cannot stand."""
@@ -353,7 +444,7 @@ class GangScheduler:
             if not gp.gate.opened and key in gp.gate.minimum:
                 self._release(group, Released(R_MEMBER_GONE, pod=key))
             else:
-                self.plans.let_go(gp, key, bound=False)
+                self.plans.let_go(gp, key)
 
     def delete_pod(self, key: str) -> None:
         self.forget_pod(key)
@@ -362,4 +453,6 @@ class GangScheduler:
 
     def status(self, group: str) -> GroupStatus:
         """Where GROUP stands: phase, the reason as data, counts, domains (status.Status)."""
-        return self._status.of(group)
+        status = self._status.of(group)
+        split = self.splits.get(group)
+        return status if split is None else replace(status, split=split)

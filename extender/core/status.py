@@ -38,6 +38,7 @@ from extender.core.preempting import Preempting
 from extender.core.queues import queue_problem
 from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
+from extender.core.reserving import Reserving
 from extender.model.errors import FieldError
 from extender.placement import build_gang, incomplete, meets_minimum
 
@@ -59,6 +60,7 @@ class Status:
         reasons: Reasons,
         preempting: Preempting,
         repairs: Repairs,
+        reserving: Reserving,
     ) -> None:
         self._state = state
         self._membership = membership
@@ -66,6 +68,7 @@ class Status:
         self._reasons = reasons
         self._preempting = preempting
         self._repairs = repairs
+        self._reserving = reserving
 
     def of(self, group: str) -> GroupStatus:
         """Where GROUP stands. A PodGroup object that no pod joins yet has a status too (pending
@@ -87,6 +90,10 @@ class Status:
         why = self._reasons.get(group)
         failed = why is not None and reason == why.kind and reason != R_GANG_INCOMPLETE
         repaired = self._repairs.last.get(group)
+        held = self._reserving.of(group) if phase == PENDING else None
+        if held is not None:
+            said = (*said, held)
+        warned = tuple(p.runtime_bound_error for p in pods if p.runtime_bound_error)
         return GroupStatus(
             group,
             phase,
@@ -100,7 +107,8 @@ class Status:
             last_repair=repaired.message if repaired else "",
             said=said,
             waiting=tuple(sorted(view.waiting.items())),
-            warnings=(*view.warnings, *([queue_warning] if queue_warning else [])),
+            warnings=(*view.warnings, *([queue_warning] if queue_warning else []), *warned),
+            reservation=held,
         )
 
     def _standing(self, view: GroupView, gp: GroupPlan | None, bound: set[str]) -> tuple[tuple[Said, ...], str, str]:

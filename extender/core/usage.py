@@ -6,7 +6,7 @@ starts from them in O(nodes) numpy work instead of summing every pod again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -39,14 +39,25 @@ class UsageLedger:
 
 
 class PlanningUsage:
-    """Bound + reserved, minus the reservations a re-plan gives back (the `Usage` protocol)."""
+    """Bound + reserved + devices claims hold, minus the reservations a re-plan gives back (the
+    `Usage` protocol)."""
 
-    def __init__(self, bound: UsageLedger, reserved: UsageLedger, give_back: Mapping[str, Mapping[str, int]]) -> None:
+    def __init__(
+        self,
+        bound: UsageLedger,
+        reserved: UsageLedger,
+        give_back: Mapping[str, Mapping[str, int]],
+        allocated: Callable[[str], IntArray | None] | None = None,
+    ) -> None:
         self._bound, self._reserved = bound, reserved
         self._give_back = give_back
+        self._allocated = allocated
 
     def used(self, resource: str) -> IntArray:
         arr = self._bound.used(resource) + self._reserved.used(resource)
+        held = self._allocated(resource) if self._allocated is not None else None
+        if held is not None:
+            arr += held
         index = self._bound.table.index
         for node, requests in self._give_back.items():
             value = requests.get(resource)

@@ -6,7 +6,8 @@
         segment   its SegmentPosition when its part is segmented (KAI segment-size)
 
 The pod is grouped by `group_pods` itself, alone, so the webhook decides exactly as the
-scheduler will. A pod is *managed* when it names a PodGroup or when a built-in grouper or a
+scheduler will. A pod is *managed* when it names a PodGroup (topogang's, KAI's, or Kubernetes'
+own through `spec.schedulingGroup`) or when a built-in grouper or a
 ResourceInterface claims its owner (also while that owner is not visible yet: its kind is known,
 so its gang will be). Pods of owners nobody knows are grouped by the scheduler all the same, but
 never gated: topogang cannot know their gang's size from a spec.
@@ -22,6 +23,7 @@ from extender.grouping.kinds import BUILTIN
 from extender.grouping.objects import ObjectLookup
 from extender.grouping.resource_interface import index_resource_interfaces
 from extender.grouping.result import Grouping, SegmentPosition
+from extender.grouping.upstream.objects import GROUP as UPSTREAM_GROUP
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
 
@@ -52,7 +54,9 @@ def admit(
     grouping = result.groups[key]
     segment = grouping.segments.get(pod.key)
     owner = grouping.owner
-    if owner is not None:
+    if (
+        owner is not None and owner.api_version.rpartition("/")[0] != UPSTREAM_GROUP
+    ):  # a tree of scheduling.k8s.io groups is managed
         known, _ = index_resource_interfaces(objects.resource_interfaces())
         if (owner.api_version, owner.kind) not in BUILTIN and (owner.api_version, owner.kind) not in known:
             return Admission(False, key, segment=segment, grouping=grouping)

@@ -26,6 +26,7 @@ from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.result import Grouping, SegmentPosition
 from extender.grouping.values import label_field, pod_index
 from extender.model.errors import ErrorList, FieldError
+from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.limits import MAX_GANG_PODS, MAX_SUBGROUPS, beyond
 from extender.model.podgroup import PodGroupSpec, SubGroupSet, SubGroupSpec, TopologyConstraint, validate_structure
 
@@ -223,7 +224,7 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         subgroup_constraints=tree.constraints,
         subgroup_sets=podset_groups,
         uid=draft.uid,
-        annotations={n.KAI_TOPOLOGY: topology} if topology else {},
+        annotations={k: ann[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE) if ann.get(k)},
     )
     structure = ErrorList(f"PodGroup {draft.key}")
     validate_structure(pg, structure)

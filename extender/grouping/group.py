@@ -2,7 +2,9 @@
 
 For each pod, in this order:
   1. `pod-group-name` annotation or `scheduling.x-k8s.io/pod-group` label: it joins that
-     PodGroup object as written; while the object is missing, the pod waits.
+     PodGroup object as written; while the object is missing, the pod waits. Else
+     `spec.schedulingGroup.podGroupName` (Kubernetes' own PodGroup): it joins the gang of that
+     PodGroup's tree (`upstream.tree`); while an object on its way to the root is missing, it waits.
   2. Its controller chain (the pod's controller, that object's controller, ... as far as the
      objects are visible) is tried from the topmost owner down. At each owner a ResourceInterface
      for its kind goes first, then the built-in grouper; either may hand off ("not mine"), and
@@ -26,6 +28,7 @@ from extender.grouping.kinds import BUILTIN, SIDE_READS
 from extender.grouping.objects import ObjectLookup
 from extender.grouping.resource_interface import ResourceInterface, group_with, hands_off, index_resource_interfaces
 from extender.grouping.result import Grouping, GroupingResult
+from extender.grouping.upstream import tree as upstream
 from extender.grouping.values import annotations_of, controller_ref
 from extender.model.errors import FieldError
 from extender.model.keys import GroupKey
@@ -107,6 +110,9 @@ def family_key(
     named = explicit_group(pod)
     if named is not None:
         return Family(PODGROUP, GroupKey.parse(named)), ()
+    if pod.scheduling_group is not None:
+        kind, _path, reads = upstream.reads_of(pod, objects)
+        return Family(kind, GroupKey(pod.namespace, reads[-1][2])), reads
     chain = _Chains(objects, pods).chain(pod)
     read = tuple((link.ref.kind, link.namespace, link.ref.name) for link in chain)
     for link in chain:  # objects besides owners a grouper reads for this pod (a Grove PodGang)
@@ -264,6 +270,7 @@ def group_pods(
     chains = _Chains(objects, owner_pods if owner_pods is not None else pods)
     claims = _Claims(ris)
     explicit: dict[str, list[PodInfo]] = {}
+    trees = _UpstreamTrees(objects)
     for pod in sorted(pods, key=lambda p: p.key):
         named = explicit_group(pod)
         if named is not None:
@@ -271,6 +278,9 @@ def group_pods(
                 explicit.setdefault(named, []).append(pod)
             else:
                 claims.waiting[pod.key] = f"PodGroup {named} (named by the pod) does not exist yet"
+            continue
+        if pod.scheduling_group is not None:
+            trees.add(pod, claims.waiting)
             continue
         chain = chains.chain(pod)
         if chain and not any(link.gvk in n.PLAIN_OWNERS for link in chain):
@@ -289,12 +299,51 @@ def group_pods(
             gang_key, workload.source, workload.obj, workload.owner, errors=list(workload.errors)
         )
         out.add(assemble(gang, ms), [m.pod.key for m in ms])
+    for grouping, pod_keys in trees.groupings():
+        out.add(grouping, pod_keys)
     for top, ps in claims.orphans.values():
         if not ps:
             continue
         owned = [ClaimedPod(p, top.ref.kind.lower()) for p in ps]
         out.add(assemble(_fallback(top, ps), owned), [p.key for p in ps])
     return GroupingResult(out.groups, out.pod_group, claims.waiting, tuple(warnings))
+
+
+class _UpstreamTrees:
+    """Pods that name a scheduling.k8s.io PodGroup, by the root of its tree (`upstream.tree`)."""
+
+    def __init__(self, objects: ObjectLookup) -> None:
+        self.objects = objects
+        self.roots: dict[str, tuple[upstream.Path, list[PodInfo]]] = {}
+
+    def add(self, pod: PodInfo, waiting: dict[str, str]) -> None:
+        path = upstream.path_of(pod, self.objects)
+        root = path.root
+        if path.wait is not None or root is None:
+            waiting[pod.key] = path.wait or "its PodGroup is not visible yet"
+            return
+        self.roots.setdefault(upstream.gang_key(root), (path, []))[1].append(pod)
+
+    def groupings(self) -> list[tuple[Grouping, list[str]]]:
+        out = []
+        for key, (path, ps) in sorted(self.roots.items()):
+            root = path.root
+            assert root is not None
+            keys = [p.key for p in ps]
+            if path.error is not None:
+                out.append((Grouping(key=key, podgroup=None, errors=(path.error,), source=root.label), keys))
+                continue
+            counts: dict[str, int] = {}
+            first: dict[str, PodInfo] = {}  # ps is sorted by key
+            for p in ps:
+                name = p.scheduling_group or ""
+                # as many pods as name it, or as its highest index says there are (a webhook sees one)
+                counts[name] = max(counts.get(name, 0) + 1, upstream.index_of(p) + 1)
+                first.setdefault(name, p)
+            annotations = {name: p.annotations for name, p in first.items()}
+            tree = upstream.build_tree(root, self.objects, counts, annotations)
+            out.append((assemble(tree.draft, upstream.claims(tree, ps)), keys))
+        return out
 
 
 def _explicit(key: str, podgroup: PodGroupSpec, pods: int) -> Grouping:

@@ -20,6 +20,11 @@ class ObjectLookup(Protocol):
         """Every raw ResourceInterface object (cluster-scoped)."""
         ...
 
+    def in_namespace(self, api_version: str, kind: str, namespace: str) -> Sequence[Mapping[str, Any]]:
+        """Every object of that kind in the namespace, in any version of its API group (the
+        children of a scheduling.k8s.io CompositePodGroup name it; it does not name them)."""
+        ...
+
 
 class ObjectIndex:
     """Raw objects by (apiVersion, kind, namespace, name); ResourceInterfaces kept apart.
@@ -32,6 +37,7 @@ class ObjectIndex:
         self.default_namespace = default_namespace
         self._by_id: dict[tuple[str, str, str | None, str], Mapping[str, Any]] = {}
         self._ris: list[Mapping[str, Any]] = []
+        self._by_namespace: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
         for obj in objects:
             self.add(obj)
 
@@ -46,9 +52,13 @@ class ObjectIndex:
         namespace = meta.get("namespace") or self.default_namespace
         self._by_id[(api_version, kind, str(namespace), name)] = obj
         self._by_id.setdefault((api_version, kind, None, name), obj)
+        self._by_namespace.setdefault((api_version.rpartition("/")[0], kind, str(namespace)), {})[name] = obj
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
         return self._by_id.get((api_version, kind, namespace, name))
 
     def resource_interfaces(self) -> Sequence[Mapping[str, Any]]:
         return list(self._ris)
+
+    def in_namespace(self, api_version: str, kind: str, namespace: str) -> Sequence[Mapping[str, Any]]:
+        return list(self._by_namespace.get((api_version.rpartition("/")[0], kind, namespace), {}).values())

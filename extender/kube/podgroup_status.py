@@ -10,6 +10,8 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
     domains      {"PodGroup": "zone z1", "<SubGroup>": "rack z1/b1/r3", ...} once placed
     subGroups    [{name, minMember, pods, planned, bound, domain}]
     lastRepair   {message, time}: the last repair (a broken part moved whole), kept across leaders
+    reservation  {domain, nodes, since, estimatedStart}: room held for the gang while it waits
+                 (core/reservations.py); absent otherwise
     phase        Pending, Scheduled, Invalid, or Finished once every pod has succeeded or failed
     conditions   Scheduled      True once the minimum is bound (and once finished); else False with why
                  Unschedulable  True while the gang cannot run (GangIncomplete, NoCapacity,
@@ -17,6 +19,8 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
                                 MemberGone); else False (Planned, Waiting, Scheduled)
                  UnschedulableOnNodePool  spec.schedulingBackoff 1: True once a planning
                                 attempt failed, with its reason; absent otherwise (-1, unset)
+                 GangSplit      True (reason SplitBetweenDeciders) once a member was bound where
+                                topogang did not plan it: a second decider placed part of the gang
 
 Reasons come from the core as data (`GroupStatus.reason`), never from parsing messages.
 `lastTransitionTime` is carried over from PREVIOUS unless the condition's status flips, so a
@@ -30,7 +34,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.core.decisions import FINISHED, R_GANG_INCOMPLETE, R_SCHEDULED, SCHEDULED, GroupStatus
+from extender.core.decisions import (
+    FINISHED,
+    R_GANG_INCOMPLETE,
+    R_SCHEDULED,
+    SCHEDULED,
+    GroupStatus,
+    ReservedRoom,
+    rfc3339,
+)
 from extender.core.membership import GroupView
 from extender.model.podgroup_body import podgroup_spec_body
 
@@ -41,6 +53,7 @@ MANAGED_BY = "topogang"
 SCHEDULED_CONDITION = "Scheduled"
 UNSCHEDULABLE_CONDITION = "Unschedulable"
 NODE_POOL_CONDITION = "UnschedulableOnNodePool"  # KAI's, for spec.schedulingBackoff: 1
+SPLIT_CONDITION, SPLIT_REASON = "GangSplit", "SplitBetweenDeciders"
 MESSAGE_LIMIT = 4096  # characters of a message kept in status and conditions
 
 JSON = dict[str, Any]
@@ -100,36 +113,54 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
         if subgroup_domains.get(sg.name):
             item["domain"] = subgroup_domains[sg.name]
         subgroups.append(item)
-    scheduled = status.phase in (SCHEDULED, FINISHED)
     body: JSON = {
         "phase": status.phase,
         "message": message,
         "pods": status.pods,
         "planned": status.planned,
         "bound": status.bound,
-        "conditions": [
-            _condition(
-                SCHEDULED_CONDITION,
-                scheduled,
-                R_SCHEDULED if status.phase == SCHEDULED else status.reason,
-                message,
-                before.get(SCHEDULED_CONDITION),
-                now,
-                generation,
-            ),
-            _condition(
-                UNSCHEDULABLE_CONDITION,
-                status.unschedulable,
-                status.reason,
-                message,
-                before.get(UNSCHEDULABLE_CONDITION),
-                now,
-                generation,
-            ),
-        ],
+        "conditions": _conditions(status, before, message, now, generation),
     }
+    repaired = _last_repair(status, previous, now)
+    if repaired is not None:
+        body["lastRepair"] = repaired
+    if status.reservation is not None:
+        body["reservation"] = _reservation(status.reservation)
+    if generation:
+        body["observedGeneration"] = generation
+    if domains:
+        body["domains"] = domains
+    if subgroups:
+        body["subGroups"] = subgroups
+    return body
+
+
+def _conditions(
+    status: GroupStatus, before: Mapping[str, Mapping[str, Any]], message: str, now: str, generation: int
+) -> list[JSON]:
+    scheduled = status.phase in (SCHEDULED, FINISHED)
+    out = [
+        _condition(
+            SCHEDULED_CONDITION,
+            scheduled,
+            R_SCHEDULED if status.phase == SCHEDULED else status.reason,
+            message,
+            before.get(SCHEDULED_CONDITION),
+            now,
+            generation,
+        ),
+        _condition(
+            UNSCHEDULABLE_CONDITION,
+            status.unschedulable,
+            status.reason,
+            message,
+            before.get(UNSCHEDULABLE_CONDITION),
+            now,
+            generation,
+        ),
+    ]
     if status.node_pool_unschedulable or NODE_POOL_CONDITION in before:
-        body["conditions"].append(
+        out.append(
             _condition(
                 NODE_POOL_CONDITION,
                 status.node_pool_unschedulable,
@@ -140,20 +171,30 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
                 generation,
             )
         )
+    if status.split is not None:
+        said = _message(status.split.render())
+        out.append(_condition(SPLIT_CONDITION, True, SPLIT_REASON, said, before.get(SPLIT_CONDITION), now, generation))
+    return out
+
+
+def _last_repair(status: GroupStatus, previous: Mapping[str, Any] | None, now: str) -> Any:
     if status.last_repair:
-        before_repair = (previous or {}).get("lastRepair") or {}
-        same = isinstance(before_repair, Mapping) and before_repair.get("message") == _message(status.last_repair)
-        when = before_repair.get("time") if same else now
-        body["lastRepair"] = {"message": _message(status.last_repair), "time": when or now}
-    elif previous and isinstance(previous.get("lastRepair"), Mapping):
-        body["lastRepair"] = previous["lastRepair"]  # this replica has not seen a repair: keep the last
-    if generation:
-        body["observedGeneration"] = generation
-    if domains:
-        body["domains"] = domains
-    if subgroups:
-        body["subGroups"] = subgroups
-    return body
+        before = (previous or {}).get("lastRepair") or {}
+        same = isinstance(before, Mapping) and before.get("message") == _message(status.last_repair)
+        when = before.get("time") if same else now
+        return {"message": _message(status.last_repair), "time": when or now}
+    if previous and isinstance(previous.get("lastRepair"), Mapping):
+        return previous["lastRepair"]  # this replica has not seen a repair: keep the last
+    return None
+
+
+def _reservation(room: ReservedRoom) -> JSON:
+    return {
+        "domain": str(room.domain),
+        "nodes": room.nodes,
+        "since": rfc3339(room.made),
+        "estimatedStart": rfc3339(room.start),
+    }
 
 
 def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:
@@ -166,8 +207,12 @@ def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:
 
 def transition(previous: Mapping[str, Any] | None, status: GroupStatus) -> tuple[str, str, str] | None:
     """(type, reason, message) of the Event on the PodGroup when its phase (or why it cannot run)
-    changed since PREVIOUS: Normal Scheduled, or Warning Unschedulable; None for other changes
-    (counts, a plan made and waiting for its binds)."""
+    changed since PREVIOUS: Normal Scheduled, or Warning Unschedulable; Warning GangSplit when a
+    second decider placed part of it; None for other changes (counts, a plan made and waiting for
+    its binds)."""
+    split = conditions_of(previous).get(SPLIT_CONDITION) or {}
+    if status.split is not None and split.get("status") != "True":
+        return ("Warning", SPLIT_CONDITION, _message(status.split.render()))
     if _standing(previous) == (status.phase, status.reason):
         return None
     if status.phase == SCHEDULED:

@@ -50,15 +50,18 @@ from extender.kube.podgroup_status import (
     KIND,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    SPLIT_CONDITION,
+    SPLIT_REASON,
     UNSCHEDULABLE_CONDITION,
     conditions_of,
     derived_object,
     status_body,
     transition,
 )
-from extender.kube.resources import PODGROUPS
+from extender.kube.resources import PODGROUPS, UPSTREAM_GROUPS
 from extender.model.keys import GroupKey
 
+UPSTREAM_BY_KIND = {r.kind: r for r in UPSTREAM_GROUPS}  # Kubernetes' own PodGroup, CompositePodGroup
 FIELD_MANAGER = "topogang"
 TOPOGANG_PODGROUPS = next(r for r in PODGROUPS if r.api_version(r.versions[0]) == API_VERSION)
 SLICE = 0.002  # seconds of status computing between two yields to the event loop (requests go first)
@@ -268,10 +271,44 @@ class PodGroupWriter:
         kind, reason, message = change
         key = GroupKey.parse(group)
         involved = {"apiVersion": API_VERSION, "kind": KIND, "namespace": key.namespace, "name": key.name, "uid": uid}
+        if reason == SPLIT_CONDITION:  # not a decision of topogang's: what it saw, one line
+            self.log.warning("gang split", group=group, reason=reason, message=message)
+            await self._split_upstream(group, message)
         try:
             await self.events.event(involved, reason, message, kind)
         except Exception as exc:
             self.log.warning("podgroup event failed", group=group, error=str(exc))
+
+    async def _split_upstream(self, group: str, message: str) -> None:
+        """A split gang of Kubernetes' own groups: said on its root object too, the condition
+        GangSplit in its status (server-side apply: kube-scheduler's conditions stay) and an Event."""
+        owner = self.scheduler.lookup.view(group).owner
+        resource = UPSTREAM_BY_KIND.get(owner.kind) if owner is not None else None
+        if owner is None or resource is None or owner.api_version.rpartition("/")[0] != resource.group:
+            return
+        namespace = GroupKey.parse(group).namespace
+        version = owner.api_version.rpartition("/")[2]
+        path = resource.object_path(version, owner.name, namespace, "status")
+        condition = {
+            "type": SPLIT_CONDITION,
+            "status": "True",
+            "reason": SPLIT_REASON,
+            "message": message,
+            "lastTransitionTime": _now(),
+        }
+        meta = {"name": owner.name, "namespace": namespace}
+        body = {
+            "apiVersion": owner.api_version,
+            "kind": owner.kind,
+            "metadata": meta,
+            "status": {"conditions": [condition]},
+        }
+        involved = {"apiVersion": owner.api_version, "kind": owner.kind, "uid": owner.uid, **meta}
+        try:
+            await self.client.apply(path, body, field_manager=FIELD_MANAGER)
+            await self.events.event(involved, SPLIT_CONDITION, message, "Warning")
+        except Exception as exc:
+            self.log.warning("podgroup split not said on its root", group=group, root=owner.name, error=str(exc))
 
     def _late_incomplete(
         self, group: str, status: GroupStatus, written: Mapping[str, Any]

@@ -7,6 +7,7 @@ a kind is declared once, where its grouper is.
 from __future__ import annotations
 
 from extender.grouping.kinds import OWNER_RESOURCES
+from extender.grouping.upstream.objects import RESOURCES as UPSTREAM_GROUPS
 from extender.model.resource import Resource
 
 
@@ -38,6 +39,14 @@ RESOURCE_INTERFACES = (
     _r("scheduling.topogang.io", "v1alpha1", "ResourceInterface", "resourceinterfaces", namespaced=False),
 )
 
+# Dynamic Resource Allocation: devices per node, classes, claims and the templates of claims to be.
+DRA = (
+    _r("resource.k8s.io", "v1", "ResourceSlice", "resourceslices", namespaced=False),
+    _r("resource.k8s.io", "v1", "DeviceClass", "deviceclasses", namespaced=False),
+    _r("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims"),
+    _r("resource.k8s.io", "v1", "ResourceClaimTemplate", "resourceclaimtemplates"),
+)
+
 # The owners the pod grouper walks from a pod up to its workload.
 OWNERS = OWNER_RESOURCES
 
@@ -52,10 +61,13 @@ WATCHED: tuple[Resource, ...] = (
     *RESOURCE_INTERFACES,
     *RESOURCE_FLAVORS,
     *QUEUES,
+    *DRA,
     *OWNERS,
+    *UPSTREAM_GROUPS,  # Kubernetes' own PodGroups and CompositePodGroups (stored as objects)
 )
 
 __all__ = [
+    "DRA",
     "EVENTS",
     "NODES",
     "OWNERS",
@@ -66,6 +78,7 @@ __all__ = [
     "RESOURCE_FLAVORS",
     "RESOURCE_INTERFACES",
     "TOPOLOGIES",
+    "UPSTREAM_GROUPS",
     "WATCHED",
     "Resource",
 ]

@@ -139,7 +139,7 @@ class Ungater:
                     self._everything = True  # its room is free
                 else:
                     return
-        elif kind in ("podgroup", "object", "topology", "resource_interface", "priority_class"):
+        elif kind in ("podgroup", "object", "topology", "resource_interface", "priority_class", "devices"):
             self._everything = True
         else:
             return

@@ -13,3 +13,8 @@ SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 
 # Which Topology object a PodGroup's constraints use when they do not name one.
 TOPOLOGY_ANNOTATION = "kai.scheduler/topology"
+
+# Where a workload asks to be evicted whole when it cannot be repaired in time: on its pods (a
+# pod template, so that every kind of workload can set it) or on the group object it names (a
+# topogang PodGroup, or the root of a scheduling.k8s.io tree).
+ON_UNREPAIRABLE = "scheduling.topogang.io/on-unrepairable"

@@ -6,9 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from extender.model.errors import ErrorList
+from extender.model.dra.claims import PodClaim, parse_pod_claims
+from extender.model.errors import ErrorList, FieldError, InvalidObject
 from extender.model.quantity import QuantityError, parse_nonnegative
 from extender.model.raw import JSON, identify, mapping, opt_int, opt_str, seq, str_map
+from extender.model.runtime_bound import runtime_bound
 from extender.model.selectors import (
     NodeSelectorTerm,
     Toleration,
@@ -63,10 +65,21 @@ class PodInfo:
     preemption_policy: str = ""  # spec.preemptionPolicy: "Never" keeps the pod from preempting
     created: float | None = None  # seconds since the epoch, when known
     started: float | None = None  # status.startTime: when the kubelet took the pod
+    # The most seconds it runs (activeDeadlineSeconds or the runtime-bound annotation, the
+    # smaller): what lets it backfill room held for a waiting gang (core/reservations.py).
+    runtime_bound: float | None = None
+    runtime_bound_error: str = ""  # why a written bound was not taken (then runtime_bound is None)
     owner_refs: tuple[OwnerRef, ...] = ()
     scheduler_name: str = "default-scheduler"
     scheduling_gates: tuple[str, ...] = ()
     deleting: bool = False
+    # spec.schedulingGroup.podGroupName: the scheduling.k8s.io PodGroup the pod belongs to
+    scheduling_group: str | None = None
+    claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims (Dynamic Resource Allocation)
+    # Set by ClusterState from the pod's claims (core/dra): `requests` then holds the devices
+    # they still need; these say what could not be counted and why.
+    device_errors: tuple[FieldError, ...] = ()
+    device_warnings: tuple[str, ...] = ()
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -192,12 +205,21 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         str(mapping(g, f"spec.schedulingGates[{i}]", errors).get("name", ""))
         for i, g in enumerate(seq(spec.get("schedulingGates"), "spec.schedulingGates", errors))
     )
+    annotations = str_map(meta.get("annotations"), "metadata.annotations", errors)
+    # A malformed bound only costs the pod its backfill (it is said in its gang's status): the
+    # pod itself must stay visible, or its room would be counted free.
+    bound: float | None = None
+    bound_error = ""
+    try:
+        bound = runtime_bound(f"Pod {namespace}/{name}", annotations, spec.get("activeDeadlineSeconds"))
+    except InvalidObject as exc:
+        bound_error = str(exc)
     pod = PodInfo(
         namespace=namespace,
         name=name,
         uid=opt_str(meta.get("uid"), "metadata.uid", errors) or "",
         labels=str_map(meta.get("labels"), "metadata.labels", errors),
-        annotations=str_map(meta.get("annotations"), "metadata.annotations", errors),
+        annotations=annotations,
         requests=requests,
         placement=placement,
         node_name=opt_str(spec.get("nodeName"), "spec.nodeName", errors) or None,
@@ -211,6 +233,18 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         scheduler_name=opt_str(spec.get("schedulerName"), "spec.schedulerName", errors) or "default-scheduler",
         scheduling_gates=gates,
         deleting=meta.get("deletionTimestamp") is not None,
+        scheduling_group=_scheduling_group(spec.get("schedulingGroup"), errors),
+        runtime_bound=bound,
+        runtime_bound_error=bound_error,
+        claims=parse_pod_claims(spec, status, errors),
     )
     errors.raise_if_any()
     return pod
+
+
+def _scheduling_group(raw: object, errors: ErrorList) -> str | None:
+    """spec.schedulingGroup (Kubernetes' GenericWorkload): the PodGroup named, if any."""
+    if raw is None:
+        return None
+    body = mapping(raw, "spec.schedulingGroup", errors)  # a Pod's other fields are the API server's to check
+    return opt_str(body.get("podGroupName"), "spec.schedulingGroup.podGroupName", errors) or None

@@ -54,10 +54,29 @@ class TopologyConstraint:
     # LeaderWorkerSet's exclusive topology: the scope's domain of the required level holds no
     # other gang's pods. Set by the grouper (not part of KAI's hierarchical PodGroup design's API).
     exclusive: bool = False
+    # Kubernetes' scheduling.k8s.io groups list required levels as node label keys, one entry
+    # each: the levels besides `required` (the finest of all holds), and where each one, `required`
+    # first, was written when that is not `<field>.requiredTopologyLevel`.
+    more_required: tuple[str, ...] = ()
+    required_fields: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
         return not self.required and not self.preferred
+
+    def required_levels(self) -> list[tuple[str, str]]:
+        """Every required level as written, with the field path it was written at."""
+        names = [n for n in (self.required, *self.more_required) if n]
+        return [
+            (
+                name,
+                self.required_fields[i] if i < len(self.required_fields) else f"{self.field}.requiredTopologyLevel",
+            )
+            for i, name in enumerate(names)
+        ]
+
+    def preferred_field(self) -> str:
+        return f"{self.field}.preferredTopologyLevel"
 
 
 @dataclass(frozen=True, slots=True)

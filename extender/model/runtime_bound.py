@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.model.errors import FieldError, InvalidObject
+from extender.model.raw import literal
 
 RUNTIME_BOUND_ANNOTATION = "scheduling.topogang.io/runtime-bound"
 
@@ -49,7 +50,7 @@ def runtime_bound(obj: str, annotations: Mapping[str, str], active_deadline: Any
     if active_deadline is not None:
         if isinstance(active_deadline, bool) or not isinstance(active_deadline, int) or active_deadline <= 0:
             raise InvalidObject(
-                [FieldError(obj, "spec.activeDeadlineSeconds", f"{active_deadline!r} is not a positive integer")]
+                [FieldError(obj, "spec.activeDeadlineSeconds", f"{literal(active_deadline)} is not a positive integer")]
             )
         bounds.append(float(active_deadline))
     text = annotations.get(RUNTIME_BOUND_ANNOTATION)
@@ -59,7 +60,9 @@ def runtime_bound(obj: str, annotations: Mapping[str, str], active_deadline: Any
             raise InvalidObject(
                 [
                     FieldError(
-                        obj, f"metadata.annotations[{RUNTIME_BOUND_ANNOTATION}]", f"{text!r}: expected {_EXPECTED}"
+                        obj,
+                        f"metadata.annotations[{RUNTIME_BOUND_ANNOTATION}]",
+                        f"{literal(text)}: expected {_EXPECTED}",
                     )
                 ]
             )

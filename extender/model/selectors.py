@@ -138,7 +138,12 @@ def parse_required_affinity(raw: object, field: str, errors: ErrorList) -> tuple
     affinity = mapping(raw, field, errors)
     node_affinity = mapping(affinity.get("nodeAffinity"), f"{field}.nodeAffinity", errors)
     where = f"{field}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    required = mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), where, errors)
+    return parse_node_selector(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), where, errors)
+
+
+def parse_node_selector(raw: object, where: str, errors: ErrorList) -> tuple[NodeSelectorTerm, ...]:
+    """A v1.NodeSelector (its nodeSelectorTerms, ORed): node affinity, a ResourceSlice's nodeSelector."""
+    required = mapping(raw, where, errors)
     terms = []
     for i, item in enumerate(seq(required.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms", errors)):
         tf = f"{where}.nodeSelectorTerms[{i}]"

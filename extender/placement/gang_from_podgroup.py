@@ -136,43 +136,60 @@ class _GangBuilder:
     def rule(self, c: TopologyConstraint | None) -> Rule | None:
         if c is None or self.topology is None:
             return None
-        levels: list[int | None] = []
-        for attr, key in (("required", "requiredTopologyLevel"), ("preferred", "preferredTopologyLevel")):
-            name = getattr(c, attr)
-            if not name:
-                levels.append(None)
-                continue
+        required = self._finest(c)
+        preferred: int | None = None
+        if c.preferred:
             try:
-                levels.append(self._level(name, attr))
+                preferred = self._level(c.preferred, "preferred")
             except LevelError as exc:
-                self.errors.append(FieldError(self.obj, f"{c.field}.{key}", str(exc)))
-                levels.append(None)
-        required, preferred = levels
-        if preferred is not None and required is not None and preferred <= required:
+                self.errors.append(FieldError(self.obj, c.preferred_field(), str(exc)))
+        level = required[0] if required is not None else None
+        if preferred is not None and level is not None and preferred <= level:
             preferred = None  # already implied by the required level
-        if required is None and preferred is None:
+        if level is None and preferred is None:
             return None
-        return Rule(required, preferred, c.field, c.exclusive)
+        return Rule(level, preferred, c.field, c.exclusive)
+
+    def _finest(self, c: TopologyConstraint) -> tuple[int, str, str] | None:
+        """The finest of the constraint's required levels: (level, as written, its field)."""
+        best: tuple[int, str, str] | None = None
+        for name, where in c.required_levels():
+            try:
+                level = self._level(name, "required")
+            except LevelError as exc:
+                self.errors.append(FieldError(self.obj, where, str(exc)))
+                continue
+            if best is None or level > best[0]:
+                best = (level, name, where)
+        return best
 
     def _holds(self, rule: Rule | None, c: TopologyConstraint | None, outer: _Held | None) -> _Held | None:
         """The finest required constraint holding the scope's descendants: its own, or `outer`."""
-        if rule is None or rule.required is None or c is None or c.required is None:
+        if rule is None or rule.required is None or c is None or not c.required:
             return outer
         if outer is not None and outer.level >= rule.required:
             return outer
-        return _Held(rule.required, c.required, c.field)
+        finest = self._finest(c)
+        assert finest is not None
+        return _Held(*finest)
 
     def _enter(self, rule: Rule | None, c: TopologyConstraint | None) -> _Held | None:
         """Check the scope's constraint against the ones above it, and hold its descendants;
         return what held the scope, to restore after its children are built."""
         outer = self._outer
         if rule is not None and c is not None and outer is not None:
-            for attr, key in (("required", "requiredTopologyLevel"), ("preferred", "preferredTopologyLevel")):
-                level = getattr(rule, attr)
-                if level is not None and level < outer.level:
+            written = [(n, w, "required") for n, w in c.required_levels()]
+            if c.preferred:
+                written.append((c.preferred, c.preferred_field(), "preferred"))
+            for name, where, attr in written:
+                try:
+                    level = self._level(name, attr)
+                except LevelError:
+                    continue  # reported by rule()
+                if level < outer.level:
                     self.warnings.append(
-                        f"{c.field}.{key}={getattr(c, attr)!r} cannot take effect: it is coarser than"
-                        f" {outer.field}.requiredTopologyLevel={outer.name!r} above it, which already"
+                        f"{where}={name!r} cannot take effect: it is coarser than"
+                        f" {outer.field}={outer.name!r} above it, which already"
                         f" holds the SubGroup in one {outer.name}"
                     )
         self._outer = self._holds(rule, c, outer)
@@ -247,7 +264,7 @@ class _Held:
 
     level: int
     name: str  # the level as written
-    field: str  # the constraint's field
+    field: str  # where it was written (spec.topologyConstraints.global.requiredTopologyLevel)
 
 
 def _first(*values: int | None) -> int:

@@ -21,6 +21,7 @@ class Exclusion(enum.Enum):
     TAINT = "taint"  # a taint the pod does not tolerate (detail: the taint)
     TOO_MANY_PODS = "too many pods"
     RESOURCE = "resource"  # short of one pod's request (detail: the resource)
+    HELD = "held for another gang"  # a reservation's room, or a domain another gang holds exclusively
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,8 @@ class Excluded:
 
 def left_out(snapshot: ClusterSnapshot, shape: Shape, nodes: IntArray | None = None) -> dict[Excluded, int]:
     """Among NODES (node indices; all by default): not ready or cordoned, a taint not tolerated,
-    selector or affinity not matched, else the first resource short of one pod's request."""
+    selector or affinity not matched, held for another gang, else the first resource short of
+    one pod's request."""
     if nodes is None:
         nodes = np.arange(len(snapshot.table), dtype=np.int64)
     elig = snapshot.table.eligibility(shape.placement)
@@ -51,6 +53,10 @@ def left_out(snapshot: ClusterSnapshot, shape: Shape, nodes: IntArray | None = N
     for n in nodes[codes == TAINTED]:
         out[Excluded(Exclusion.TAINT, elig.taint[int(n)])] += 1
     left = nodes[codes == 0]
+    if snapshot.blocked is not None:
+        blocked = snapshot.blocked[left]
+        out[Excluded(Exclusion.HELD)] += int(np.count_nonzero(blocked))
+        left = left[~blocked]
     for resource, need in shape.requests:
         if need <= 0:
             continue

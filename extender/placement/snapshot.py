@@ -38,12 +38,20 @@ class Eligibility:
 NDArrayInt8 = np.ndarray[tuple[int], np.dtype[np.int8]]
 
 
+class ExtraCapacity(Protocol):
+    """Capacity that is not in a node's allocatable (devices of Dynamic Resource Allocation):
+    per node in NodeTable order, or None for a resource it does not know."""
+
+    def capacity(self, resource: str, nodes: Sequence[NodeInfo]) -> IntArray | None: ...
+
+
 class NodeTable:
     """The nodes of one generation, with caches that live as long as the node set does."""
 
-    def __init__(self, nodes: Sequence[NodeInfo], generation: int = 0) -> None:
+    def __init__(self, nodes: Sequence[NodeInfo], generation: int = 0, extra: ExtraCapacity | None = None) -> None:
         self.nodes = tuple(nodes)
         self.generation = generation
+        self.extra = extra
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.schedulable: BoolArray = np.fromiter((n.schedulable for n in self.nodes), np.bool_, len(self.nodes))
         self._alloc: dict[str, IntArray] = {}
@@ -57,7 +65,9 @@ class NodeTable:
     def alloc(self, resource: str) -> IntArray:
         arr = self._alloc.get(resource)
         if arr is None:
-            arr = np.fromiter((n.allocatable.get(resource, 0) for n in self.nodes), np.int64, len(self.nodes))
+            arr = self.extra.capacity(resource, self.nodes) if self.extra is not None else None
+            if arr is None:
+                arr = np.fromiter((n.allocatable.get(resource, 0) for n in self.nodes), np.int64, len(self.nodes))
             arr.setflags(write=False)
             self._alloc[resource] = arr
         return arr

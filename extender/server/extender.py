@@ -19,7 +19,7 @@ import time
 
 import structlog
 
-from extender.core.decisions import R_NOT_LEADER, PlanEvent, Released
+from extender.core.decisions import R_NOT_LEADER, PlanEvent, Released, rfc3339
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.pod import PodInfo, parse_pod
@@ -80,6 +80,8 @@ class Extender:
             self.binds.seen(result.group)  # not on the steered path, which is hot
         self.binds.fail_dropped(BIND_PLAN_RELEASED)
         self.wakeups.filtered(pod, result)
+        if self.scheduler.reserving.take_freed():  # a gang holding room was planned: its room is let go
+            self.wakeups.room_freed()
         return wire.encode_filter(args, result.nodes, result.failed, result.unresolvable)
 
     def prioritize(self, args: wire.NodeArgs) -> bytes:
@@ -132,6 +134,7 @@ class Extender:
             log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reasons.text(nom.group))
             self.report.changed(nom.group)
         self.wakeups.wake_preempted()
+        self._reserve(now)
         self.evictions.expire_repairs(now)
         self.binds.fail_dropped(BIND_PLAN_RELEASED)
         self.evictions.evict_overdue()
@@ -140,6 +143,31 @@ class Extender:
         self.wakeups.sweep(groups)
         self.report.sweep(groups)
         self.binds.sweep(groups)
+
+    def _reserve(self, now: float) -> None:
+        """Who holds room where (core/reservations.py): one log line per change, the PodGroups
+        told, and the pods refused for room that was let go woken."""
+        made, released = self.scheduler.refresh_reservations(now, time.time())
+        for group in made:
+            room = self.scheduler.reserving.of(group)
+            if room is None:
+                continue
+            self.metrics.holds.inc()
+            log.info(
+                "room held",
+                group=group,
+                domain=str(room.domain),
+                nodes=room.nodes,
+                estimated_start=rfc3339(room.start),
+                reason="waited longest for room at its priority",
+            )
+        for group in released:
+            log.info("room released", group=group, reason=self.scheduler.reasons.text(group) or "no longer waiting")
+        told, self.scheduler.reserving.told = self.scheduler.reserving.told, set()
+        for group in {*made, *released, *told}:
+            self.report.changed(group)
+        if self.scheduler.reserving.take_freed():
+            self.wakeups.room_freed()
 
     def recover(self) -> None:
         """This replica starts leading: plan the rest of every gang found part-bound (a crash

@@ -154,6 +154,9 @@ class Metrics:
         self.repairs = Counter(
             "topogang_repairs_total", "Running gangs whose broken part was moved whole (its pods evicted).", registry=r
         )
+        self.holds = Counter(
+            "topogang_room_holds_total", "Reservations made: a waiting gang given room to hold.", registry=r
+        )
         self.unrepairable = Counter(
             "topogang_unrepairable_total",
             "Running gangs that lost pods and that no repair mended within the repair timeout.",
@@ -200,6 +203,7 @@ def watch(
     relists: Callable[[], Reading],
     leading: Callable[[], Reading],
     transitions: Callable[[], Reading],
+    held: Callable[[], Mapping[str, float]],
 ) -> None:
     """The metrics read at scrape time, each from the object that keeps the number."""
     metrics.gauge("topogang_reservations", "Pods holding reserved room: planned, not bound yet.", reservations)
@@ -213,3 +217,10 @@ def watch(
     )
     metrics.gauge("topogang_leader", "1 while this replica is the leader (plans, binds, writes PodGroups).", leading)
     metrics.counter("topogang_leader_transitions", "Times this replica became the leader.", transitions)
+    metrics.gauge("topogang_held_room_gangs", "Waiting gangs that hold room (reservations).", lambda: len(held()))
+    metrics.gauge(
+        "topogang_held_room_estimated_start_seconds",
+        "When each gang holding room is expected to start (Unix time), by gang.",
+        held,
+        "group",
+    )

@@ -66,6 +66,9 @@ class Reporter:
     def decision(self, event: PlanEvent, seconds: float) -> None:
         fields = event.fields()
         fields["plan_ms"] = round(seconds * 1000, 2)
+        if self._lookup.has_pods(event.group) and (warnings := self._lookup.view(event.group).warnings):
+            # e.g. a device selector topogang cannot evaluate: that request is left to kube-scheduler
+            fields["warnings"] = list(warnings)
         if event.outcome in ("preempting", "repairing"):
             self._pending_logged.pop(event.group, None)
             log.info(f"gang {event.outcome}", **fields)

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from extender import logs
 from extender.core.cluster import ClusterState
+from extender.core.reservations import Settings as ReservationSettings
 from extender.core.scheduler import GangScheduler
 from extender.kube.actions import KubeActions
 from extender.kube.cache import ClusterCache
@@ -129,6 +130,7 @@ def _scheduler(settings: Settings) -> GangScheduler:
         preemption_timeout=settings.preemption_timeout,
         repair_timeout=settings.repair_timeout,
         nominate=settings.nominate,
+        reservations=ReservationSettings(limit=settings.reservations, reserve_after=settings.reserve_after),
     )
 
 
@@ -180,6 +182,7 @@ def _watch(
         relists=lambda: {name: informer.relists for name, informer in cache.informers.items()},
         leading=lambda: float(leading()),
         transitions=lambda: elector.transitions if elector is not None else 0,
+        held=lambda: {group: room.start for group, room in scheduler.reserving.held()},
     )
 
 

@@ -28,6 +28,13 @@ repair timeout      --repair-timeout  TOPOGANG_REPAIR_TIMEOUT  300 (seconds a ru
                                                               of it able to move, before it is
                                                               declared Unrepairable and, if it
                                                               asks, evicted whole)
+reservations        --reservations    TOPOGANG_RESERVATIONS   1 (gangs that may hold room at once
+                                                              while they wait; 0: none. See
+                                                              core/reservations.py)
+                    --reserve-after   TOPOGANG_RESERVE_AFTER  1800 (seconds a gang waits for room
+                                                              before it may hold some; the first
+                                                              gang in queue order at each priority
+                                                              may at once)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 request body limit  --max-body        TOPOGANG_MAX_BODY       64 (MiB; see server/limits.py)
 
@@ -69,8 +76,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from extender import logs
+from extender.core.reservations import Settings as ReservationSettings
 from extender.server.limits import DEFAULT_MAX_BODY_MIB
 from extender.server.tls import TlsFiles
+
+RESERVATION_DEFAULTS = ReservationSettings()
+MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -91,6 +102,8 @@ class Settings:
     plan_ttl: float = 300.0
     preemption_timeout: float = 60.0
     repair_timeout: float = 300.0
+    reservations: int = RESERVATION_DEFAULTS.limit  # gangs holding room at once; 0: none
+    reserve_after: float = RESERVATION_DEFAULTS.reserve_after
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     log_level: str = "info"
     log_format: str = "auto"
@@ -148,6 +161,18 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "BOOL",
         "steer planned gang members with status.nominatedNodeName; false for kube-scheduler before 1.35,"
         " whose configuration must then set percentageOfNodesToScore: 100 (TOPOGANG_NOMINATE; true)",
+    ),
+    (
+        "--reservations",
+        "N",
+        f"gangs that may hold room at once while they wait; 0: none"
+        f" (TOPOGANG_RESERVATIONS; {RESERVATION_DEFAULTS.limit})",
+    ),
+    (
+        "--reserve-after",
+        "SECONDS",
+        f"how long a gang waits for room before it may hold some"
+        f" (TOPOGANG_RESERVE_AFTER; {RESERVATION_DEFAULTS.reserve_after:g})",
     ),
     ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
     ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
@@ -248,6 +273,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     if nominate.lower() not in ("true", "false", "1", "0"):
         raise SettingsError(f"--nominate (TOPOGANG_NOMINATE): expected true or false, got {nominate!r}")
     settings = replace(settings, nominate=nominate.lower() in ("true", "1"))
+    limit, after = _reservations(args, pick, seconds)
+    settings = replace(settings, reservations=limit, reserve_after=after)
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
@@ -261,6 +288,23 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     if settings.log_format not in ("json", "console", "auto"):
         raise SettingsError("--log-format (TOPOGANG_LOG_FORMAT): expected json, console or auto")
     return settings
+
+
+def _reservations(
+    args: argparse.Namespace, pick: Callable[..., str | None], seconds: Callable[[str, str | None, str, float], float]
+) -> tuple[int, float]:
+    """--reservations (a whole number, bounded) and --reserve-after (seconds)."""
+    text = pick(args.reservations, "TOPOGANG_RESERVATIONS")
+    limit = RESERVATION_DEFAULTS.limit
+    if text is not None:
+        if not text.strip().isdigit() or int(text) > MAX_RESERVATIONS:
+            raise SettingsError(
+                f"--reservations (TOPOGANG_RESERVATIONS): expected a whole number from 0 to {MAX_RESERVATIONS},"
+                f" got {text!r}"
+            )
+        limit = int(text)
+    after = seconds("--reserve-after", args.reserve_after, "TOPOGANG_RESERVE_AFTER", RESERVATION_DEFAULTS.reserve_after)
+    return limit, after
 
 
 def _address(name: str, text: str) -> tuple[str, int]:

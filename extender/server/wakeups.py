@@ -94,9 +94,9 @@ class Wakeups:
         """A victim pod changed or went: wake its gang's members soon if it was the last. A node
         came or changed, or a pod went: wake the members parked for want of room (at most once a
         second)."""
-        if kind == "node" or (kind == "pod" and isinstance(key, str) and self._lookup.pod(key) is None):
-            self._room_changed()  # a node came or changed, or a pod went: there may be room
-            if kind == "node":
+        if kind in ("node", "devices") or (kind == "pod" and isinstance(key, str) and self._lookup.pod(key) is None):
+            self._room_changed()  # a node, device or claim came or changed, or a pod went: there may be room
+            if kind != "pod":
                 return
         if (
             kind != "pod"
@@ -119,6 +119,10 @@ class Wakeups:
             log.info("victims gone", group=group)
             self._report.changed(group)
             self.wake_members(group)
+
+    def room_freed(self) -> None:
+        """Room a reservation held was let go: kube-scheduler has no event for that."""
+        self._room_changed()
 
     def _room_changed(self) -> None:
         # kube-scheduler requeues its parked pods on a node event, and may retry them before our

@@ -23,6 +23,7 @@ import numpy as np
 from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState, object_key
 from extender.core.decisions import BIND, INVALID, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
+from extender.core.reservations import Settings
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
 from extender.grouping import Family, can_synthesize, synthesize
@@ -67,7 +68,8 @@ class SimResult:
 class Simulation:
     def __init__(self, objects: Sequence[Loaded]) -> None:
         self.state = ClusterState()
-        self.scheduler = GangScheduler(self.state, plan_ttl=float("inf"))
+        # Reservations as the server's defaults make them: the simulator shows who would hold room.
+        self.scheduler = GangScheduler(self.state, plan_ttl=float("inf"), reservations=Settings())
         self.order: dict[str, int] = {}  # pod -> the order read
         self.running: set[str] = set()  # pods that were already bound in the input
         self.warnings: list[str] = []
@@ -180,7 +182,14 @@ class Simulation:
         for group in sorted({g for k in assumed if (g := self.scheduler.lookup.group_of(k))}):
             for key in self.scheduler.gate_timeout(group, 0):
                 reasons[key] = self.scheduler.reasons.text(group, "bind gate timed out")
+        self.scheduler.refresh_reservations(now, self._wall())
         return self._result(events, reasons)
+
+    def _wall(self) -> float:
+        """The moment the input shows (its latest creation or start time; 0 without any): the
+        wall clock of the reservations' estimates, so that a run gives the same answer twice."""
+        times = [t for p in self.state.pods.values() for t in (p.created, p.started) if t is not None]
+        return max(times, default=0.0)
 
     def _evict(self, event: PlanEvent) -> bool:
         """The victims of a preemption plan leave at once; True when some did."""
@@ -223,6 +232,8 @@ class Simulation:
         short: list[str] = []
         for resource, need in sorted(pod.requests.items()):
             free = table.alloc(resource) - self.state.bound.used(resource) - ledger.used(resource)
+            if (held := self.state.devices.allocated(resource, table.nodes)) is not None:
+                free = free - held  # devices claims in the input hold (their status.allocation)
             ok = free >= need
             # as kube-scheduler counts: each eligible node that lacks this resource, whatever else it lacks
             lacking = int(np.count_nonzero(eligible & ~ok))

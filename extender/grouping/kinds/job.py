@@ -1,4 +1,5 @@
-"""batch/v1 Job: one SubGroup `job`, minimum = parallelism capped by completions.
+"""batch/v1 Job: one SubGroup `job`, minimum = parallelism capped by completions, or what its
+`spec.scheduling` (Kubernetes' WorkloadWithJob) says: gang.minCount, basic (one pod), topology keys.
 
 Indexed Jobs give their pods `batch.kubernetes.io/job-completion-index`, the index segments use.
 Synthesized: Job -> Pod `<job>-<i>`, parallelism of them (capped by completions).
@@ -13,9 +14,11 @@ from extender.grouping.grouper import Claim, Link, Part, WorkloadDraft, single
 from extender.grouping.kinds.common import gang, spec, template
 from extender.grouping.kinds.kind import WorkloadKind, owner
 from extender.grouping.synthesis import JSON, Synthesis
+from extender.grouping.upstream.objects import job_scheduling
 from extender.grouping.values import count, mapping_at
-from extender.model.errors import FieldError
+from extender.model.errors import ErrorList, FieldError
 from extender.model.pod import PodInfo
+from extender.model.podgroup import TopologyConstraint
 
 BATCH_V1 = "batch/v1"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -41,10 +44,11 @@ def group_job(link: Link) -> WorkloadDraft:
     replicas = job_replicas(body, link.label, "spec", errors)
     _, annotations, where = template(body, "template", link.label, "spec", errors)
     indexed = body.get("completionMode") == "Indexed"
+    minimum, constraint = _scheduling(body, replicas, link.label, errors)
     part = Part(
         PART,
         replicas,
-        replicas,
+        minimum,
         annotations,
         where,
         index_label=COMPLETION_INDEX if indexed else None,
@@ -54,7 +58,29 @@ def group_job(link: Link) -> WorkloadDraft:
     def classify(pod: PodInfo, below: Sequence[Link]) -> Claim:
         return Claim(key, PART)
 
-    return single(gang(link, [part], errors), classify)
+    draft = gang(link, [part], errors)
+    if constraint is not None:
+        draft.constraints[PART] = constraint
+    return single(draft, classify)
+
+
+def _scheduling(
+    body: Mapping[str, Any], replicas: int, obj: str, errors: list[FieldError]
+) -> tuple[int, TopologyConstraint | None]:
+    """The Job's minimum and constraint from `spec.scheduling` (Kubernetes' WorkloadWithJob):
+    gang.minCount (default: the pods it runs at once), basic: one pod; unset: every pod."""
+    if body.get("scheduling") is None:
+        return replicas, None
+    found = ErrorList(obj)
+    gang_, count, constraint = job_scheduling(body["scheduling"], found)
+    errors.extend(found.errors)
+    if gang_ is False:
+        return 1, constraint
+    if count is not None and count > replicas:
+        at = "spec.scheduling.schedulingPolicy.gang.minCount"
+        errors.append(FieldError(obj, at, f"is {count} but the Job runs {replicas} pod(s) at once (parallelism)"))
+        return replicas, constraint
+    return (count if count is not None else replicas), constraint
 
 
 def job_pods(

@@ -1,0 +1,359 @@
+"""Reservations in the running scheduler: the gangs waiting for room, handed to the pure
+`core/reservations.py` with the cluster as arrays, and the room it holds as a node mask.
+
+A gang joins the queue here when its plan is refused for room (a `Shortfall` other than missing
+pods) and leaves it when it is planned, preempts, repairs or goes away. `refresh` (the sweep)
+asks `reserve` who holds room where; `held_from` answers, for any work about to be planned (a
+gang, or a plain pod in the filter), which nodes it may not use: the reserved domains that do not
+admit it (`admits`: the gang itself, a higher priority, or work whose runtime bound ends before
+the gang's estimated start). The planner sees those nodes as blocked, as it sees a domain another
+gang holds exclusively.
+
+Clocks: the core's callers pass a monotonic `now`; pods carry wall-clock times (creation, start),
+and estimated starts are shown as wall-clock times. `refresh` is given both and keeps their
+offset, so a filter call's `now` can be compared with an estimated start.
+
+Room is counted on every schedulable node, in pods of the gang's largest request per resource:
+a node the gang cannot use (a taint, a selector) makes the estimate optimistic, never a plan
+wrong (the plan itself still checks every node). Each Topology is reserved in on its own; the
+limit applies to all of them together, in queue order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from extender.core.cluster import ClusterState
+from extender.core.decisions import ReservedRoom
+from extender.core.membership import Membership
+from extender.core.reservations import (
+    Admission,
+    BoolArray,
+    Demand,
+    FloatArray,
+    IntArray,
+    Layout,
+    Matrix,
+    Reservation,
+    Running,
+    Settings,
+    Waiting,
+    admits,
+    reserve,
+)
+from extender.model.pod import PodInfo
+from extender.placement import Domain, Gang, NodeTable, Scope
+
+
+def scope_minimum(scope: Scope) -> int:
+    """Pods SCOPE needs at least: its minimum of pods, or the pods of its smallest `min_member`
+    children."""
+    if scope.leaf:
+        return min(scope.min_member, len(scope.members))
+    kids = sorted(scope_minimum(c) for c in scope.children)
+    return sum(kids[: scope.min_member])
+
+
+def _parts(root: Scope) -> list[Scope]:
+    """The topmost scopes under ROOT with a required level finer than ROOT's (segments)."""
+    top = root.rule.required if root.rule is not None and root.rule.required is not None else 0
+    out: list[Scope] = []
+    stack = list(root.children)
+    while stack:
+        s = stack.pop()
+        if s.rule is not None and s.rule.required is not None and s.rule.required > top:
+            out.append(s)
+        else:
+            stack.extend(s.children)
+    return out
+
+
+def gang_demand(gang: Gang, columns: Sequence[str]) -> Demand:
+    """What GANG needs to start, for `reserve`: its minimum in pods of its largest request per
+    resource (COLUMNS), its required level, and its parts (segments required in a finer domain)."""
+    request = tuple(max((dict(s.requests).get(r, 0) for s in gang.shapes), default=0) for r in columns)
+    rule = gang.root.rule
+    level = rule.required if rule is not None else None
+    part = part_level = 0
+    parts = _parts(gang.root)
+    levels = {p.rule.required for p in parts if p.rule is not None}
+    sizes = [m for p in parts if (m := scope_minimum(p)) > 0]
+    if sizes and len(levels) == 1:
+        (found,) = levels
+        part, part_level = min(sizes), found or 0
+    return Demand(request, max(scope_minimum(gang.root), 1), part, part_level, level)
+
+
+class Reserving:
+    def __init__(self, state: ClusterState, membership: Membership, settings: Settings) -> None:
+        self._state = state
+        self._membership = membership
+        self.settings = settings
+        self.current: tuple[Reservation, ...] = ()
+        self._topology: dict[str, str] = {}  # reserved group -> the Topology its domain is of
+        self._queued: dict[str, float] = {}  # group -> since (wall clock) it waits for room
+        self._tried: dict[str, int] = {}  # group -> the cluster version it was last tried at
+        self._rows: dict[str, _Row] = {}  # pod -> what it adds to the running arrays (see _running)
+        self._rows_key: tuple[int, tuple[str, ...]] = (-1, ())
+        self._arrays: tuple[IntArray, Matrix, FloatArray, FloatArray] | None = None  # built from the rows
+        self._recorded: dict[str, str] = {}  # group -> the reservation its PodGroup status shows
+        self.told: set[str] = set()  # gangs found waiting outside kube-scheduler's calls: status to write
+        self._layouts: dict[tuple[int, str], Layout] = {}
+        self._offset = 0.0  # wall clock minus the callers' clock, as of the last refresh
+        self._mask: BoolArray | None = None  # nodes some reservation holds (None: none)
+        self._names: frozenset[str] | None = None  # their names, once asked
+        self._freed = False  # held nodes were let go since take_freed
+        self._generation = -1  # the node table's generation the reservations' node indices are of
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.limit > 0
+
+    # -- the queue -----------------------------------------------------------------------------
+
+    def waiting(self, group: str, now: float) -> None:
+        """GROUP's plan was refused for room: it queues, since its creation (kube-scheduler's
+        queue order) or now."""
+        if self.enabled and group not in self._queued:
+            created = self._membership.view(group).created
+            self._queued[group] = created if created is not None else now + self._offset
+
+    def queued(self) -> list[str]:
+        return list(self._queued)
+
+    def is_queued(self, group: str) -> bool:
+        return group in self._queued
+
+    def untried(self, group: str, version: int) -> bool:
+        """Whether GROUP was not tried at this VERSION of the cluster yet (and is now)."""
+        if self._tried.get(group) == version:
+            return False
+        self._tried[group] = version
+        return True
+
+    def placed(self, group: str) -> bool:
+        """GROUP left the queue (planned, preempting, repairing, gone): its reservation goes.
+        True when nodes it held were let go (the gangs refused for them may fit now)."""
+        self._queued.pop(group, None)
+        if not any(r.key == group for r in self.current):
+            return False
+        self._set(tuple(r for r in self.current if r.key != group))
+        return True
+
+    def sweep(self, groups: set[str]) -> bool:
+        self._recorded = {g: v for g, v in self._recorded.items() if g in groups}
+        self._tried = {g: v for g, v in self._tried.items() if g in groups}
+        gone = [g for g in self._queued if g not in groups]
+        freed = [self.placed(g) for g in gone]  # every one, not up to the first True
+        return any(freed)
+
+    # -- what is held --------------------------------------------------------------------------
+
+    def _current(self) -> bool:
+        """Whether the reservations' node indices are still those of the node table (a node
+        added or removed renumbers them: they are dropped until the next refresh)."""
+        if self.current and self._generation != self._state.table.generation:
+            self._set(())
+        return bool(self.current)
+
+    def of(self, group: str) -> ReservedRoom | None:
+        if not self._current():
+            return None
+        for r in self.current:
+            if r.key == group:
+                topology = self._state.topologies.get(self._topology.get(group, ""))
+                if topology is None:
+                    return None
+                tree = self._state.table.tree(topology)
+                return ReservedRoom(tree.ref(Domain(r.level, r.domain)), len(r.nodes), r.start, r.made)
+        return None
+
+    def note(self, group: str, text: str | None) -> None:
+        """What GROUP's PodGroup status says is held for it (the leader wrote it), for `explain`."""
+        if text is None:
+            self._recorded.pop(group, None)
+        else:
+            self._recorded[group] = text
+
+    def text(self, group: str) -> str:
+        """The room held for GROUP: this replica's reservation, else what its PodGroup tells of."""
+        room = self.of(group)
+        return room.render() if room is not None else self._recorded.get(group, "")
+
+    def held(self) -> list[tuple[str, ReservedRoom]]:
+        return [(r.key, h) for r in self.current if (h := self.of(r.key)) is not None]
+
+    def held_from(self, key: str, priority: int, bound: float | None, now: float) -> BoolArray | None:
+        """Nodes whose room work KEY (a group or a pod) of PRIORITY may not use; BOUND: the most
+        seconds it runs (None: unknown). None when nothing is held from it. Read-only: when every
+        reservation holds it out (the common case) it is the one mask they all share."""
+        if self._mask is None or not self._current():
+            return None
+        ends = None if bound is None else now + self._offset + bound
+        holding = [r for r in self.current if admits(r, key, priority, ends) is Admission.HELD]
+        if len(holding) == len(self.current):
+            return self._mask
+        if not holding:
+            return None
+        out = np.zeros(len(self._state.table), dtype=np.bool_)
+        for r in holding:
+            out[r.nodes] = True
+        return out
+
+    def held_names(self, key: str, priority: int, bound: float | None, now: float) -> frozenset[str]:
+        """The names of the nodes `held_from` answers (for the plain-pod filter, which has names)."""
+        mask = self.held_from(key, priority, bound, now)
+        if mask is None:
+            return frozenset()
+        if mask is self._mask and self._names is not None:
+            return self._names
+        nodes = self._state.table.nodes
+        names = frozenset(nodes[i].name for i in np.flatnonzero(mask))
+        if mask is self._mask:
+            self._names = names
+        return names
+
+    def admission(self, group: str, key: str, priority: int, bound: float | None, now: float) -> Admission:
+        """How GROUP's reservation admits work KEY (for the log and explain)."""
+        ends = None if bound is None else now + self._offset + bound
+        for r in self.current:
+            if r.key == group:
+                return admits(r, key, priority, ends)
+        return Admission.OWN
+
+    def take_freed(self) -> bool:
+        """Whether held nodes were let go since the last call (the work refused for them may
+        fit now, and kube-scheduler has no event to retry it on)."""
+        freed, self._freed = self._freed, False
+        return freed
+
+    def _set(self, current: tuple[Reservation, ...]) -> None:
+        before = self._mask
+        self.current = current
+        self._generation = self._state.table.generation
+        self._topology = {k: v for k, v in self._topology.items() if any(r.key == k for r in current)}
+        mask: BoolArray | None = None
+        if current:
+            mask = np.zeros(len(self._state.table), dtype=np.bool_)
+            for r in current:
+                mask[r.nodes] = True
+        if before is not None and (mask is None or len(mask) != len(before) or bool((before & ~mask).any())):
+            self._freed = True
+        self._mask = mask
+        self._names = None
+
+    # -- the pass ------------------------------------------------------------------------------
+
+    def refresh(self, now: float, wall: float, ready: Mapping[str, Gang]) -> tuple[list[str], list[str]]:
+        """Who holds room where now. READY: the queued gangs that may still be planned (built,
+        whole, not planned), which the caller checked. Returns (groups given a reservation now,
+        groups whose reservation went)."""
+        self._offset = wall - now
+        for group in [g for g in self._queued if g not in ready]:
+            del self._queued[group]
+        self._current()
+        before = {r.key for r in self.current}
+        if not self.enabled or not self._queued:
+            self._set(())
+            return [], sorted(before)
+        table = self._state.table
+        order = sorted(self._queued, key=lambda g: (-self._membership.view(g).priority, self._queued[g], g))
+        by_topology: dict[str, list[str]] = {}
+        for g in order:
+            by_topology.setdefault(ready[g].topology.name, []).append(g)
+        found: list[Reservation] = []
+        for name, groups in by_topology.items():
+            spec = self._state.topologies.get(name)
+            if spec is None:
+                continue
+            columns = sorted({r for g in groups for s in ready[g].shapes for r, v in s.requests if v > 0})
+            key = (table.generation, name)
+            layout = self._layouts.get(key)
+            if layout is None:
+                tree = table.tree(spec)
+                capacity = _matrix(table, columns)
+                capacity[~table.schedulable] = 0
+                layout = Layout([li.domain_of_node for li in tree.levels], capacity)
+                self._layouts = {key: layout}  # one per generation and Topology in use
+            queue = [
+                Waiting(g, self._membership.view(g).priority, self._queued[g], gang_demand(ready[g], columns))
+                for g in groups
+            ]
+            free = np.maximum(layout.capacity - _used(self._state, columns), 0)
+            mine = tuple(r for r in self.current if self._topology.get(r.key) == name)
+            for r in reserve(wall, queue, free, self._running(wall, columns), layout, mine, self.settings):
+                found.append(r)
+                self._topology[r.key] = name
+        rank = {g: i for i, g in enumerate(order)}
+        chosen = tuple(sorted(found, key=lambda r: rank[r.key])[: self.settings.limit])
+        self._set(chosen)
+        after = {r.key for r in chosen}
+        return sorted(after - before), sorted(before - after)
+
+    def _running(self, wall: float, columns: Sequence[str]) -> Running:
+        """Running pods as arrays, their expected ends at WALL. What each pod contributes is kept
+        between passes (a pod's PodInfo is replaced when it changes, so identity says whether it
+        did): a pass costs one look per pod and vector arithmetic, not a parse of every pod."""
+        key = (self._state.table.generation, tuple(columns))
+        if self._rows_key != key:
+            self._rows_key, self._rows, self._arrays = key, {}, None
+        index = self._state.table.index
+        rows = self._rows
+        changed = len(rows) != len(self._state.pods) or self._arrays is None
+        for name, pod in self._state.pods.items():
+            row = rows.get(name)
+            if row is None or row.pod is not pod:
+                row = rows[name] = _Row.of(pod, index, columns)
+                changed = True
+        if len(rows) > len(self._state.pods):  # deleted pods' rows
+            self._rows = rows = {k: v for k, v in rows.items() if k in self._state.pods}
+        if changed or self._arrays is None:
+            kept = [r for r in rows.values() if r.node >= 0]
+            self._arrays = (
+                np.fromiter((r.node for r in kept), np.int64, len(kept)),
+                np.array([r.request for r in kept], dtype=np.int64).reshape(len(kept), len(columns)),
+                np.fromiter((np.nan if r.started is None else r.started for r in kept), np.float64, len(kept)),
+                np.fromiter((np.nan if r.bound is None else r.bound for r in kept), np.float64, len(kept)),
+            )
+        node, request, started_at, bound = self._arrays
+        started = np.where(np.isnan(started_at), wall, started_at)
+        floor = self.settings.floor
+        # expected_end, vectorized: at the bound, else as long again as it has run (at least FLOOR)
+        end: FloatArray = np.where(
+            np.isnan(bound), wall + np.maximum(wall - started, floor), np.maximum(wall, started + np.nan_to_num(bound))
+        )
+        return Running(node, request, end)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """What one pod adds to the running arrays: its node index (-1: takes no room), its request
+    per column, when it started and its bound."""
+
+    pod: PodInfo
+    node: int
+    request: tuple[int, ...]
+    started: float | None
+    bound: float | None
+
+    @staticmethod
+    def of(pod: PodInfo, index: Mapping[str, int], columns: Sequence[str]) -> _Row:
+        where = index.get(pod.node_name) if pod.uses_capacity and pod.node_name is not None else None
+        if where is None:
+            return _Row(pod, -1, (), None, None)
+        started = pod.started if pod.started is not None else pod.created
+        request = tuple(pod.requests.get(r, 0) for r in columns)
+        return _Row(pod, where, request, started, pod.runtime_bound)
+
+
+def _matrix(table: NodeTable, columns: Sequence[str]) -> Matrix:
+    out: Matrix = np.stack([table.alloc(r) for r in columns], axis=1).astype(np.int64)
+    return out
+
+
+def _used(state: ClusterState, columns: Sequence[str]) -> Matrix:
+    out: Matrix = np.stack([state.bound.used(r) + state.reserved.used(r) for r in columns], axis=1).astype(np.int64)
+    return out
