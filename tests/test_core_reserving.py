@@ -3,7 +3,7 @@ there is kept from work that would outlast its estimated start, and let go when 
 
 Cluster: 2 blocks (b1, b2) of 2 racks of 2 nodes, 8 GPUs each, every node full with one plain
 pod of 8 GPUs. The pods on b1 declare a runtime bound of 60 s; those on b2 none (expected to run
-at least `floor`, 600 s, longer). The gang: 4 pods of 8 GPUs required in one block.
+at least `floor`, 1,800 s by default, longer). The gang: 4 pods of 8 GPUs required in one block.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_a_waiting_gang_holds_the_block_expected_to_free_first() -> None:
     waiting_with_room_held(scheduler, keys)
     room = scheduler.reserving.of("default/big")
     assert room is not None
-    assert str(room.domain) == "block z1/b1"  # its pods end within 60 s; b2's are expected to run 600 s more
+    assert str(room.domain) == "block z1/b1"  # its pods end within 60 s; b2's are expected to run 1,800 s more
     assert room.nodes == 4
     assert room.start == WALL + 60
     status = scheduler.status("default/big")
@@ -205,11 +205,12 @@ def test_the_running_arrays_expect_each_pod_to_end_as_expected_end_says() -> Non
         scheduler.observe_pod(replace(body, started=WALL - 100))
     running = scheduler.reserving._running(WALL, ["cpu"])
     index = state.table.index
-    ends = {(int(node), float(end)) for node, end in zip(running.node, running.end, strict=True) if end < WALL + 601}
+    floor = ON.floor  # the default floor of an unbounded pod's expected end
+    ends = {(int(node), float(end)) for node, end in zip(running.node, running.end, strict=True) if end <= WALL + floor}
     expected = {
-        (index[NODES[0]], expected_end(WALL, WALL - 100, 50, 600)),
-        (index[NODES[1]], expected_end(WALL, WALL - 100, 300, 600)),
-        (index[NODES[2]], expected_end(WALL, WALL - 100, None, 600)),
+        (index[NODES[0]], expected_end(WALL, WALL - 100, 50, floor)),
+        (index[NODES[1]], expected_end(WALL, WALL - 100, 300, floor)),
+        (index[NODES[2]], expected_end(WALL, WALL - 100, None, floor)),
     }
     assert expected <= ends
     assert expected_end(WALL, WALL - 100, 50, 600) == WALL  # overdue: any moment now

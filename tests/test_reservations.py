@@ -200,3 +200,12 @@ def test_a_reservation_moves_only_to_a_domain_expected_to_free_clearly_sooner() 
     close = running(*[(n, 8, 1100.0 if n == 0 else 1000.0) for n in range(8)])
     (kept,) = reserve(200.0, [gang], f, close, lay, [old], Settings(limit=1))
     assert kept.domain == 0  # 100 s sooner is within the margin: no move
+
+
+def test_coarsest_only_leaves_gangs_that_fit_a_finer_domain_without_a_reservation() -> None:
+    lay = layout()
+    f, pods = _busy()
+    queue = [Waiting("rack-sized", 0, 0.0, whole_nodes(2)), Waiting("block-sized", 0, 10.0, whole_nodes(3))]
+    assert [r.key for r in reserve(100.0, queue, f, pods, lay, (), Settings(limit=1))] == ["rack-sized"]
+    only = reserve(100.0, queue, f, pods, lay, (), Settings(limit=1, coarsest_only=BLOCK))
+    assert [(r.key, r.level) for r in only] == [("block-sized", BLOCK)]  # the head among the block-sized

@@ -199,3 +199,40 @@ def test_a_public_trace_is_mapped_onto_gangs_by_the_documented_rule(tmp_path: Pa
     bad.write_text("gpu_num,submit_time,duration\n8,yesterday,60\n8,2023-05-17 11:00:00,60\n")
     with pytest.raises(workload.TraceError, match=r"bad.csv:2: submit_time: 'yesterday' is not a date and time"):
         public.read_public(bad, cluster, jobs=10, load=0.5, bounded=0.0, seed=1)
+
+
+def test_paired_differences_say_when_a_gap_is_noise() -> None:
+    from bench.tracesim import compare
+
+    mean, half = compare.interval([1.0, 2.0, 3.0])
+    assert mean == pytest.approx(2.0)
+    assert half == pytest.approx(4.303 / 3**0.5)
+    per = "wait_p99_large_s_per_trace"
+    rows = [
+        {"policy": "a", "traces": 3, "allocation_per_trace": [0.8, 0.7, 0.9], per: [9, 5, 7]},
+        {"policy": "b", "traces": 3, "allocation_per_trace": [0.81, 0.71, 0.91], per: [1, 9, 2]},
+    ]
+    table = compare.paired(rows, "a")["b"]
+    assert table["allocation"][0] == pytest.approx(0.01)  # the same gap on every trace: not noise
+    assert table["allocation"][1] == pytest.approx(0.0, abs=1e-9)
+    assert table["allocation"][2:] == (3, 3)
+    assert table["wait_p99_large_s"][2:] == (2, 3)  # shorter waits on 2 of 3 traces
+    text = compare.describe(rows, "a")
+    assert "alloc +1.0±0.0pt (3/3)" in text
+    assert "L p99 -3±" in text
+    assert "~" in text  # the large-gang gap is noise
+
+
+def test_a_variant_names_settings_fields_with_their_types() -> None:
+    import argparse
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trace_bench", Path(__file__).parents[1] / "bench" / "trace.py")
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    name, fields = bench._variant("large:coarsest_only=1;floor=900;heads=false;whole_domain=true")
+    assert (name, fields) == ("large", {"coarsest_only": 1, "floor": 900.0, "heads": False, "whole_domain": True})
+    with pytest.raises(argparse.ArgumentTypeError, match="'limt' is not a Settings field"):
+        bench._variant("x:limt=2")

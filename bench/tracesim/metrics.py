@@ -36,7 +36,7 @@ from bench.tracesim.replay import Replay
 from bench.tracesim.workload import Job, window
 
 SIZES = ("small", "medium", "large")
-SPREAD = ("allocation", "wait_p99_small_s", "wait_p99_medium_s", "wait_p99_large_s")
+SPREAD = ("allocation", "racks_at_lower_bound", "wait_p99_small_s", "wait_p99_medium_s", "wait_p99_large_s")
 
 
 def lower_bound(cluster: Cluster, gpus: int) -> int:

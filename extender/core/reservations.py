@@ -7,7 +7,8 @@ way Slurm's backfill does, on the topology:
 
 - Who: a waiting gang that has waited `reserve_after` seconds, or that is first in queue order at
   its priority; at most `limit` gangs, in queue order (priority, then age), so a higher-priority
-  gang takes a lower one's place (and domain) when the limit is reached.
+  gang takes a lower one's place (and domain) when the limit is reached. `coarsest_only` narrows
+  who to the gangs whose domain is of that level or coarser (the bench's zone-sized variant).
 - Where: one domain of the gang's required level (without one, of the finest level where one
   domain, empty, holds the gang), the one *expected to have room soonest*: running pods are
   released in the order of their expected end until some domain holds the gang. Domains of
@@ -55,11 +56,19 @@ NEVER = float("inf")
 class Settings:
     reserve_after: float = 1800.0  # seconds a gang waits before it gets a reservation
     limit: int = 1  # reservations at once (bench/trace.py: 1 did best of 1, 2 and 4)
-    floor: float = 600.0  # an unbounded pod is expected to run at least this much longer
+    # An unbounded pod is expected to run at least this much longer. A domain drains when its last
+    # pod ends, so a pod's median remaining life is too hopeful: 1,800 s is the 89th percentile
+    # of a job's run time in the Kalos trace (median 124 s, mean 1,260 s), and on bench/trace.py
+    # (8 traces at load 0.85, the default who-rule) it beat 600 s on every figure but small
+    # gangs' p99, which moved within noise (README, "Reservations: what each variant did").
+    floor: float = 1800.0
     heads: bool = True  # the first gang in queue order at each priority is eligible at once
     whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
     move: bool = True  # move to another domain expected to free clearly sooner (a quarter of the wait)
     move_margin: float = 300.0  # ... and at least this many seconds sooner
+    # Only gangs reserved at this level or a coarser one (0 the cluster, 1 its first level ...);
+    # None: any gang. Gangs that fit where room frees often do not need one.
+    coarsest_only: int | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,7 @@ class Layout:
         ]
         self._members = list(zip(order, bounds, strict=True))
         self._parents: dict[tuple[int, int], IntArray] = {}
+        self._level_for: dict[Demand, int | None] = {}
 
     @property
     def nodes(self) -> int:
@@ -171,10 +181,14 @@ class Layout:
         """The gang's required level, else the finest level where one empty domain holds it."""
         if demand.level is not None:
             return demand.level
-        for level in range(len(self.domain_of) - 1, -1, -1):
-            if (self.room(self.capacity, demand, level) >= demand.pods).any():
-                return level
-        return None
+        if demand not in self._level_for:
+            found = None
+            for level in range(len(self.domain_of) - 1, -1, -1):
+                if (self.room(self.capacity, demand, level) >= demand.pods).any():
+                    found = level
+                    break
+            self._level_for[demand] = found
+        return self._level_for[demand]
 
 
 def _fit(free: Matrix, demand: Demand) -> IntArray:
@@ -260,6 +274,9 @@ def reserve(
     it, or another domain is expected to hold it clearly sooner)."""
     if not queue or settings.limit <= 0:
         return ()
+    if settings.coarsest_only is not None:
+        cut = settings.coarsest_only
+        queue = [w for w in queue if (lv := layout.level_for(w.demand)) is not None and lv <= cut]
     heads: set[str] = set()
     seen: set[int] = set()
     for w in queue if settings.heads else ():
