@@ -10,11 +10,17 @@ leader does in a cluster; wait for `bundled` before creating pods.
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from e2e.topogang import ROOT
+from e2e.controlplane import ControlPlane
+from e2e.scenario import eventually, install
+from e2e.topogang import CRDS, ROOT, Topogang, _free_port
 from extender.kube.client import KubeClient
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
@@ -44,3 +50,22 @@ def gates_args(name: str, port: int) -> list[str]:
 async def bundled(kube: KubeClient, name: str) -> bool:
     config = await kube.get(f"{WEBHOOKS}/{name}")
     return all(h["clientConfig"].get("caBundle") for h in config["webhooks"])
+
+
+@contextlib.asynccontextmanager
+async def gates_serving(
+    kubeconfig: Path, control_plane: ControlPlane, *objects: Mapping[str, Any]
+) -> AsyncIterator[Topogang]:
+    """topogang's CRDs and OBJECTS installed, `topogang serve --mode=gates` started with its
+    webhook registered (and its caBundle set); the webhook configuration deleted on the way out."""
+    name = f"topogang-e2e-{uuid.uuid4().hex[:6]}"
+    port = _free_port()
+    async with await KubeClient.connect(kubeconfig) as kube:
+        await install(kube, CRDS, *objects)
+        await kube.post(WEBHOOKS, webhook_config(name, f"https://127.0.0.1:{port}"))
+        try:
+            async with Topogang.start(kubeconfig, control_plane.logs_dir, args=gates_args(name, port)) as server:
+                await eventually(lambda: bundled(kube, name), within=30, what="topogang to set the webhook's caBundle")
+                yield server
+        finally:
+            await kube.delete(f"{WEBHOOKS}/{name}")

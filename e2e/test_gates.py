@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,19 +25,18 @@ import pytest_asyncio
 import yaml
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes, FakeTopology
-from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
+from e2e.gates_support import ENABLED, gates_serving
 from e2e.scenario import (
     create,
     create_podgroup,
     eventually,
     gpu_pod,
-    install,
     pods,
     says,
     wait_all_bound,
 )
 from e2e.test_extender import TOPOLOGY, create_tfjob, node_racks, racks_of
-from e2e.topogang import CRDS, ROOT, Topogang, _free_port
+from e2e.topogang import ROOT, Topogang
 from extender.kube.client import ApiError, KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane_only, pytest.mark.controlplane]
@@ -48,17 +46,8 @@ GATE = "scheduling.topogang.io/gang"
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def gates(kubeconfig: Path, control_plane: ControlPlane) -> AsyncIterator[Topogang]:
-    name = f"topogang-e2e-{uuid.uuid4().hex[:6]}"
-    port = _free_port()
-    async with await KubeClient.connect(kubeconfig) as kube:
-        await install(kube, CRDS, TOPOLOGY)
-        await kube.post(WEBHOOKS, webhook_config(name, f"https://127.0.0.1:{port}"))
-        try:
-            async with Topogang.start(kubeconfig, control_plane.logs_dir, args=gates_args(name, port)) as server:
-                await eventually(lambda: bundled(kube, name), within=30, what="topogang to set the webhook's caBundle")
-                yield server
-        finally:
-            await kube.delete(f"{WEBHOOKS}/{name}")
+    async with gates_serving(kubeconfig, control_plane, TOPOLOGY) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,6 @@ still waiting at the end.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,20 +26,14 @@ import pytest
 import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes
-from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
-from e2e.scenario import create, create_podgroup, eventually, gpu_pod, install, pods, says
-from e2e.topogang import CRDS, Topogang, _free_port, scheduler_config
+from e2e.gates_support import ENABLED, gates_serving
+from e2e.scenario import create, create_podgroup, eventually, gpu_pod, pods, says
+from e2e.test_extender import BLOCK, TOPOLOGY
+from e2e.topogang import Topogang, serving
 from extender.kube import KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane, pytest.mark.controlplane_only]
 
-ZONE, BLOCK, RACK = "topology.topogang.io/zone", "topology.topogang.io/block", "topology.topogang.io/rack"
-TOPOLOGY = {
-    "apiVersion": "scheduling.topogang.io/v1alpha1",
-    "kind": "Topology",
-    "metadata": {"name": "e2e-dc"},
-    "spec": {"levels": [{"nodeLabel": ZONE}, {"nodeLabel": BLOCK}, {"nodeLabel": RACK}]},
-}
 PODGROUPS = "/apis/scheduling.topogang.io/v1alpha1/namespaces/{ns}/podgroups"
 HELD = "held for another gang"
 # The large gang starts within this many seconds of the last small gang of its block ending: a
@@ -55,25 +48,14 @@ async def serving_with(
     """topogang as the test asks (`on`, `off`: extender mode with reservations on or off;
     `gates`: gates mode, reservations on), and the cluster wired to call it."""
     mode: str = request.param
-    async with await KubeClient.connect(kubeconfig) as kube:
-        await install(kube, CRDS, TOPOLOGY)
-        if mode == "gates":
-            name, port = f"topogang-e2e-{uuid.uuid4().hex[:6]}", _free_port()
-            await kube.post(WEBHOOKS, webhook_config(name, f"https://127.0.0.1:{port}"))
-            try:
-                async with Topogang.start(kubeconfig, control_plane.logs_dir, args=gates_args(name, port)) as server:
-                    await eventually(lambda: bundled(kube, name), within=30, what="the webhook's caBundle")
-                    yield server
-            finally:
-                await kube.delete(f"{WEBHOOKS}/{name}")
-            return
-    args = ["--reservations", "0"] if mode == "off" else []
-    async with Topogang.start(kubeconfig, control_plane.logs_dir, args=args) as server:
-        await control_plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
-        try:
+    if mode == "gates":
+        async with gates_serving(kubeconfig, control_plane, TOPOLOGY) as server:
             yield server
-        finally:
-            await control_plane.restart_scheduler_async(None)
+        return
+    async with serving(
+        kubeconfig, control_plane, TOPOLOGY, args=["--reservations", "0"] if mode == "off" else []
+    ) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

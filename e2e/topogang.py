@@ -207,13 +207,13 @@ class Topogang:
 
 @contextlib.asynccontextmanager
 async def serving(
-    kubeconfig: Path, control_plane: ControlPlane, *objects: Mapping[str, Any]
+    kubeconfig: Path, control_plane: ControlPlane, *objects: Mapping[str, Any], args: Sequence[str] = ()
 ) -> AsyncIterator[Topogang]:
-    """topogang's CRDs and OBJECTS installed, topogang started, kube-scheduler configured to call
-    it; kube-scheduler goes back to running alone on the way out."""
+    """topogang's CRDs and OBJECTS installed, topogang started (with ARGS), kube-scheduler
+    configured to call it; kube-scheduler goes back to running alone on the way out."""
     async with await KubeClient.connect(kubeconfig) as kube:
         await install(kube, CRDS, *objects)
-    async with Topogang.start(kubeconfig, control_plane.logs_dir) as server:
+    async with Topogang.start(kubeconfig, control_plane.logs_dir, args=args) as server:
         await control_plane.restart_scheduler_async(scheduler_config(server.url, server.tls))
         try:
             yield server
