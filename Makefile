@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test lint typecheck layers unit bench trace lock clean controlplane cluster lint-docker lint-scripts e2e-kind
+.PHONY: help demo test lint typecheck layers unit bench trace lock clean controlplane components cluster lint-docker lint-scripts e2e-kind
 
 help:
 	@echo "make demo   - simulate a TFJob of 16 workers in 4 rack segments on a 64-node GPU cluster"
@@ -41,13 +41,19 @@ layers: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests
 
-test: lint typecheck layers controlplane
+test: lint typecheck layers controlplane components
 	$(BIN)/pytest
 
 # etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and kwok built from Go
 # modules into ~/.cache/topogang (once; later runs only check a stamp). See e2e/controlplane.
 controlplane:
 	e2e/controlplane/build.sh
+
+# The JobSet, LeaderWorkerSet, training-operator and Kueue controllers and helm, built from Go
+# modules into a cache of their own (~/.cache/topogang/components), so bumping one never rebuilds
+# Kubernetes; the e2e tests run them against the local control plane (e2e/controllers.py).
+components:
+	nice e2e/controlplane/build-components.sh
 
 # The local control plane in the foreground; CLUSTER_ARGS="--help" lists the options.
 cluster: $(STAMP) controlplane

@@ -88,9 +88,23 @@ def _labels(meta: dict[str, Any]) -> None:
         meta["annotations"] = annotations
 
 
+def _spaces(value: Any) -> Any:
+    """Runs of whitespace in strings as one space: kustomize writes a folded CEL rule with a
+    more-indented line back with an extra newline (the same rule)."""
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, list):
+        return [_spaces(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _spaces(v) for k, v in value.items()}
+    return value
+
+
 def normal(doc: dict[str, Any]) -> dict[str, Any]:
     d = copy.deepcopy(doc)
     _labels(d["metadata"])
+    if d["kind"] == "CustomResourceDefinition":
+        d["spec"] = _spaces(d["spec"])
     if d["kind"] == "ConfigMap":
         d["metadata"]["name"] = re.sub(r"-[a-z0-9]{10}$", "", d["metadata"]["name"])
         d["data"] = {k: yaml.safe_load(v) for k, v in d["data"].items()}
@@ -104,11 +118,8 @@ def normal(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def by_key(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
-    return {
-        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): normal(d)
-        for d in docs
-        if d["kind"] != "Namespace"
-    }
+    normalized = [normal(d) for d in docs if d["kind"] != "Namespace"]
+    return {(d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d for d in normalized}
 
 
 # -- lint and schema -----------------------------------------------------------------------------------------
