@@ -302,5 +302,9 @@ def test_helm_upgrade_keeps_the_certificates(control_plane: ControlPlane, helm_b
 def test_the_installed_service_account_may_do_what_topogang_does_and_no_more(
     control_plane: ControlPlane, release: str, verb: str, resource: str, allowed: bool
 ) -> None:
-    done = kubectl(control_plane, "auth", "can-i", verb, resource, f"--as=system:serviceaccount:{release}:topogang")
+    kind, _, sub = resource.partition("/")
+    subresource = [f"--subresource={sub}"] if sub else []
+    done = kubectl(
+        control_plane, "auth", "can-i", verb, kind, *subresource, f"--as=system:serviceaccount:{release}:topogang"
+    )
     assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
