@@ -163,13 +163,15 @@ class Controllers:
 
     async def install_crds(self, name: str) -> None:
         docs = [d for p in self.built.crds(name) for d in yaml.safe_load_all(p.read_text()) if d]
+        for doc in docs:
+            doc.pop("status", None)
         self.apply(docs)
         names = [d["metadata"]["name"] for d in docs]
 
         async def established() -> bool:
             for crd_name in names:
                 crd = await self.kube.get(f"{CRD_PATH}/{crd_name}")
-                conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+                conds = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
                 if conds.get("Established") != "True":
                     return False
             return True
