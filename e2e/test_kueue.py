@@ -228,3 +228,36 @@ async def test_a_job_placed_by_kueues_topology_aware_scheduling_is_refused_by_to
 
     await eventually(refused, within=90, what="an Event on a pod of the TAS Job saying topogang refuses it")
     assert all(not p["spec"].get("nodeName") for p in await job_pods(kube, ns, "tas"))
+
+
+async def test_kueues_multi_layer_slices_are_honoured(
+    running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    # podset-slice-required-topology-constraints: slices of 4 pods per block, of 2 per rack.
+    # Blocks b0 and b1 have 2 racks of 2 nodes; b2 has 4 racks of 1 node (no rack holds a slice
+    # of 2), so the two block slices go to b0 and b1, each rack slice whole in one rack.
+    #   z0-b0-r0,r1 (2 nodes each)   z0-b1-r0,r1 (2 nodes each)   z0-b2-r0..r3 (1 node each)
+    nodes = []
+    for block in range(2):
+        for rack in range(2):
+            nodes += await fake_gpu_nodes.add(zone=0, block=block, rack=rack, count=2)
+    for rack in range(4):
+        nodes += await fake_gpu_nodes.add(zone=0, block=2, rack=rack, count=1)
+    layers = f'[{{"topology": "{BLOCK}", "size": 4}}, {{"topology": "{RACK}", "size": 2}}]'
+    await create(
+        kube, gpu_job("sliced", 8, None, {"kueue.x-k8s.io/podset-slice-required-topology-constraints": layers}), ns
+    )
+    placed = await wait_all_bound(kube, ns, 8, within=90)
+    labels = {n: (await kube.get(f"/api/v1/nodes/{n}"))["metadata"]["labels"] for n in nodes}
+    index = {
+        p["metadata"]["name"]: int(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"])
+        for p in await pods(kube, ns)
+    }
+    blocks: dict[int, set[str]] = {}
+    racks: dict[int, set[str]] = {}
+    for pod, node in placed.items():
+        blocks.setdefault(index[pod] // 4, set()).add(labels[node][BLOCK])
+        racks.setdefault(index[pod] // 2, set()).add(labels[node][RACK])
+    assert all(len(b) == 1 for b in blocks.values()), blocks
+    assert all(len(r) == 1 for r in racks.values()), racks
+    assert {b for bs in blocks.values() for b in bs} == {"z0-b0", "z0-b1"}
