@@ -333,3 +333,35 @@ async def test_a_lost_node_the_operator_recreates_the_pod_and_topogang_puts_it_i
     assert rack_of[node] == rack_of[before[lost]], "the replacement stays in its segment's rack"
     after = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in await pods(kube, ns)}
     assert {k: v for k, v in after.items() if k != lost} == {k: v for k, v in before.items() if k != lost}
+
+
+async def test_a_lost_node_whose_rack_has_no_spare_moves_its_segment_whole_and_the_others_stay(
+    running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0..r4 (4 nodes each): four racks hold the segments, one is free
+    #   z1-b0-r0 (4 nodes): a free rack in another zone, which the job's zone rules out
+    nodes = []
+    for zone, rack in [(0, r) for r in range(5)] + [(1, 0)]:
+        nodes += await fake_gpu_nodes.add(zone=zone, block=0, rack=rack, count=4)
+    await create(kube, story2_tfjob(), ns)
+    before = await wait_all_bound(kube, ns, 17, within=120)
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await pods(kube, ns)}
+    rack_of = await node_racks(kube, nodes)
+    used = {rack_of[before[f"train-worker-{i}"]] for i in range(16)}
+    [free] = {r for r in rack_of.values() if r.startswith("z0")} - used
+    segment = [f"train-worker-{i}" for i in range(8, 12)]
+    await fake_gpu_nodes.delete([before["train-worker-9"]])
+    await kube.delete(f"/api/v1/namespaces/{ns}/pods/train-worker-9", {"gracePeriodSeconds": "0"})
+
+    async def segment_moved() -> dict[str, str] | None:
+        items = await pods(kube, ns)
+        now = {p["metadata"]["name"]: (p["metadata"]["uid"], p["spec"].get("nodeName")) for p in items}
+        moved = all(n in now and now[n][0] != uids[n] and now[n][1] for n in segment)
+        return {n: node for n, (_, node) in now.items() if node} if moved and len(now) == 17 else None
+
+    # topogang evicts the segment's other three pods, the operator recreates all four, and
+    # topogang places them together in the free rack of the job's zone.
+    after = await eventually(segment_moved, within=180, what="segment 2 recreated by the operator and bound")
+    assert {rack_of[after[n]] for n in segment} == {free}
+    others = [n for n in before if n not in segment]
+    assert {n: after[n] for n in others} == {n: before[n] for n in others}
