@@ -23,11 +23,14 @@ would refuse every later Job or pod). What each one serves:
   one enabled): a Job with a queue-name label is suspended at creation.
 - training operator: its one webhook only validates TFJob/PyTorchJob specs; it is not
   registered. The operator's certificate rotator still runs (it cannot be turned off) against an
-  empty Secret and an empty ValidatingWebhookConfiguration of the names it expects.
+  empty Secret and an empty ValidatingWebhookConfiguration of the names it expects, and the
+  harness writes the Secret's files into the operator's fixed certificate directory
+  (/tmp/k8s-webhook-server/serving-certs), as the kubelet's Secret volume would.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import copy
@@ -55,6 +58,8 @@ CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 KUEUE_NAMESPACE = "kueue-system"
 TRAINING_NAMESPACE = "kubeflow"
 TRAINING_WEBHOOK = "validator.training-operator.kubeflow.org"
+# Where the training operator reads its webhook certificate (a constant in its pkg/cert).
+TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 ALL = ("jobset", "lws", "training-operator", "kueue")
 
 
@@ -264,6 +269,8 @@ class Controllers:
         running = Running(name, component, health, webhook or None)
         self.running[name] = running
         component.start()
+        if name == "training-operator":
+            await self._mount_training_operator_certificate(component)
         await component.wait_healthy_async(120)
         self.apply(webhooks)
         running.webhook_configs = [(f"{d['kind'].lower()}s", d["metadata"]["name"]) for d in webhooks]
@@ -290,6 +297,25 @@ class Controllers:
             except ApiError as exc:
                 if exc.status != 409:
                     raise
+
+    async def _mount_training_operator_certificate(self, component: Component) -> None:
+        """What the kubelet's Secret volume does in a cluster: the operator's certificate rotator
+        fills the Secret and waits for the files to appear in its (fixed) certificate directory."""
+        path = f"/api/v1/namespaces/{TRAINING_NAMESPACE}/secrets/training-operator-webhook-cert"
+
+        async def filled() -> dict[str, str] | None:
+            component.check_alive()
+            data = (await self.kube.get(path)).get("data") or {}
+            return data if "tls.crt" in data and "tls.key" in data else None
+
+        data = await eventually(filled, within=60, what="the training operator's certificate Secret to be filled")
+        def write() -> None:
+            TRAINING_CERT_DIR.mkdir(parents=True, exist_ok=True)
+            for key in ("tls.crt", "tls.key", "ca.crt"):
+                if key in data:
+                    (TRAINING_CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
+
+        await asyncio.to_thread(write)
 
     async def stop(self) -> None:
         for running in self.running.values():

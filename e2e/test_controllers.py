@@ -115,6 +115,19 @@ def story2_tfjob() -> dict[str, Any]:
     }
 
 
+def story2_pytorchjob() -> dict[str, Any]:
+    """Story 2's shape as a PyTorchJob (a master without GPUs, 16 workers in 4 rack segments, one
+    zone), restartPolicy OnFailure: the operator restarts the job when a worker is lost. The
+    TFJob of story2_tfjob fails instead (the operator counts a deleted running worker as failed
+    and fails a TFJob on any failed worker unless spec.enableDynamicWorker)."""
+    tfjob = story2_tfjob()
+    specs = tfjob["spec"].pop("tfReplicaSpecs")
+    for spec_ in specs.values():
+        spec_["template"]["spec"]["containers"][0]["name"] = "pytorch"
+    tfjob["spec"]["pytorchReplicaSpecs"] = {"Master": specs["Chief"], "Worker": specs["Worker"]}
+    return {**tfjob, "kind": "PyTorchJob"}
+
+
 def segments_of(placed: dict[str, str], rack_of_node: dict[str, str], prefix: str, size: int) -> list[set[str]]:
     count = sum(1 for p in placed if p.startswith(prefix))
     return [
@@ -303,7 +316,7 @@ async def test_a_jobset_places_each_job_in_its_own_rack(
     assert {next(iter(r)) for r in per_job.values()} == {"z0-b0-r1", "z0-b0-r2", "z0-b0-r3"}
 
 
-# -- a node lost under a running segment: the operator recreates the pod, topogang repairs --------------------
+# -- a node lost under a running segment (a PyTorchJob): the operator recreates, topogang repairs -----------------
 
 
 async def test_a_lost_node_the_operator_recreates_the_pod_and_topogang_puts_it_in_its_segments_rack(
@@ -313,7 +326,7 @@ async def test_a_lost_node_the_operator_recreates_the_pod_and_topogang_puts_it_i
     nodes = []
     for rack in range(4):
         nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=rack, count=5)
-    await create(kube, story2_tfjob(), ns)
+    await create(kube, story2_pytorchjob(), ns)
     before = await wait_all_bound(kube, ns, 17, within=120)
     rack_of = await node_racks(kube, nodes)
     lost = "train-worker-9"
@@ -343,7 +356,7 @@ async def test_a_lost_node_whose_rack_has_no_spare_moves_its_segment_whole_and_t
     nodes = []
     for zone, rack in [(0, r) for r in range(5)] + [(1, 0)]:
         nodes += await fake_gpu_nodes.add(zone=zone, block=0, rack=rack, count=4)
-    await create(kube, story2_tfjob(), ns)
+    await create(kube, story2_pytorchjob(), ns)
     before = await wait_all_bound(kube, ns, 17, within=120)
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await pods(kube, ns)}
     rack_of = await node_racks(kube, nodes)
