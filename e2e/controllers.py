@@ -309,6 +309,7 @@ class Controllers:
             return data if "tls.crt" in data and "tls.key" in data else None
 
         data = await eventually(filled, within=60, what="the training operator's certificate Secret to be filled")
+
         def write() -> None:
             TRAINING_CERT_DIR.mkdir(parents=True, exist_ok=True)
             for key in ("tls.crt", "tls.key", "ca.crt"):

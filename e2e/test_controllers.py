@@ -71,19 +71,16 @@ def container(name: str, resources: dict[str, Any] = GPU8) -> dict[str, Any]:
 # -- KAI's segment design's story 2 with the real training operator --------------------------------------------
 
 
-def story2_tfjob() -> dict[str, Any]:
+def story2_tfjob(zone_required: bool = True) -> dict[str, Any]:
     """A TFJob whose 16 workers form 4 segments of 4, each required in one rack, the whole job
-    required in one zone; a chief without GPUs."""
+    required in one zone (story 1: without the zone); a chief without GPUs."""
+    annotations = {"kai.scheduler/topology": "e2e-dc"}
+    if zone_required:
+        annotations["kai.scheduler/topology-required-placement"] = ZONE
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "TFJob",
-        "metadata": {
-            "name": "train",
-            "annotations": {
-                "kai.scheduler/topology": "e2e-dc",
-                "kai.scheduler/topology-required-placement": ZONE,
-            },
-        },
+        "metadata": {"name": "train", "annotations": annotations},
         "spec": {
             "runPolicy": {"cleanPodPolicy": "None"},
             "tfReplicaSpecs": {
@@ -135,22 +132,24 @@ def segments_of(placed: dict[str, str], rack_of_node: dict[str, str], prefix: st
     ]
 
 
-async def test_story_2_tfjob_with_the_real_training_operator(
-    running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, fake_gpu_nodes: FakeGpuNodes
+@pytest.mark.parametrize("zone_required", [False, True], ids=["story-1-racks", "story-2-racks-in-one-zone"])
+async def test_kai_segment_stories_as_tfjobs_with_the_real_training_operator(
+    running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, fake_gpu_nodes: FakeGpuNodes, zone_required: bool
 ) -> None:
-    #   z0-b0-r0..r3 (4 nodes each): the job's zone     z1-b0-r0..r2 (4 nodes each): ruled out
+    #   z0-b0-r0..r3 (4 nodes each): one zone holds the job  z1-b0-r0..r2 (4 nodes each)
     nodes = []
     for zone, racks in ((0, 4), (1, 3)):
         for rack in range(racks):
             nodes += await fake_gpu_nodes.add(zone=zone, block=0, rack=rack, count=4)
-    await create(kube, story2_tfjob(), ns)
+    await create(kube, story2_tfjob(zone_required), ns)
     placed = await wait_all_bound(kube, ns, 17, within=120)
     rack_of = await node_racks(kube, nodes)
     assert set(placed) == {"train-chief-0", *(f"train-worker-{i}" for i in range(16))}
     for s, racks in enumerate(segments_of(placed, rack_of, "train-worker-", 4)):
         assert len(racks) == 1, f"segment {s} spans racks {racks}"
     workers = [rack_of[placed[f"train-worker-{i}"]] for i in range(16)]
-    assert {r.split("-")[0] for r in workers} == {"z0"}
+    if zone_required:
+        assert {r.split("-")[0] for r in workers} == {"z0"}
     # The operator's own labels are what the grouper read.
     labels = await labelled(kube, ns)
     assert labels["train-worker-5"]["training.kubeflow.org/replica-index"] == "5"
