@@ -20,7 +20,9 @@ would refuse every later Job or pod). What each one serves:
 - LeaderWorkerSet: its LWS webhooks and the pod webhook that sets the worker-index, group-index
   and subgroup labels, as shipped.
 - Kueue: the webhooks of its own kinds and of batch/v1 Job (the `batch/job` integration, the only
-  one enabled): a Job with a queue-name label is suspended at creation.
+  one enabled): a Job with a queue-name label is suspended at creation. With its certificate
+  management off Kueue also reads a metrics certificate from the fixed /etc/kueue/metrics/certs
+  (even with metrics off); the harness copies its pair there (root needed, as in CI).
 - training operator: its one webhook only validates TFJob/PyTorchJob specs; it is not
   registered. The operator's certificate rotator still runs (it cannot be turned off) against an
   empty Secret and an empty ValidatingWebhookConfiguration of the names it expects, and the
@@ -58,6 +60,8 @@ CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 KUEUE_NAMESPACE = "kueue-system"
 TRAINING_NAMESPACE = "kubeflow"
 TRAINING_WEBHOOK = "validator.training-operator.kubeflow.org"
+# Where Kueue reads its metrics certificate when its certificate management is off (cmd/kueue).
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # Where the training operator reads its webhook certificate (a constant in its pkg/cert).
 TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 ALL = ("jobset", "lws", "training-operator", "kueue")
@@ -230,6 +234,7 @@ class Controllers:
             )  # fmt: skip
         elif name == "kueue":
             await self.ensure_namespace(KUEUE_NAMESPACE)
+            await asyncio.to_thread(self._kueue_metrics_certificate)
             config = self._controller_runtime_config("config.kueue.x-k8s.io/v1beta2", health, webhook)
             config.update(
                 namespace=KUEUE_NAMESPACE,
@@ -239,7 +244,7 @@ class Controllers:
             argv = [
                 str(self.built.path("kueue")),
                 f"--config={self._config_file(name, config)}",
-                "--feature-gates=VisibilityOnDemand=false",
+                "--feature-gates=VisibilityOnDemand=false,TASMultiLayerTopology=true",
                 f"--visibility-server-port={_free_port()}",
             ]
             webhooks = webhook_configurations(
@@ -297,6 +302,17 @@ class Controllers:
             except ApiError as exc:
                 if exc.status != 409:
                     raise
+
+    def _kueue_metrics_certificate(self) -> None:
+        """Kueue with its own certificate management off reads its metrics server's certificate
+        from a fixed directory and exits without it (even with metrics off): the harness's pair
+        goes there, as a mounted Secret would. Needs that directory writable (root, as CI)."""
+        try:
+            KUEUE_METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+            for key in ("tls.crt", "tls.key"):
+                shutil.copy(self.cert_dir / key, KUEUE_METRICS_CERT_DIR / key)
+        except OSError as exc:
+            raise RuntimeError(f"Kueue needs its metrics certificate in {KUEUE_METRICS_CERT_DIR}: {exc}") from exc
 
     async def _mount_training_operator_certificate(self, component: Component) -> None:
         """What the kubelet's Secret volume does in a cluster: the operator's certificate rotator

@@ -159,8 +159,9 @@ async def test_kueue_admits_a_job_and_topogang_places_it_and_one_over_quota_stay
     fake_gpu_nodes: FakeGpuNodes,
     cluster_objects: list[str],
 ) -> None:
-    # 2 racks of 4 nodes (64 GPUs); the ClusterQueue has 48: one Job of 4 x 8 GPUs fits in the
-    # quota, a second one does not.
+    # 2 racks of 4 nodes (64 GPUs); the ClusterQueue has 48: a Job of 4 x 8 GPUs is admitted, one
+    # of 8 x 8 GPUs never fits the quota. (kwok completes a Job's pods once they run, so the
+    # first Job's pods finish soon after they are placed.)
     #   z0-b0-r0 (4 nodes)   z0-b0-r1 (4 nodes)
     nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=4)
     nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=4)
@@ -173,7 +174,7 @@ async def test_kueue_admits_a_job_and_topogang_places_it_and_one_over_quota_stay
     assert len(racks) == 1, f"topogang placed the admitted gang in one rack, not {racks}"
     assert (await kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/first"))["spec"]["suspend"] is False
 
-    await create(kube, gpu_job("second", 4, queue, racked), ns)
+    await create(kube, gpu_job("second", 8, queue), ns)
 
     async def pending_on_quota() -> bool:
         listing = await kube.get(f"{KUEUE}/namespaces/{ns}/workloads")
@@ -187,14 +188,16 @@ async def test_kueue_admits_a_job_and_topogang_places_it_and_one_over_quota_stay
     await eventually(pending_on_quota, within=60, what="the second Job's Workload to wait for quota")
     assert (await kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/second"))["spec"]["suspend"] is True
     assert await job_pods(kube, ns, "second") == []
-    # No room held for it: a gang outside Kueue takes the other rack whole.
-    await create(kube, gpu_job("outside", 4, None, racked), ns)
-    placed = await wait_all_bound(kube, ns, 8, within=90)
-    outside = {n for p, n in placed.items() if p.startswith("outside-")}
-    assert len(outside) == 4
-    assert outside.isdisjoint({n for p, n in placed.items() if p.startswith("first-")})
+    # No room held for it: a gang outside Kueue as big as the second Job takes every node.
+    await create(kube, gpu_job("outside", 8, None), ns)
+
+    async def outside_bound() -> set[str] | None:
+        bound = {p["spec"].get("nodeName") for p in await job_pods(kube, ns, "outside")}
+        return bound if len(bound) == 8 and None not in bound else None
+
+    assert await eventually(outside_bound, within=120, what="the gang outside Kueue on all 8 nodes") == set(nodes)
     assert await job_pods(kube, ns, "second") == []
-    assert set(placed.values()) <= set(nodes)
+    assert (await kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/second"))["spec"]["suspend"] is True
 
 
 async def test_a_job_placed_by_kueues_topology_aware_scheduling_is_refused_by_topogang_with_a_message(
@@ -228,6 +231,15 @@ async def test_a_job_placed_by_kueues_topology_aware_scheduling_is_refused_by_to
 
     await eventually(refused, within=90, what="an Event on a pod of the TAS Job saying topogang refuses it")
     assert all(not p["spec"].get("nodeName") for p in await job_pods(kube, ns, "tas"))
+    # The Job goes with its pods now: left to the namespace's deletion, the Job controller would
+    # recreate the deleted pods meanwhile, and their nodeSelector (Kueue's domain) matches the
+    # next test's nodes, which have the same topology labels.
+    await kube.delete(f"/apis/batch/v1/namespaces/{ns}/jobs/tas", {"propagationPolicy": "Foreground"})
+
+    async def gone() -> bool:
+        return not await job_pods(kube, ns, "tas")
+
+    await eventually(gone, within=60, what="the TAS Job's pods to be deleted")
 
 
 async def test_kueues_multi_layer_slices_are_honoured(
