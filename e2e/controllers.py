@@ -368,3 +368,30 @@ class Controllers:
 def controlled_namespace_label() -> dict[str, str]:
     """The label a test namespace needs for the controllers' webhooks to see its objects."""
     return {NAMESPACE_LABEL: "true"}
+
+
+WORKLOAD_COLLECTIONS = (
+    "/apis/batch/v1/namespaces/{ns}/jobs",
+    "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs",
+    "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs",
+    "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets",
+    "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets",
+)
+
+
+async def delete_workloads(kube: KubeClient, namespace: str, within: float = 60.0) -> None:
+    """Delete NAMESPACE's workloads, then its pods, and wait until no pod is left. Left to the
+    namespace's deletion, a controller recreates the pods the test fixture deletes, and those
+    pending pods (same topology labels, same Topology) would be placed on the next test's nodes."""
+    for template in WORKLOAD_COLLECTIONS:
+        with contextlib.suppress(ApiError):  # a kind whose CRD this module did not install
+            await kube.delete(template.format(ns=namespace), {"propagationPolicy": "Background"})
+
+    async def no_pods() -> bool:
+        listing = await kube.get(f"/api/v1/namespaces/{namespace}/pods")
+        if not listing.get("items"):
+            return True
+        await kube.delete(f"/api/v1/namespaces/{namespace}/pods", {"gracePeriodSeconds": "0"})
+        return False
+
+    await eventually(no_pods, within=within, what=f"the pods of {namespace} to be gone with their workloads")

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from e2e.controllers import Controllers, controlled_namespace_label
+from e2e.controllers import Controllers, controlled_namespace_label, delete_workloads
 from e2e.controlplane import ControlPlane, FakeGpuNodes
 from e2e.scenario import create, eventually, pods, wait_all_bound
 from e2e.topogang import Topogang, serving
@@ -54,6 +54,7 @@ async def running(control_plane: ControlPlane, kubeconfig: Path) -> AsyncIterato
 async def ns(running: tuple[Topogang, Controllers], kube: KubeClient, namespace: str) -> AsyncIterator[str]:
     await kube.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": controlled_namespace_label()}})
     yield namespace
+    await delete_workloads(kube, namespace)
 
 
 async def node_racks(kube: KubeClient, names: list[str]) -> dict[str, str]:
