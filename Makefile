@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help demo test lint typecheck layers unit bench trace lock clean controlplane cluster lint-docker lint-scripts e2e-kind
+.PHONY: help demo test lint typecheck layers unit bench trace lock clean controlplane components cluster lint-docker lint-scripts e2e-kind
 
 help:
 	@echo "make demo   - simulate a TFJob of 16 workers in 4 rack segments on a 64-node GPU cluster"
@@ -15,6 +15,7 @@ help:
 	@echo "make bench  - the planning benchmark (bench/plan_scale.py)"
 	@echo "make trace  - placement quality on a trace against Kueue/KAI-like baselines (bench/trace.py)"
 	@echo "make cluster - a local Kubernetes control plane with fake GPU nodes, until Ctrl-C"
+	@echo "make components - build the JobSet, LWS, training-operator and Kueue controllers and helm (make test does)"
 	@echo "make e2e-kind - the e2e scenarios on a kind cluster with topogang deployed (needs Docker and Go)"
 
 # The virtualenv is rebuilt only when the declared or pinned dependencies change.
@@ -41,13 +42,19 @@ layers: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests
 
-test: lint typecheck layers controlplane
+test: lint typecheck layers controlplane components
 	$(BIN)/pytest
 
 # etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl and kwok built from Go
 # modules into ~/.cache/topogang (once; later runs only check a stamp). See e2e/controlplane.
 controlplane:
 	e2e/controlplane/build.sh
+
+# The JobSet, LeaderWorkerSet, training-operator and Kueue controllers and helm, built from Go
+# modules into a cache of their own (~/.cache/topogang/components), so bumping one never rebuilds
+# Kubernetes; the e2e tests run them against the local control plane (e2e/controllers.py).
+components:
+	nice e2e/controlplane/build-components.sh
 
 # The local control plane in the foreground; CLUSTER_ARGS="--help" lists the options.
 cluster: $(STAMP) controlplane

@@ -130,29 +130,6 @@ async def create_tfjob(kube: KubeClient, namespace: str, *, zone_required: bool)
     return names
 
 
-# -- KAI's segment design's stories ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("zone_required", [False, True], ids=["story-1-racks", "story-2-racks-in-one-zone"])
-async def test_tfjob_workers_form_four_rack_segments(
-    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes, zone_required: bool
-) -> None:
-    # 2 zones x 1 block x 3 racks x 3 nodes: no rack holds 2 segments, a zone holds 3 segments only
-    # if every rack is used... so 16 workers (4 segments of 4) need racks of 4: give racks 4 nodes.
-    #   z0-b0-r0..r2 (4 nodes each)      z1-b0-r0..r2 (4 nodes each)
-    nodes = await fake_gpu_nodes.create(FakeTopology(zones=2, blocks_per_zone=1, racks_per_block=3, nodes_per_rack=4))
-    # One more rack in zone 0 so the whole job fits in one zone (4 racks of 4).
-    nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=3, count=4)
-    names = await create_tfjob(kube, namespace, zone_required=zone_required)
-    placed = await wait_all_bound(kube, namespace, len(names))
-    rack_of = racks_of(placed, await node_racks(kube, nodes))
-    for s in range(4):
-        segment = {rack_of[f"train-worker-{i}"] for i in range(4 * s, 4 * s + 4)}
-        assert len(segment) == 1, f"segment {s} spans racks {segment}"
-    if zone_required:
-        assert {r.split("-")[0] for r in rack_of.values()} == {"z0"}
-
-
 # -- an Indexed Job with segments, its pods made by the real Job controller ---------------------------
 
 

@@ -307,3 +307,48 @@ def test_jobset_pod_without_job_index() -> None:
     )
     result = group(jobset([("w", 1, 2)]), GOOD, pods=[stray])
     check(result, "ml/jobset-js", "Pod ml/js-x: metadata.labels[jobset.sigs.k8s.io/job-index]: missing")
+
+
+# -- Kueue's Topology Aware Scheduling and topogang never both decide a placement ---------------------------------
+
+
+def kueue_tas_placed(workload: dict[str, Any], *template_path: str) -> dict[str, Any]:
+    """WORKLOAD as Kueue starts it after admitting it to a flavor with spec.topologyName: its
+    scheduling gate on the PodTemplate at TEMPLATE_PATH."""
+    at: Any = workload
+    for key in template_path:
+        at = at[key]
+    at.setdefault("spec", {})["schedulingGates"] = [{"name": "kueue.x-k8s.io/topology"}]
+    return workload
+
+
+TAS_SAYS = (
+    "has Kueue's scheduling gate kueue.x-k8s.io/topology: Kueue's Topology Aware Scheduling places these pods"
+    " (the workload was admitted to a ResourceFlavor with spec.topologyName), and topogang does not decide a"
+    " placement Kueue decides; admit it to a flavor without spec.topologyName (Kueue keeps the quota, topogang"
+    " places), or leave its pods to kube-scheduler alone (no schedulerName topogang-scheduler)"
+)
+
+
+@pytest.mark.parametrize(
+    ("workload", "field"),
+    [
+        (kueue_tas_placed(job(4, 4), "spec", "template"), "Job ml/batch: spec.template.spec.schedulingGates"),
+        (
+            kueue_tas_placed(kubeflow("TFJob", {"Worker": 4}), "spec", "tfReplicaSpecs", "Worker", "template"),
+            "TFJob ml/train: spec.tfReplicaSpecs.Worker.template.spec.schedulingGates",
+        ),
+    ],
+    ids=["job", "tfjob"],
+)
+def test_a_workload_placed_by_kueues_tas_is_refused_with_a_message(workload: dict[str, Any], field: str) -> None:
+    result = group(workload, GOOD)
+    bad = next(k for k in result.groups if k != "ml/job-ok")
+    check(result, bad, f"{field}: {TAS_SAYS}")
+
+
+def test_a_workload_kueue_admitted_without_tas_is_grouped() -> None:
+    admitted = job(4, 4, ann={"kueue.x-k8s.io/workload": "job-batch-1a2b3"})
+    admitted["spec"]["template"]["spec"]["nodeSelector"] = {"cloud.example.com/flavor": "on-demand"}
+    result = group(admitted, GOOD)
+    assert all(g.valid for g in result.groups.values())

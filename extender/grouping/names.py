@@ -28,6 +28,9 @@ KUEUE_SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constra
 KUEUE_MAX_LAYERS = 3
 # PodSets (PodTemplates) that share this name are placed under one constraint, in one domain.
 KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+# The scheduling gate Kueue puts on the PodTemplate of a workload it admitted to a flavor with
+# spec.topologyName (its Topology Aware Scheduling): Kueue then picks each pod's domain itself.
+KUEUE_TAS_GATE = "kueue.x-k8s.io/topology"
 # The TAS KEP's own names, read as aliases of the podset-* ones.
 KUEUE_REQUIRE = "kueue.x-k8s.io/require-topology"
 KUEUE_PREFER = "kueue.x-k8s.io/prefer-topology"
