@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import signal
 import ssl
 import sys
@@ -41,6 +42,7 @@ from extender.server.settings import Settings, SettingsError, settings_from
 from extender.server.tls import TlsError, reload_on_change, server_context
 
 log = structlog.get_logger("topogang")
+STOP_DUMP_AFTER = 15.0  # seconds after SIGTERM before a still-running server dumps its threads' stacks
 EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progress
 
 
@@ -238,6 +240,9 @@ async def serve(
         await stop.wait()
     finally:
         log.info("stopping")
+        # A stop that hangs (a handler, a task or a thread that does not end) must say where: the
+        # stacks of every thread go to stderr if the process is still here after this long.
+        faulthandler.dump_traceback_later(STOP_DUMP_AFTER, exit=False)
         if reloads is not None:
             reloads.cancel()
         if health is not None:
@@ -261,4 +266,5 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return 2
     logs.configure(settings.log_level, settings.log_format)
     asyncio.run(serve(settings, context, gates=gates))
+    faulthandler.cancel_dump_traceback_later()
     return 0
