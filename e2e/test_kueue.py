@@ -25,18 +25,12 @@ import pytest_asyncio
 from e2e.controllers import Controllers, controlled_namespace_label, delete_workloads
 from e2e.controlplane import ControlPlane, FakeGpuNodes
 from e2e.scenario import create, eventually, pods, says, wait_all_bound
+from e2e.test_extender import BLOCK, RACK, TOPOLOGY, ZONE
 from e2e.topogang import Topogang, serving
 from extender.kube.client import ApiError, KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane, pytest.mark.controlplane_only]
 
-ZONE, BLOCK, RACK = "topology.topogang.io/zone", "topology.topogang.io/block", "topology.topogang.io/rack"
-TOPOLOGY = {
-    "apiVersion": "scheduling.topogang.io/v1alpha1",
-    "kind": "Topology",
-    "metadata": {"name": "e2e-dc"},
-    "spec": {"levels": [{"nodeLabel": ZONE}, {"nodeLabel": BLOCK}, {"nodeLabel": RACK}]},
-}
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 

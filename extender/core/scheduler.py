@@ -228,6 +228,8 @@ class GangScheduler:
     def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
         none when one has none)."""
+        if not self.reserving.current:  # the common case: nothing held, no walk over the gang's pods
+            return None
         bounds = [p.runtime_bound for k in view.pods if (p := self.state.pods.get(k)) is not None]
         bound = None if not bounds or None in bounds else max(b for b in bounds if b is not None)
         return self.reserving.held_from(group, view.priority, bound, now)
