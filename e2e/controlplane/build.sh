@@ -19,13 +19,13 @@
 # Usage: build.sh              build if needed, then print where the binaries are
 #        build.sh --print-dir  print the cache directory for these versions (built or not)
 #        build.sh --check      exit 0 if the binaries are built, 1 if not
+# shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
 # Bump when a change below changes what ends up in the cache directory.
 RECIPE=1
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=versions.env
 source "$here/versions.env"
 : "${KUBERNETES_VERSION:?versions.env must set KUBERNETES_VERSION}"
 : "${ETCD_VERSION:?versions.env must set ETCD_VERSION}"
@@ -55,47 +55,11 @@ if is_built; then
   exit 0
 fi
 
-command -v go >/dev/null || { echo "build.sh: needs the go command (Go >= 1.26)" >&2; exit 1; }
-mkdir -p "$cache_root"
-
-# One build per key at a time; a second caller waits and then finds the stamp.
-exec 9>"$cache_root/.lock-$key"
-if ! flock -n 9; then
-  echo "waiting (at most an hour) for another build of $key to finish ..."
-  flock -w 3600 9 || { echo "build.sh: gave up waiting for the other build" >&2; exit 1; }
-fi
-if is_built; then
-  echo "control plane binaries are built: $dest/bin"
-  exit 0
-fi
-# A directory without a stamp can only be left over by hand; never trust it. Temporary
-# directories of builds that were killed (we hold the lock, so none is running) go too.
-rm -rf "$dest"
-for stale in "$cache_root/.tmp-$key".*; do
-  [[ -e "$stale" ]] || continue
-  chmod -R u+w "$stale" 2>/dev/null || true
-  rm -rf "$stale"
-done
-
-tmp=$(mktemp -d "$cache_root/.tmp-$key.XXXXXX")
-trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+source "$here/cache.sh"
+cache_begin build.sh
 mkdir -p "$tmp/bin" "$tmp/stages" "$tmp/src/kubernetes" "$tmp/src/etcd" "$tmp/src/kwok"
-
-export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-start=$(date +%s)
 echo "building the control plane ($key) into $dest"
 echo "  $(go version); GOMODCACHE=$(go env GOMODCACHE) GOCACHE=$(go env GOCACHE)"
-
-# Runs a go command with its (long) output in a log file, shown only when it fails.
-quietly() {
-  local log="$tmp/go-$(date +%s%N).log"
-  if ! "$@" >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "build.sh: failed: $*" >&2
-    exit 1
-  fi
-  rm -f "$log"
-}
 
 # Prints one field ("GoMod" or "Dir") of `go mod download -json MODULE@VERSION`.
 module_field() {
@@ -203,9 +167,4 @@ seconds=$(($(date +%s) - start))
   echo "go=$(go env GOVERSION)"
   echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) in ${seconds}s"
 } >"$tmp/.stamp"
-chmod -R u+w,go-w "$tmp"
-chmod 755 "$tmp"
-mv -T "$tmp" "$dest"
-trap - EXIT
-echo "control plane binaries are built: $dest/bin"
-echo "cold build took $((seconds / 60))m$((seconds % 60))s"
+cache_finish
