@@ -1,7 +1,7 @@
 """Leader failover while a large gang binds, at scale, on the real control plane.
 
-Starts the local control plane, NODES kwok GPU nodes (racks of 32, blocks of 4 racks, zones of 4
-blocks), optionally BACKGROUND bound pods (1 cpu each, spread over the nodes, so the caches hold
+Starts the local control plane, NODES kwok GPU nodes (racks of 32, blocks of 4 racks, zones of 8
+blocks: 1,024 nodes), optionally BACKGROUND bound pods (1 cpu each, spread over the nodes, so the caches hold
 that many pods), two `topogang serve` replicas with leader election (the shipped Lease timings)
 behind one address that reaches the leader (e2e/failover.py: what the Service does in a
 cluster), and kube-scheduler from scheduler-config/extender.yaml calling that address. Then it
@@ -80,7 +80,6 @@ async def run(plane: ControlPlane, kube: KubeClient, pair: Replicas, args: argpa
     config = scheduler_config(pair.url, pair.tls)
     config["clientConnection"] = dict(RAISED_QPS)
     await plane.start_scheduler_async(config)
-    segments = args.gang // 8
     spec = {
         "minMember": args.gang,
         "topologyConstraints": {"global": {"requiredTopologyLevel": "zone"}},
@@ -91,7 +90,6 @@ async def run(plane: ControlPlane, kube: KubeClient, pair: Replicas, args: argpa
         "metadata": {"name": "big", "annotations": {"kai.scheduler/topology": TOPOLOGY}},
         "spec": spec,
     }
-    del segments
     await create(kube, body, NS)
     limit = asyncio.Semaphore(64)
 
@@ -150,7 +148,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await apply_crds(kube, CRDS)
             await create_topology(kube)
             t = time.perf_counter()
-            made = await make_nodes(FakeGpuNodes(api, name_prefix="fo", concurrency=32), args.nodes, Shape())
+            shape = Shape(zone_blocks=args.zone_blocks)
+            if shape.gpus("zone") < args.gang * 8:
+                raise SystemExit(f"--gang {args.gang} does not fit in one zone of {shape.gpus('zone') // 8} nodes")
+            made = await make_nodes(FakeGpuNodes(api, name_prefix="fo", concurrency=32), args.nodes, shape)
             usable = await until_schedulable(kube, len(made), share=0.97)
             print(f"{len(made)} nodes ({usable} usable) in {time.perf_counter() - t:.0f} s", file=sys.stderr)
             bg_seconds = await background(kube, made, args.background) if args.background else 0.0
@@ -183,6 +184,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=5_000)
     parser.add_argument("--gang", type=int, default=1_024, help="pods of 8 GPUs in the gang (default 1,024)")
+    parser.add_argument("--zone-blocks", type=int, default=8, help="blocks of 4 racks of 32 nodes per zone (8)")
     parser.add_argument("--background", type=int, default=0, help="bound pods made before (default 0)")
     parser.add_argument("--kill", type=float, default=3.0, help="seconds after the plan to kill the leader")
     parser.add_argument("--timeout", type=float, default=600, help="seconds the gang may take (default 600)")

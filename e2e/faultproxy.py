@@ -115,9 +115,9 @@ class FaultProxy:
         upstream = ssl.create_default_context(cafile=str(pki.ca.cert))
         admin = pki.clients["admin"]
         upstream.load_cert_chain(str(admin.cert), str(admin.key))
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=upstream, limit=0), auto_decompress=False
-        )
+        # Bodies are passed on decompressed (the API server gzips large lists): the client is
+        # not told of an encoding, so it must get plain JSON.
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=upstream, limit=0))
         serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         serving.load_cert_chain(str(pki.serving.cert), str(pki.serving.key))
         doc = yaml.safe_load(self.plane.kubeconfig.read_text())
@@ -182,22 +182,27 @@ class FaultProxy:
         await response.prepare(request)
         watch = _Watch(request.path)
         self._watches.add(watch)
+        chunk: asyncio.Future[bytes] | None = None
         try:
             while True:
                 chunk = asyncio.ensure_future(answer.content.readany())
                 await asyncio.wait({chunk, watch.stop}, return_when=asyncio.FIRST_COMPLETED)
                 if watch.stop.done():
-                    chunk.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
-                        await chunk
                     return await self._end(request, response, watch.stop.result())
-                data = chunk.result()
+                try:
+                    data = chunk.result()
+                except aiohttp.ClientError:  # the API server went away: so does the client's watch
+                    return await self._end(request, response, "upstream")
                 if not data:
                     await response.write_eof()
                     return response
                 await response.write(data)
         finally:
             self._watches.discard(watch)
+            if chunk is not None:  # a read left waiting when the stream ended another way
+                chunk.cancel()
+                with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+                    await chunk
 
     async def _end(self, request: web.Request, response: web.StreamResponse, how: str) -> web.StreamResponse:
         if how == "expire":
@@ -213,7 +218,7 @@ class FaultProxy:
             await response.write(orjson.dumps({"type": "ERROR", "object": status}) + b"\n")
             await response.write_eof()
             return response
-        self.counts["cut"] += 1
+        self.counts["cut" if how == "cut" else "upstream_down"] += 1
         if request.transport is not None:
             request.transport.abort()
         return response
