@@ -75,6 +75,7 @@ from e2e.controlplane import Binaries, ControlPlane, FakeGpuNodes, FakeTopology,
 from e2e.faultproxy import FaultProxy
 from e2e.scenario import apply_crds, create, gpu_pod
 from e2e.topogang import CRDS, Topogang, scheduler_config
+from extender import logs
 from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
 from extender.core.scheduler import GangScheduler
@@ -711,6 +712,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
+    logs.configure("info", "console")  # the soak's own client says its API trouble on stderr, not in the JSON
     print(report(asyncio.run(main_async(args)), args.json))
 
 
