@@ -174,6 +174,7 @@ class Soak:
             self.proxy.kubeconfig,
             self.plane.logs_dir,
             bind_timeout=self.args.bind_timeout,
+            ready_within=self.args.ready_within,
             port=self.port,
             args=["--reservations", "0"],
         ) as server:
@@ -366,7 +367,8 @@ class Soak:
             return
         killed = time.monotonic()
         self.server.process.send_signal(sig)
-        back = await asyncio.wait_for(restarted.get(), 120)  # a server that cannot restart ends the soak
+        # A server that cannot restart ends the soak.
+        back = await asyncio.wait_for(restarted.get(), self.args.ready_within * 2)
         self.down.append((killed, back))
 
     async def _chaos_term(self, restarted: asyncio.Queue[float]) -> None:
@@ -699,6 +701,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--settle", type=float, default=60.0, help="seconds without chaos before counting stuck pods")
     p.add_argument("--crash-grace", type=float, default=30.0, help="seconds after a restart that a crash explains")
     p.add_argument("--bind-timeout", type=float, default=25.0)
+    p.add_argument("--ready-within", type=float, default=120.0, help="seconds topogang may take to start and sync")
     p.add_argument(
         "--faults",
         type=lambda text: [f for f in text.split(",") if f],
