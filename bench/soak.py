@@ -648,7 +648,9 @@ async def soak(
 
 
 async def main_async(args: argparse.Namespace) -> Counts:
-    plane = ControlPlane(binaries=Binaries.locate(), scheduler=False)
+    # A restarted kube-apiserver may take over a minute to be ready again at 1,000 nodes on a
+    # loaded machine (its post-start hooks); the plane's timeout bounds that wait.
+    plane = ControlPlane(binaries=Binaries.locate(), scheduler=False, timeout=180)
     plane.start()
     try:
         async with api_client(plane.kubeconfig) as api, await KubeClient.connect(plane.kubeconfig) as kube:
