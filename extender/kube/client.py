@@ -242,7 +242,8 @@ class KubeClient:
         while True:
             started = time.monotonic()
             response, raw = await self._exchange(method, path, params, data, content_type, limits)
-            self.trouble.status(response.status, method, path, _brief(raw), time.monotonic() - started)
+            message = _brief(raw) if response.status >= 400 else ""  # a good body is decoded once, below
+            self.trouble.status(response.status, method, path, message, time.monotonic() - started)
             if response.status < 400:
                 break
             attempt += 1
