@@ -12,7 +12,16 @@ For MINUTES it creates workloads of mixed shapes, each deleted again after a ran
 while a seeded chaos loop, every few seconds, does one of: SIGKILL topogang (restarted at once),
 SIGTERM topogang, restart kube-scheduler, cordon a node (uncordoned later), delete a node and
 add it back, delete a random pending gang pod (its "controller" here, or the Job's, makes a new
-one). Every second it samples the API server and counts:
+one), or makes trouble between topogang and the API server (`--faults`; topogang reaches the API
+server only through the fault proxy of e2e/faultproxy.py):
+
+  apiserver   kube-apiserver restarted (every client sees it go and come back)
+  etcd        etcd restarted, down 2 s
+  relist      topogang's pod watch ended with ERROR 410 Gone (it must list again)
+  throttle    every request of topogang answered 429 with Retry-After for 3-6 s
+  slow        every write of topogang held 2.5 s for 3-6 s
+
+Every second it samples the API server and counts:
 
   partial_gang_seconds   time gangs spent with some but not all of their minimum bound, beyond
                          one sample (a bind in flight), outside the crash window below
@@ -25,6 +34,11 @@ one). Every second it samples the API server and counts:
   stuck_pods             pods still pending after the chaos stopped and --settle seconds
                          passed, whose gang topogang's own engine could place right then
   gangs_completed        gangs that had their whole minimum bound at some point
+  fault_bind_window_s    the longest partial episode that began during an API-server fault or
+                         within --crash-grace seconds of its end (Bindings that failed while the
+                         API server was away are retried by kube-scheduler once it is back)
+  faults                 per kind of API-server fault: injected, noticed (topogang counted it in
+                         topogang_api_trouble_total{kind}), and the longest partial episode after it
 
 A gang is left out of partial_gang_seconds while it is being deleted and after chaos deleted one
 of its bound pods or a node under it (it runs below its minimum because of the chaos, until its
@@ -32,6 +46,7 @@ controller replaces the pod; repairing that is a separate matter).
 
     python bench/soak.py                       # 10 minutes on 200 nodes
     python bench/soak.py --minutes 1 --json    # the short version make test runs
+    python bench/soak.py --nodes 1000 --arrival 0.5 --json   # the 1,000-node size
 
 Needs the control-plane binaries (`make controlplane`).
 """
@@ -45,19 +60,22 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.kwok_cluster import until_schedulable
 from e2e.controlplane import Binaries, ControlPlane, FakeGpuNodes, FakeTopology, api_client
+from e2e.faultproxy import FaultProxy
 from e2e.scenario import apply_crds, create, gpu_pod
 from e2e.topogang import CRDS, Topogang, scheduler_config
+from extender import logs
 from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
 from extender.core.scheduler import GangScheduler
@@ -67,6 +85,19 @@ NS = "soak"
 TOPOLOGY = "soak-dc"
 LEVEL = "topology.topogang.io/{}"
 SEGMENT = "kai.scheduler/segment-size"
+TOPOGANG_CHAOS = ("kill", "term", "scheduler", "cordon", "node", "pod")
+API_FAULTS = ("apiserver", "etcd", "relist", "throttle", "slow")
+# What topogang should count for each fault (topogang_api_trouble_total{kind}); an etcd restart
+# shows as either, depending on whether the API server answers 5xx or holds the requests.
+NOTICED_AS = {
+    "apiserver": ("unavailable",),
+    "etcd": ("unavailable", "slow"),
+    "relist": ("relist",),
+    "throttle": ("throttled",),
+    "slow": ("slow",),
+}
+# The soak's own requests while kube-apiserver or etcd restarts: skipped, tried again later.
+OUTAGE = (aiohttp.ClientError, OSError, TimeoutError)
 
 
 @dataclass
@@ -99,24 +130,33 @@ class Counts:
     leaked_reservations: int = 0
     stuck_pods: int = 0
     gangs_completed: int = 0
+    fault_bind_window_s: float = 0.0
     gangs_created: int = 0
     plain_pods: int = 0
     chaos: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, dict[str, float]] = field(default_factory=dict)
     broken: list[str] = field(default_factory=list)
     partial: list[str] = field(default_factory=list)
 
 
 class Soak:
-    def __init__(self, args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, nodes: FakeGpuNodes) -> None:
+    def __init__(
+        self, args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, nodes: FakeGpuNodes, proxy: FaultProxy
+    ) -> None:
         self.args = args
         self.plane = plane
+        self.proxy = proxy
         self.kube = kube
         self.nodes = nodes
         self.rng = random.Random(args.seed)
+        # The chaos draws from its own generator, so its sequence of faults is the same in every
+        # run of a seed, however the workloads' draws interleave with it.
+        self.chaos_rng = random.Random(args.seed + 1)
         self.gangs: dict[str, Gang] = {}
         self.counts = Counts()
         self.episodes: dict[str, Episode] = {}
         self.down: list[tuple[float, float]] = []  # (killed, back) of topogang
+        self.faulted: list[tuple[float, float, str]] = []  # (began, ended, kind) of API-server faults
         self.server: Topogang | None = None
         self.port = 0
         self.serial = 0
@@ -131,9 +171,10 @@ class Soak:
         # held room, so a gang a reservation rightly keeps waiting would count as stuck. A judge that
         # reads the reservations the leader wrote is still to do.
         async with Topogang.start(
-            self.plane.kubeconfig,
+            self.proxy.kubeconfig,
             self.plane.logs_dir,
             bind_timeout=self.args.bind_timeout,
+            ready_within=self.args.ready_within,
             port=self.port,
             args=["--reservations", "0"],
         ) as server:
@@ -161,7 +202,7 @@ class Soak:
         roll = self.rng.random()
         if roll < 0.2:
             self.counts.plain_pods += 1
-            await create(self.kube, gpu_pod(f"plain-{self.serial}", gpus=1), NS)
+            await self._create(gpu_pod(f"plain-{self.serial}", gpus=1))
             return
         lifetime = self.rng.uniform(*self.args.lifetime)
         gang = await (self._job if roll < 0.5 else self._podgroup)(f"g{self.serial}", lifetime)
@@ -181,7 +222,7 @@ class Soak:
             "metadata": {"name": name, "annotations": {"kai.scheduler/topology": TOPOLOGY}},
             "spec": {"minMember": segments, "subGroups": subgroups, "topologyConstraints": constraints},
         }
-        await create(self.kube, body, NS)
+        await self._create(body)
         pods = {f"s{k}": [f"{name}-{k}-{i}" for i in range(size)] for k in range(segments)}
         gang = Gang(name, "podgroup", segments * size, {}, time.monotonic() + lifetime)
         gang.scopes = {s: ("rack", names) for s, names in pods.items()}
@@ -191,8 +232,14 @@ class Soak:
 
     async def _member(self, group: str, subgroup: str, pod: str) -> None:
         labels = {"kai.scheduler/subgroup-name": subgroup, "soak/gang": group}
-        with contextlib.suppress(ApiError):  # already there (a replacement racing a sample)
-            await create(self.kube, gpu_pod(pod, gpus=8, labels=labels, annotations={"pod-group-name": group}), NS)
+        await self._create(gpu_pod(pod, gpus=8, labels=labels, annotations={"pod-group-name": group}))
+
+    async def _create(self, body: dict[str, Any]) -> None:
+        """Create BODY in the soak's namespace, through an API-server restart; one that exists
+        already (a replacement racing a sample, a create that landed before the connection
+        dropped) is left as it is."""
+        with contextlib.suppress(ApiError):
+            await _through_outage(lambda: create(self.kube, body, NS))
 
     async def _job(self, name: str, lifetime: float) -> Gang:
         template = gpu_pod("x", gpus=8, labels={"soak/gang": name})
@@ -207,7 +254,7 @@ class Soak:
             "metadata": {"name": name, "annotations": {"kai.scheduler/topology": TOPOLOGY}},
             "spec": {"completions": 8, "parallelism": 8, "completionMode": "Indexed", "template": template},
         }
-        await create(self.kube, body, NS)
+        await self._create(body)
         return Gang(name, "job", 8, {}, time.monotonic() + lifetime)
 
     async def retire(self, now: float) -> None:
@@ -224,7 +271,7 @@ class Soak:
 
     async def _delete(self, path: str, params: Mapping[str, str] | None = None) -> None:
         with contextlib.suppress(ApiError):
-            await self.kube.delete(path, {"gracePeriodSeconds": "0", **(params or {})})
+            await _through_outage(lambda: self.kube.delete(path, {"gracePeriodSeconds": "0", **(params or {})}))
 
     async def replace_missing(self, pods: list[dict[str, Any]]) -> None:
         """The PodGroup gangs' "controller": a member that is gone is created again."""
@@ -242,22 +289,86 @@ class Soak:
     # -- chaos --------------------------------------------------------------------------------
 
     async def chaos(self, stop: asyncio.Event, restarted: asyncio.Queue[float]) -> None:
-        actions = ["kill", "term", "scheduler", "cordon", "node", "pod"]
+        actions = [*TOPOGANG_CHAOS, *self.args.faults]
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.rng.uniform(*self.args.chaos_every))
+                await asyncio.wait_for(stop.wait(), self.chaos_rng.uniform(*self.args.chaos_every))
             if stop.is_set():
                 return
-            action = self.rng.choice(actions)
+            action = self.chaos_rng.choice(actions)
             self.counts.chaos[action] = self.counts.chaos.get(action, 0) + 1
-            await getattr(self, f"_chaos_{action}")(restarted)
+            if action in API_FAULTS:
+                await self._api_fault(action)
+            else:
+                await getattr(self, f"_chaos_{action}")(restarted)
+
+    # -- trouble between topogang and the API server -------------------------------------------
+
+    async def _api_fault(self, kind: str) -> None:
+        """One API-server fault, from start to end; whether topogang counted it (the trouble
+        metric of its kind grew, read from the same topogang process before and after)."""
+        server = self.server
+        before = await self._trouble(server, kind)
+        began = time.monotonic()
+        await getattr(self, f"_fault_{kind}")()
+        ended = time.monotonic()
+        self.faulted.append((began, ended, kind))
+        noticed = False
+        deadline = ended + 15  # a relist or a retried request is counted a moment later
+        while before is not None and server is self.server and time.monotonic() < deadline:
+            after = await self._trouble(server, kind)
+            if after is not None and after > before:
+                noticed = True
+                break
+            await asyncio.sleep(0.5)
+        row = self.counts.faults.setdefault(kind, {"injected": 0, "noticed": 0, "longest_partial_s": 0.0})
+        row["injected"] += 1
+        row["noticed"] += int(noticed)
+
+    async def _trouble(self, server: Topogang | None, kind: str) -> float | None:
+        """topogang_api_trouble_total of the kinds KIND shows as, summed; None: no server."""
+        if server is None or server.process.returncode is not None:
+            return None
+        with contextlib.suppress(*OUTAGE):
+            _, body = await server.request("GET", "/metrics")
+            total = 0.0
+            for line in body.decode().splitlines():
+                for shown in NOTICED_AS[kind]:
+                    if line.startswith(f'topogang_api_trouble_total{{kind="{shown}"}}'):
+                        total += float(line.split()[-1])
+            return total
+        return None
+
+    async def _fault_apiserver(self) -> None:
+        await self.plane.restart_async("kube-apiserver")
+
+    async def _fault_etcd(self) -> None:
+        await self.plane.restart_async("etcd", down=2.0)
+
+    async def _fault_relist(self) -> None:
+        await self.proxy.expire_watches("pods")
+
+    async def _fault_throttle(self) -> None:
+        self.proxy.throttle(retry_after=1)
+        try:
+            await asyncio.sleep(self.chaos_rng.uniform(3, 6))
+        finally:
+            self.proxy.clear()
+
+    async def _fault_slow(self) -> None:
+        self.proxy.slow(2.5, lambda method, path, watch: method != "GET")
+        try:
+            await asyncio.sleep(self.chaos_rng.uniform(3, 6))
+        finally:
+            self.proxy.clear()
 
     async def _chaos_kill(self, restarted: asyncio.Queue[float], sig: int = signal.SIGKILL) -> None:
         if self.server is None or self.server.process.returncode is not None:
             return
         killed = time.monotonic()
         self.server.process.send_signal(sig)
-        back = await asyncio.wait_for(restarted.get(), 120)  # a server that cannot restart ends the soak
+        # A server that cannot restart ends the soak.
+        back = await asyncio.wait_for(restarted.get(), self.args.ready_within * 2)
         self.down.append((killed, back))
 
     async def _chaos_term(self, restarted: asyncio.Queue[float]) -> None:
@@ -268,27 +379,27 @@ class Soak:
         await self.plane.restart_scheduler_async(scheduler_config(self.server.url, self.server.tls))
 
     async def _chaos_cordon(self, restarted: asyncio.Queue[float]) -> None:
-        name = self.rng.choice(self.nodes.names)
+        name = self.chaos_rng.choice(self.nodes.names)
         path = f"/api/v1/nodes/{name}"
         await self.kube.patch(path, {"spec": {"unschedulable": True}})
-        self._later(self.rng.uniform(2, 8), self.kube.patch(path, {"spec": {"unschedulable": None}}))
+        self._later(self.chaos_rng.uniform(2, 8), lambda: self.kube.patch(path, {"spec": {"unschedulable": None}}))
 
     async def _chaos_node(self, restarted: asyncio.Queue[float]) -> None:
-        name = self.rng.choice(self.nodes.names)
+        name = self.chaos_rng.choice(self.nodes.names)
         body = await self.kube.get(f"/api/v1/nodes/{name}")
         for pod in await self._pods():
             if pod["spec"].get("nodeName") == name:
                 self._damage(pod)
         await self._delete(f"/api/v1/nodes/{name}")
-        self._later(self.rng.uniform(2, 8), self.kube.post("/api/v1/nodes", _again(body)))
+        self._later(self.chaos_rng.uniform(2, 8), lambda: self.kube.post("/api/v1/nodes", _again(body)))
 
-    def _later(self, seconds: float, undo: Awaitable[Any]) -> None:
+    def _later(self, seconds: float, undo: Callable[[], Awaitable[Any]]) -> None:
         """Undo a fault after SECONDS, while the chaos goes on (the drain waits for it)."""
 
         async def run() -> None:
             await asyncio.sleep(seconds)
             with contextlib.suppress(ApiError):
-                await undo
+                await _through_outage(undo)
 
         self.undoing.add(asyncio.ensure_future(run()))
 
@@ -296,7 +407,7 @@ class Soak:
         pods = [p for p in await self._pods() if "soak/gang" in p["metadata"].get("labels", {})]
         if not pods:
             return
-        pod = self.rng.choice(pods)
+        pod = self.chaos_rng.choice(pods)
         if pod["spec"].get("nodeName"):
             self._damage(pod)
         await self._delete(f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}")
@@ -358,6 +469,13 @@ class Soak:
         if any(killed <= episode.start <= back + grace for killed, back in self.down):
             self.counts.crash_bind_window_s = max(self.counts.crash_bind_window_s, seconds)
             return
+        faults = [kind for began, ended, kind in self.faulted if began <= episode.start <= ended + grace]
+        if faults:
+            self.counts.fault_bind_window_s = max(self.counts.fault_bind_window_s, seconds)
+            for kind in faults:
+                row = self.counts.faults[kind]
+                row["longest_partial_s"] = max(row["longest_partial_s"], round(seconds, 1))
+            return
         self.counts.partial_gang_seconds += seconds
         self.counts.partial.append(f"{episode.gang}: {seconds:.0f}s")
 
@@ -383,6 +501,18 @@ class Soak:
                 body = await self.kube.get(f"/api/v1/nodes/{node}")
                 self.node_labels[node] = body["metadata"].get("labels", {})
         return self.node_labels.get(node, {})
+
+
+async def _through_outage(call: Any, within: float = 120.0) -> Any:
+    """CALL(), tried again while the API server restarts (refused, dropped, timed out, 5xx)."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except (*OUTAGE, ApiError) as exc:
+            if (isinstance(exc, ApiError) and exc.status < 500) or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.5)
 
 
 def _job_scopes(node_of: Mapping[str, str]) -> dict[str, tuple[str, list[str]]]:
@@ -455,8 +585,10 @@ async def reservations(server: Topogang) -> int:
 # -- the run ----------------------------------------------------------------------------------
 
 
-async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, nodes: FakeGpuNodes) -> Counts:
-    run = Soak(args, plane, kube, nodes)
+async def soak(
+    args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, nodes: FakeGpuNodes, proxy: FaultProxy
+) -> Counts:
+    run = Soak(args, plane, kube, nodes, proxy)
     stop_chaos, stop_server = asyncio.Event(), asyncio.Event()
     restarted: asyncio.Queue[float] = asyncio.Queue()
     server_task = asyncio.ensure_future(run.run_topogang(stop_server, restarted))
@@ -472,12 +604,15 @@ async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, 
     end = start + args.minutes * 60
     next_arrival = start
     while (now := time.monotonic()) < end:
-        if now >= next_arrival:
-            await run.create_workload()
-            next_arrival = now + run.rng.expovariate(1 / args.arrival)
-        pods = await run.sample(now)
-        await run.replace_missing(pods)
-        await run.retire(now)
+        try:
+            if now >= next_arrival:
+                await run.create_workload()
+                next_arrival = now + run.rng.expovariate(1 / args.arrival)
+            pods = await run.sample(now)
+            await run.replace_missing(pods)
+            await run.retire(now)
+        except OUTAGE:
+            pass  # kube-apiserver or etcd is restarting: sample again in a second
         if chaos_task.done():
             chaos_task.result()  # a fault the soak could not carry out (or topogang not restarting)
         run.progress(now - start)
@@ -488,7 +623,7 @@ async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, 
     # Settle: no more chaos or arrivals; everything that can run should now be placed.
     settle_end = time.monotonic() + args.settle
     while (now := time.monotonic()) < settle_end:
-        pods = await run.sample(now)
+        pods = await _through_outage(lambda: run.sample(now))
         await run.replace_missing(pods)
         await asyncio.sleep(args.sample)
     for episode in list(run.episodes.values()):
@@ -513,7 +648,9 @@ async def soak(args: argparse.Namespace, plane: ControlPlane, kube: KubeClient, 
 
 
 async def main_async(args: argparse.Namespace) -> Counts:
-    plane = ControlPlane(binaries=Binaries.locate(), scheduler=False)
+    # A restarted kube-apiserver may take over a minute to be ready again at 1,000 nodes on a
+    # loaded machine (its post-start hooks); the plane's timeout bounds that wait.
+    plane = ControlPlane(binaries=Binaries.locate(), scheduler=False, timeout=180)
     plane.start()
     try:
         async with api_client(plane.kubeconfig) as api, await KubeClient.connect(plane.kubeconfig) as kube:
@@ -528,7 +665,8 @@ async def main_async(args: argparse.Namespace) -> Counts:
             await nodes.create(FakeTopology(1, blocks, max(1, racks // blocks), 8), timeout_s=300)
             await until_schedulable(kube, len(nodes.names))
             await asyncio.sleep(1)  # the namespace's default ServiceAccount
-            return await soak(args, plane, kube, nodes)
+            async with await FaultProxy.start(plane) as proxy:
+                return await soak(args, plane, kube, nodes, proxy)
     finally:
         plane.stop(keep_workdir=args.keep)
         if args.keep:
@@ -543,6 +681,7 @@ def report(counts: Counts, as_json: bool) -> str:
         "stuck_pods",
         "gangs_completed",
         "crash_bind_window_s",
+        "fault_bind_window_s",
     ]
     row = {k: round(v, 1) if isinstance(v, float) else v for k, v in vars(counts).items()}
     if as_json:
@@ -564,6 +703,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--settle", type=float, default=60.0, help="seconds without chaos before counting stuck pods")
     p.add_argument("--crash-grace", type=float, default=30.0, help="seconds after a restart that a crash explains")
     p.add_argument("--bind-timeout", type=float, default=25.0)
+    p.add_argument("--ready-within", type=float, default=120.0, help="seconds topogang may take to start and sync")
+    p.add_argument(
+        "--faults",
+        type=lambda text: [f for f in text.split(",") if f],
+        default=list(API_FAULTS),
+        help=f"API-server faults among the chaos, comma-separated (default {','.join(API_FAULTS)}; '' for none)",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--keep", action="store_true", help="keep the control plane's files and logs")
     return p
@@ -571,6 +717,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
+    logs.configure("info", "console")  # the soak's own client says its API trouble on stderr, not in the JSON
     print(report(asyncio.run(main_async(args)), args.json))
 
 

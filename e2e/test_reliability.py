@@ -12,6 +12,7 @@ given pod's filter call is held. Each test has its own namespace and fake GPU no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,13 @@ class Slow:
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
 async def slow() -> AsyncIterator[Slow]:
+    async with serving_slow() as extender:
+        yield extender
+
+
+@contextlib.asynccontextmanager
+async def serving_slow() -> AsyncIterator[Slow]:
+    """A Slow extender served on a free port of 127.0.0.1 (its url set)."""
     extender = Slow()
     app = web.Application()
     app.router.add_post("/slow/filter", extender.filter)

@@ -1,8 +1,10 @@
 """The chaos soak of bench/soak.py, one minute of it: gangs of mixed shapes arrive while
 topogang is killed (SIGKILL and SIGTERM) and restarted, kube-scheduler restarts, nodes are
-cordoned, deleted and added back and pods deleted; no gang may run below its minimum beyond a
-crash's bind window, no required constraint may break, nothing may stay reserved after the drain
-and nothing that fits may stay pending. `python bench/soak.py` runs the ten-minute version.
+cordoned, deleted and added back, pods deleted, and topogang's API server is restarted (etcd
+too), throttled, slowed or its pod watch expired; no gang may run below its minimum beyond a
+crash's or a fault's bind window, no required constraint may break, nothing may stay reserved
+after the drain and nothing that fits may stay pending. `python bench/soak.py` runs the
+ten-minute version.
 
 It starts a control plane of its own (the soak restarts kube-scheduler and owns every node)."""
 
@@ -19,12 +21,16 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only]
 
 def test_a_minute_of_chaos_leaves_no_partial_gang_no_leak_and_nothing_stuck() -> None:
     args = soak.parser().parse_args(
-        ["--minutes", "1", "--nodes", "64", "--settle", "30", "--seed", "7", "--chaos-every", "4", "8"]
+        ["--minutes", "1", "--nodes", "64", "--settle", "30", "--seed", "7", "--chaos-every", "2", "5"]
     )
     counts = asyncio.run(soak.main_async(args))
     assert counts.gangs_completed > 0, counts
-    assert sum(counts.chaos.values()) >= 3, counts.chaos
+    # An API-server restart or a topogang restart can take 10-25 s of the minute on a loaded machine.
+    assert sum(counts.chaos.values()) >= 2, counts.chaos
     assert counts.partial_gang_seconds == 0, counts.partial
     assert counts.broken_constraints == 0, counts.broken
     assert counts.leaked_reservations == 0, counts
     assert counts.stuck_pods == 0, counts
+    # Seed 7's chaos opens with a kube-apiserver restart, and every fault is reported.
+    assert counts.faults["apiserver"]["injected"] >= 1, counts.faults
+    assert set(counts.faults) <= set(soak.API_FAULTS), counts.faults

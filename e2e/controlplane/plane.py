@@ -176,6 +176,13 @@ class ControlPlane:
         """The KubeSchedulerConfiguration file the running kube-scheduler was given."""
         return self._scheduler_config_path
 
+    @property
+    def pki(self) -> Pki:
+        """The certificates: the CA, the API server's serving pair, each identity's client pair."""
+        if self._pki is None:
+            raise RuntimeError("the control plane has not been started")
+        return self._pki
+
     def kubeconfig_for(self, identity: str) -> Path:
         return self.workdir / "kubeconfigs" / f"{identity}.kubeconfig"
 
@@ -265,6 +272,26 @@ class ControlPlane:
         self.stop(keep_workdir=keep)
         if exc_type is not None and self._workdir is not None:
             print(f"control plane logs kept in {self._workdir / 'logs'}", file=sys.stderr)
+
+    # ------------------------------------------------------------------ restarts
+    def restart(self, name: str, *, down: float = 0.0) -> float:
+        """Stops component NAME (e.g. "kube-apiserver", "etcd") and starts it again with the same
+        flags, ports and data (etcd keeps its data directory), after DOWN seconds; waits until
+        it is healthy and returns the seconds it was down. The other components are left alone:
+        they see what clients see when it restarts (connections refused, watches ended)."""
+        component = self.components[name]
+        began = time.monotonic()
+        component.stop()
+        if down:
+            time.sleep(down)
+        component.start()
+        component.wait_healthy(self.timeout)
+        self._log(f"{name} restarted")
+        return time.monotonic() - began
+
+    async def restart_async(self, name: str, *, down: float = 0.0) -> float:
+        """restart for async tests: the event loop keeps running meanwhile."""
+        return await asyncio.to_thread(self.restart, name, down=down)
 
     # ------------------------------------------------------------------ kube-scheduler
     def start_scheduler(self, config: SchedulerConfig | None = None, args: Sequence[str] = ()) -> Component:

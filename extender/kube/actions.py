@@ -140,7 +140,8 @@ class KubeActions:
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
         try:
-            await self._write(self.client.post(PODS.object_path("v1", name, namespace, "eviction"), body))
+            path = PODS.object_path("v1", name, namespace, "eviction")
+            await self._write(self.client.post(path, body, retry_throttled=False))
         except ApiError as exc:
             if exc.status == 429:
                 return BLOCKED

@@ -14,10 +14,13 @@ code and the API's message.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
 import os
+import time
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,8 @@ import orjson
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from yarl import URL
+
+from extender.kube.trouble import SLOW, UNAVAILABLE, Trouble
 
 JSONDict = dict[str, Any]
 Params = Mapping[str, str | int | bool]
@@ -36,6 +41,12 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply; JSON is YAML
 JSON_CONTENT = "application/json"
 WATCH_READ_MARGIN = 30.0  # seconds a watch may stay silent beyond its server-side timeout
+# A 429 (or 503) with Retry-After was refused before the server did anything, so any request is
+# sent again after the wait it asks for, as client-go does; at most this many times, each wait
+# capped, so a throttled bind still answers within kube-scheduler's patience.
+RETRY_AFTER_ATTEMPTS = 5
+RETRY_AFTER_CAP = 5.0
+RETRYABLE_STATUSES = frozenset({429, 503})
 
 
 class ApiError(Exception):
@@ -104,9 +115,10 @@ def _expand(path: str | Path) -> str:
 class KubeClient:
     """get, list, watch, post, put, patch, apply and delete of raw JSON; one per ApiClient."""
 
-    def __init__(self, api: k8s.ApiClient, *, timeout: float = 30.0) -> None:
+    def __init__(self, api: k8s.ApiClient, *, timeout: float = 30.0, trouble: Trouble | None = None) -> None:
         self.api = api
         self.timeout = timeout  # seconds for a request that is not a watch
+        self.trouble = trouble or Trouble()  # throttling, outages and slowness seen, per kind
         self._host = str(api.configuration.host).rstrip("/")
         self._session: aiohttp.ClientSession | None = None
         self._proxy: str | None = None  # "": none
@@ -169,15 +181,27 @@ class KubeClient:
         limits = aiohttp.ClientTimeout(
             total=None, sock_connect=self.timeout, sock_read=timeout_seconds + WATCH_READ_MARGIN
         )
-        response = await self._send("GET", path, query, limits=limits)
+        started = time.monotonic()
+        with self._counted("WATCH", path):
+            response = await self._send("GET", path, query, limits=limits)
         async with response:
             if response.status >= 400:
-                raise ApiError.from_body(response.status, await response.read(), "WATCH", path)
-            async for event in watch_events(response.content.iter_any(), path):
-                yield event
+                body = await response.read()
+                self.trouble.status(response.status, "WATCH", path, _brief(body), 0.0)
+                raise ApiError.from_body(response.status, body, "WATCH", path)
+            self.trouble.status(response.status, "WATCH", path, "", time.monotonic() - started)
+            try:
+                async for event in watch_events(response.content.iter_any(), path):
+                    yield event
+            except aiohttp.ClientPayloadError as exc:  # the server went away mid-stream
+                self.trouble.record(UNAVAILABLE, "WATCH", path, str(exc) or type(exc).__name__)
+                raise
 
-    async def post(self, path: str, body: Mapping[str, Any], params: Params | None = None) -> JSONDict:
-        return await self._json("POST", path, params, body, JSON_CONTENT)
+    async def post(
+        self, path: str, body: Mapping[str, Any], params: Params | None = None, *, retry_throttled: bool = True
+    ) -> JSONDict:
+        """RETRY_THROTTLED False: a 429 is the answer (an eviction's, when a budget forbids it)."""
+        return await self._json("POST", path, params, body, JSON_CONTENT, retry_throttled=retry_throttled)
 
     async def patch(
         self, path: str, body: Mapping[str, Any], *, strategic: bool = False, params: Params | None = None
@@ -209,16 +233,52 @@ class KubeClient:
         params: Params | None,
         body: Mapping[str, Any] | None = None,
         content_type: str | None = None,
+        *,
+        retry_throttled: bool = True,
     ) -> JSONDict:
         data = orjson.dumps(body) if body is not None else None
         limits = aiohttp.ClientTimeout(total=self.timeout)
-        response = await self._send(method, path, params, data=data, content_type=content_type, limits=limits)
-        async with response:
-            raw = await response.read()
-            if response.status >= 400:
+        attempt = 0
+        while True:
+            started = time.monotonic()
+            response, raw = await self._exchange(method, path, params, data, content_type, limits)
+            message = _brief(raw) if response.status >= 400 else ""  # a good body is decoded once, below
+            self.trouble.status(response.status, method, path, message, time.monotonic() - started)
+            if response.status < 400:
+                break
+            attempt += 1
+            wait = _retry_after(response) if retry_throttled and response.status in RETRYABLE_STATUSES else None
+            if wait is None or attempt >= RETRY_AFTER_ATTEMPTS:
                 raise ApiError.from_body(response.status, raw, method, path)
+            await asyncio.sleep(wait)
         decoded = orjson.loads(raw) if raw else {}
         return decoded if isinstance(decoded, dict) else {"items": decoded}
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        params: Params | None,
+        data: bytes | None,
+        content_type: str | None,
+        limits: aiohttp.ClientTimeout,
+    ) -> tuple[aiohttp.ClientResponse, bytes]:
+        """One request and its whole body; a connection that fails or times out is trouble."""
+        send = self._send(method, path, params, data=data, content_type=content_type, limits=limits)
+        with self._counted(method, path):
+            async with await send as response:
+                return response, await response.read()
+
+    @contextlib.contextmanager
+    def _counted(self, method: str, path: str) -> Iterator[None]:
+        try:
+            yield
+        except TimeoutError:  # before aiohttp's connection errors: its timeouts are both
+            self.trouble.record(SLOW, method, path, f"no answer within {self.timeout:g}s")
+            raise
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            self.trouble.record(UNAVAILABLE, method, path, str(exc) or type(exc).__name__)
+            raise
 
     async def _send(
         self,
@@ -274,6 +334,25 @@ class KubeClient:
             else:
                 self._proxy = ""
         return self._proxy or None
+
+
+def _retry_after(response: aiohttp.ClientResponse) -> float | None:
+    """The seconds a Retry-After header asks for (capped), or None without one."""
+    header = response.headers.get("Retry-After", "")
+    try:
+        seconds = float(header)
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP)
+
+
+def _brief(body: bytes) -> str:
+    """The message of an error body, for a log line."""
+    try:
+        decoded = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:200].decode(errors="replace")
+    return str(decoded.get("message", ""))[:200] if isinstance(decoded, dict) else ""
 
 
 def _param(value: str | int | bool) -> str:

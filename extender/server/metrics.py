@@ -20,6 +20,7 @@ a group name).
   topogang_podgroup_status_writes_total{result}          counter    PodGroup status writes: ok, failed
   topogang_cache_ready                                   gauge      1 when every informer has synced
   topogang_informer_relists_total{resource}              counter    lists after a 410 Gone, per watched resource
+  topogang_api_trouble_total{kind}                       counter    API server trouble, by kind
   topogang_leader                                        gauge      1 while this replica holds the Lease
   topogang_leader_transitions_total                      counter    times this replica became the leader
 
@@ -201,6 +202,7 @@ def watch(
     status_writes: Callable[[], Reading],
     cache_ready: Callable[[], Reading],
     relists: Callable[[], Reading],
+    trouble: Callable[[], Reading],
     leading: Callable[[], Reading],
     transitions: Callable[[], Reading],
     held: Callable[[], Mapping[str, float]],
@@ -214,6 +216,13 @@ def watch(
     metrics.gauge("topogang_cache_ready", "1 when every informer of the cluster cache has synced.", cache_ready)
     metrics.counter(
         "topogang_informer_relists", "Lists after a watch expired (410 Gone), by watched resource.", relists, "resource"
+    )
+    metrics.counter(
+        "topogang_api_trouble",
+        "Requests to the API server that met trouble, by kind: throttled (429), unavailable (connection"
+        " failed, 5xx), slow (over 2 s, or timed out); relist: watches that had to list again.",
+        trouble,
+        "kind",
     )
     metrics.gauge("topogang_leader", "1 while this replica is the leader (plans, binds, writes PodGroups).", leading)
     metrics.counter("topogang_leader_transitions", "Times this replica became the leader.", transitions)

@@ -79,7 +79,7 @@ async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple
         return elector.leading if elector is not None else True
 
     app = create_app(extender, lambda: cache.ready, settings.prefix, leading=leading, max_body=settings.max_body)
-    _watch(extender, scheduler, writer, cache, elector, leading)
+    _watch(extender, scheduler, writer, cache, client, elector, leading)
 
     async def lead() -> None:
         await cache.wait_ready()
@@ -171,6 +171,7 @@ def _watch(
     scheduler: GangScheduler,
     writer: PodGroupWriter,
     cache: ClusterCache,
+    client: KubeClient,
     elector: LeaderElector | None,
     leading: Callable[[], bool],
 ) -> None:
@@ -182,6 +183,7 @@ def _watch(
         status_writes=lambda: {"ok": writer.writes["ok"], "failed": writer.writes["failed"]},
         cache_ready=lambda: float(cache.ready),
         relists=lambda: {name: informer.relists for name, informer in cache.informers.items()},
+        trouble=lambda: {**client.trouble.counts, "relist": sum(i.relists for i in cache.informers.values())},
         leading=lambda: float(leading()),
         transitions=lambda: elector.transitions if elector is not None else 0,
         held=lambda: {group: room.start for group, room in scheduler.reserving.held()},
