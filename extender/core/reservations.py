@@ -62,8 +62,12 @@ class Settings:
     # (8 traces at load 0.85, the default who-rule) it beat 600 s on every figure but small
     # gangs' p99, which moved within noise (README, "Reservations: what each variant did").
     floor: float = 1800.0
+    stretch: float = 1.0  # ... and this many times as long again as it has run
     heads: bool = True  # the first gang in queue order at each priority is eligible at once
     whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
+    # Hold only the fewest children of the domain (one level finer) that hold the gang at its
+    # estimated start: a gang of two blocks reserved in a zone of four holds two.
+    children: bool = False
     move: bool = True  # move to another domain expected to free clearly sooner (a quarter of the wait)
     move_margin: float = 300.0  # ... and at least this many seconds sooner
     # Only gangs reserved at this level or a coarser one (0 the cluster, 1 its first level ...);
@@ -121,12 +125,12 @@ class Admission(Enum):
     HELD = "held"  # kept out of the held room
 
 
-def expected_end(now: float, started: float, bound: float | None, floor: float) -> float:
-    """When a running pod is expected to end: at its bound, else after as long again as it has
-    run (at least FLOOR from now)."""
+def expected_end(now: float, started: float, bound: float | None, floor: float, stretch: float = 1.0) -> float:
+    """When a running pod is expected to end: at its bound, else after STRETCH times as long again
+    as it has run (at least FLOOR from now)."""
     if bound is not None:
         return max(now, started + bound)
-    return now + max(now - started, floor)
+    return now + max(stretch * (now - started), floor)
 
 
 class Layout:
@@ -256,6 +260,26 @@ def _held(layout: Layout, level: int, found: Found, demand: Demand, free: Matrix
     return out
 
 
+def _fewest_children(
+    layout: Layout, level: int, found: Found, demand: Demand, free: Matrix, running: Running
+) -> IntArray:
+    """The nodes of the fewest children of FOUND's domain that hold DEMAND at its estimated start
+    (every pod expected to end by then gone), the roomiest first (ties: the lower index)."""
+    f = free.copy()
+    k = max(found.releases, int(np.searchsorted(running.end, found.start, side="right")))
+    for c in range(f.shape[1]):
+        f[:, c] += np.bincount(running.node[:k], weights=running.request[:k, c], minlength=len(f)).astype(np.int64)
+    fine = level + 1
+    kids = np.flatnonzero(layout.parent(fine, level) == found.domain)
+    room = layout.room(f, demand, fine)[kids]
+    order = np.argsort(-room, kind="stable")
+    enough = int(np.searchsorted(np.cumsum(room[order]), demand.pods)) + 1
+    chosen = np.zeros(layout.counts[fine], dtype=np.bool_)
+    chosen[kids[order[:enough]]] = True
+    out: IntArray = np.flatnonzero(chosen[layout.domain_of[fine]]).astype(np.int64)
+    return out
+
+
 def _clearly_sooner(now: float, other: float, current: float, settings: Settings) -> bool:
     return other < current - max(settings.move_margin, 0.25 * (current - now))
 
@@ -317,7 +341,12 @@ def reserve(
             continue
         level, made = chosen, old.made if old is not None else now
         members = layout.members(level, found.domain)
-        nodes = members if settings.whole_domain else _held(layout, level, found, w.demand, free, ordered)
+        if not settings.whole_domain:
+            nodes = _held(layout, level, found, w.demand, free, ordered)
+        elif settings.children and level + 1 < len(layout.domain_of) - 1:
+            nodes = _fewest_children(layout, level, found, w.demand, free, ordered)
+        else:
+            nodes = members
         out.append(Reservation(w.key, w.priority, level, found.domain, nodes, found.start, made))
         taken[members] = True
     return tuple(out)
