@@ -217,7 +217,7 @@ def test_with_children_a_reservation_holds_the_fewest_children_that_hold_the_gan
     ends = [100, 100, 900, 900, 200, 200, 200, 200]
     f, pods = free(*[0] * 8), running(*[(n, 8, float(e)) for n, e in enumerate(ends)])
     gang = Waiting("g", 0, 0.0, whole_nodes(4, level=0))  # four nodes anywhere in the cluster
-    (whole,) = reserve(10.0, [gang], f, pods, lay, (), Settings(limit=1))
+    (whole,) = reserve(10.0, [gang], f, pods, lay, (), Settings(limit=1, children=False))
     (some,) = reserve(10.0, [gang], f, pods, lay, (), Settings(limit=1, children=True))
     assert whole.start == some.start == 200.0
     assert whole.nodes.tolist() == list(range(8))

@@ -62,12 +62,17 @@ class Settings:
     # (8 traces at load 0.85, the default who-rule) it beat 600 s on every figure but small
     # gangs' p99, which moved within noise (README, "Reservations: what each variant did").
     floor: float = 1800.0
-    stretch: float = 1.0  # ... and this many times as long again as it has run
+    # ... and twice as long again as it has run: a domain drains when its *last* pod ends, and a
+    # heavy-tailed job that has run long is likely to run longer still (with `children`, on
+    # bench/trace.py: large gangs' p99 -2,149 +- 639 s against topogang alone, 4 of 4 traces;
+    # docs/trace-results.md, "Reservations: what each variant did").
+    stretch: float = 2.0
     heads: bool = True  # the first gang in queue order at each priority is eligible at once
     whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
     # Hold only the fewest children of the domain (one level finer) that hold the gang at its
-    # estimated start: a gang of two blocks reserved in a zone of four holds two.
-    children: bool = False
+    # estimated start: a gang of two blocks reserved in a zone of four holds two, and the other
+    # two stay usable (on bench/trace.py a third less GPU-time held idle).
+    children: bool = True
     move: bool = True  # move to another domain expected to free clearly sooner (a quarter of the wait)
     move_margin: float = 300.0  # ... and at least this many seconds sooner
     # Only gangs reserved at this level or a coarser one (0 the cluster, 1 its first level ...);
