@@ -17,8 +17,10 @@ way Slurm's backfill does, on the topology:
   gang clearly sooner (by a quarter of the wait, at least `move_margin`): a pod without a bound
   that outlives its estimate would otherwise tie the gang to its domain.
 - Held: the room of the reserved domain, free now and as it frees, is kept from other work (with
-  `whole_domain=False`, only on the nodes the gang is expected to start on: those that hold one
-  of its pods now and those the releases it waits for free), with three exceptions (`admits`):
+  `children`, the default, only in the fewest children of the domain, one level finer, that hold
+  the gang at its estimated start; with `whole_domain=False`, only on the nodes the gang is
+  expected to start on: those that hold one of its pods now and those the releases it waits
+  for free), with three exceptions (`admits`):
   the gang itself; work of a higher priority (never blocked by a lower-priority reservation);
   and *backfill*, work whose runtime bound says it ends before the reserved gang's estimated
   start. Work without a bound does not backfill.
@@ -27,8 +29,8 @@ way Slurm's backfill does, on the topology:
 
 Room is counted as the engine counts it: whole pods of the gang's shape per node, and with parts
 (segments required in a finer domain) whole parts per part domain. The estimate is only that:
-pods without a bound are expected to run as long again as they have run (at least `floor`
-seconds: `expected_end`), the heavy-tailed rule of thumb for job lengths. A wrong estimate costs
+pods without a bound are expected to run `stretch` times as long again as they have run (at
+least `floor` seconds: `expected_end`), the heavy-tailed rule of thumb for job lengths. A wrong estimate costs
 time; with the whole domain held it cannot keep the gang from starting unless higher-priority
 work keeps taking the room: the domain holds the gang when empty, and every pod in it ends.
 
