@@ -258,6 +258,7 @@ def describe(cluster: clusters.Cluster, args: argparse.Namespace, settings: Sett
     s = cluster.shape
     rack = int(cluster.domain_gpus("rack").max())
     block = int(cluster.domain_gpus("block").max())
+    held = "the fewest children of" if settings.children else "all of"
     source = (
         f"--trace {args.trace}" if args.trace else f"profile {args.profile}, {args.seeds} traces of {args.jobs} jobs"
     )
@@ -267,7 +268,8 @@ def describe(cluster: clusters.Cluster, args: argparse.Namespace, settings: Sett
         f" {s.cordoned} cordoned\n"
         f"trace: {source}; sizes: S <= {rack} GPUs (a rack), M <= {block} (a block), L larger\n"
         f"reservations (topogang+reserve): after {settings.reserve_after:g} s or first at its priority,"
-        f" at most {settings.limit}, unbounded pods expected to run at least {settings.floor:g} s more"
+        f" at most {settings.limit}, unbounded pods expected to run {settings.stretch:g} x as long again"
+        f" (at least {settings.floor:g} s), {held} the domain held"
     )
 
 

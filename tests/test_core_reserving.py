@@ -210,7 +210,7 @@ def test_the_running_arrays_expect_each_pod_to_end_as_expected_end_says() -> Non
     expected = {
         (index[NODES[0]], expected_end(WALL, WALL - 100, 50, floor)),
         (index[NODES[1]], expected_end(WALL, WALL - 100, 300, floor)),
-        (index[NODES[2]], expected_end(WALL, WALL - 100, None, floor)),
+        (index[NODES[2]], expected_end(WALL, WALL - 100, None, floor, ON.stretch)),
     }
     assert expected <= ends
     assert expected_end(WALL, WALL - 100, 50, 600) == WALL  # overdue: any moment now

@@ -209,3 +209,20 @@ def test_coarsest_only_leaves_gangs_that_fit_a_finer_domain_without_a_reservatio
     assert [r.key for r in reserve(100.0, queue, f, pods, lay, (), Settings(limit=1))] == ["rack-sized"]
     only = reserve(100.0, queue, f, pods, lay, (), Settings(limit=1, coarsest_only=BLOCK))
     assert [(r.key, r.level) for r in only] == [("block-sized", BLOCK)]  # the head among the block-sized
+
+
+def test_with_children_a_reservation_holds_the_fewest_children_that_hold_the_gang_at_its_start() -> None:
+    lay = layout()
+    # block 0's racks free at 100 and 900, block 1's both at 200
+    ends = [100, 100, 900, 900, 200, 200, 200, 200]
+    f, pods = free(*[0] * 8), running(*[(n, 8, float(e)) for n, e in enumerate(ends)])
+    gang = Waiting("g", 0, 0.0, whole_nodes(4, level=0))  # four nodes anywhere in the cluster
+    (whole,) = reserve(10.0, [gang], f, pods, lay, (), Settings(limit=1, children=False))
+    (some,) = reserve(10.0, [gang], f, pods, lay, (), Settings(limit=1, children=True))
+    assert whole.start == some.start == 200.0
+    assert whole.nodes.tolist() == list(range(8))
+    assert some.nodes.tolist() == [4, 5, 6, 7]  # block 1 holds it alone: block 0 stays usable
+    block_gang = Waiting("b", 0, 0.0, whole_nodes(2, level=BLOCK))
+    (r,) = reserve(10.0, [block_gang], f, pods, lay, (), Settings(limit=1, children=True))
+    assert (r.domain, r.start) == (0, 100.0)
+    assert r.nodes.tolist() == [0, 1]  # rack 0 frees at 100; rack 1 (busy until 900) stays usable

@@ -128,7 +128,9 @@ class Holding:
             for j in sorted(queue, key=lambda j: queue_key(j.priority, j.arrival, j.id))
         ]
         counts = np.array([p.job.pods for p in running], dtype=np.int64)
-        ends = [expected_end(now, p.start, p.job.bound or None, self.settings.floor) for p in running]
+        ends = [
+            expected_end(now, p.start, p.job.bound or None, self.settings.floor, self.settings.stretch) for p in running
+        ]
         nodes = np.array([n for p in running for n in p.nodes], dtype=np.int64)
         gpus = np.repeat(np.array([p.job.gpus for p in running], dtype=np.int64), counts)
         pods = Running(nodes, gpus[:, None], np.repeat(np.array(ends, dtype=np.float64), counts))

@@ -17,8 +17,10 @@ way Slurm's backfill does, on the topology:
   gang clearly sooner (by a quarter of the wait, at least `move_margin`): a pod without a bound
   that outlives its estimate would otherwise tie the gang to its domain.
 - Held: the room of the reserved domain, free now and as it frees, is kept from other work (with
-  `whole_domain=False`, only on the nodes the gang is expected to start on: those that hold one
-  of its pods now and those the releases it waits for free), with three exceptions (`admits`):
+  `children`, the default, only in the fewest children of the domain, one level finer, that hold
+  the gang at its estimated start; with `whole_domain=False`, only on the nodes the gang is
+  expected to start on: those that hold one of its pods now and those the releases it waits
+  for free), with three exceptions (`admits`):
   the gang itself; work of a higher priority (never blocked by a lower-priority reservation);
   and *backfill*, work whose runtime bound says it ends before the reserved gang's estimated
   start. Work without a bound does not backfill.
@@ -27,8 +29,8 @@ way Slurm's backfill does, on the topology:
 
 Room is counted as the engine counts it: whole pods of the gang's shape per node, and with parts
 (segments required in a finer domain) whole parts per part domain. The estimate is only that:
-pods without a bound are expected to run as long again as they have run (at least `floor`
-seconds: `expected_end`), the heavy-tailed rule of thumb for job lengths. A wrong estimate costs
+pods without a bound are expected to run `stretch` times as long again as they have run (at
+least `floor` seconds: `expected_end`), the heavy-tailed rule of thumb for job lengths. A wrong estimate costs
 time; with the whole domain held it cannot keep the gang from starting unless higher-priority
 work keeps taking the room: the domain holds the gang when empty, and every pod in it ends.
 
@@ -62,8 +64,17 @@ class Settings:
     # (8 traces at load 0.85, the default who-rule) it beat 600 s on every figure but small
     # gangs' p99, which moved within noise (README, "Reservations: what each variant did").
     floor: float = 1800.0
+    # ... and twice as long again as it has run: a domain drains when its *last* pod ends, and a
+    # heavy-tailed job that has run long is likely to run longer still (with `children`, on
+    # bench/trace.py: large gangs' p99 -2,149 +- 639 s against topogang alone, 4 of 4 traces;
+    # docs/trace-results.md, "Reservations: what each variant did").
+    stretch: float = 2.0
     heads: bool = True  # the first gang in queue order at each priority is eligible at once
     whole_domain: bool = True  # hold every node of the domain; False: only those the gang waits for
+    # Hold only the fewest children of the domain (one level finer) that hold the gang at its
+    # estimated start: a gang of two blocks reserved in a zone of four holds two, and the other
+    # two stay usable (on bench/trace.py a third less GPU-time held idle).
+    children: bool = True
     move: bool = True  # move to another domain expected to free clearly sooner (a quarter of the wait)
     move_margin: float = 300.0  # ... and at least this many seconds sooner
     # Only gangs reserved at this level or a coarser one (0 the cluster, 1 its first level ...);
@@ -121,12 +132,12 @@ class Admission(Enum):
     HELD = "held"  # kept out of the held room
 
 
-def expected_end(now: float, started: float, bound: float | None, floor: float) -> float:
-    """When a running pod is expected to end: at its bound, else after as long again as it has
-    run (at least FLOOR from now)."""
+def expected_end(now: float, started: float, bound: float | None, floor: float, stretch: float = 1.0) -> float:
+    """When a running pod is expected to end: at its bound, else after STRETCH times as long again
+    as it has run (at least FLOOR from now)."""
     if bound is not None:
         return max(now, started + bound)
-    return now + max(now - started, floor)
+    return now + max(stretch * (now - started), floor)
 
 
 class Layout:
@@ -256,6 +267,26 @@ def _held(layout: Layout, level: int, found: Found, demand: Demand, free: Matrix
     return out
 
 
+def _fewest_children(
+    layout: Layout, level: int, found: Found, demand: Demand, free: Matrix, running: Running
+) -> IntArray:
+    """The nodes of the fewest children of FOUND's domain that hold DEMAND at its estimated start
+    (every pod expected to end by then gone), the roomiest first (ties: the lower index)."""
+    f = free.copy()
+    k = max(found.releases, int(np.searchsorted(running.end, found.start, side="right")))
+    for c in range(f.shape[1]):
+        f[:, c] += np.bincount(running.node[:k], weights=running.request[:k, c], minlength=len(f)).astype(np.int64)
+    fine = level + 1
+    kids = np.flatnonzero(layout.parent(fine, level) == found.domain)
+    room = layout.room(f, demand, fine)[kids]
+    order = np.argsort(-room, kind="stable")
+    enough = int(np.searchsorted(np.cumsum(room[order]), demand.pods)) + 1
+    chosen = np.zeros(layout.counts[fine], dtype=np.bool_)
+    chosen[kids[order[:enough]]] = True
+    out: IntArray = np.flatnonzero(chosen[layout.domain_of[fine]]).astype(np.int64)
+    return out
+
+
 def _clearly_sooner(now: float, other: float, current: float, settings: Settings) -> bool:
     return other < current - max(settings.move_margin, 0.25 * (current - now))
 
@@ -317,7 +348,12 @@ def reserve(
             continue
         level, made = chosen, old.made if old is not None else now
         members = layout.members(level, found.domain)
-        nodes = members if settings.whole_domain else _held(layout, level, found, w.demand, free, ordered)
+        if not settings.whole_domain:
+            nodes = _held(layout, level, found, w.demand, free, ordered)
+        elif settings.children and level + 1 < len(layout.domain_of) - 1:
+            nodes = _fewest_children(layout, level, found, w.demand, free, ordered)
+        else:
+            nodes = members
         out.append(Reservation(w.key, w.priority, level, found.domain, nodes, found.start, made))
         taken[members] = True
     return tuple(out)

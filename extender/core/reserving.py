@@ -320,10 +320,12 @@ class Reserving:
             )
         node, request, started_at, bound = self._arrays
         started = np.where(np.isnan(started_at), wall, started_at)
-        floor = self.settings.floor
-        # expected_end, vectorized: at the bound, else as long again as it has run (at least FLOOR)
+        floor, stretch = self.settings.floor, self.settings.stretch
+        # expected_end, vectorized: at the bound, else STRETCH x as long again as it has run (at least FLOOR)
         end: FloatArray = np.where(
-            np.isnan(bound), wall + np.maximum(wall - started, floor), np.maximum(wall, started + np.nan_to_num(bound))
+            np.isnan(bound),
+            wall + np.maximum(stretch * (wall - started), floor),
+            np.maximum(wall, started + np.nan_to_num(bound)),
         )
         return Running(node, request, end)
 
