@@ -643,8 +643,18 @@ async def main_async(args: argparse.Namespace) -> None:
         # that is 1,000 writes a second to the API server and etcd, before any pod. The node
         # lifecycle controller must then wait longer before it calls a node unreachable.
         extra.setdefault("kwok", []).append(f"--node-lease-duration-seconds={args.lease_seconds}")
-        grace = f"--node-monitor-grace-period={2 * args.lease_seconds}s"
-        extra.setdefault("kube-controller-manager", []).append(grace)
+        # (and a node kwok has not initialized yet is not called unreachable after the default minute)
+        grace = [f"--node-monitor-grace-period={2 * args.lease_seconds}s"]
+        grace.append(f"--node-startup-grace-period={2 * args.lease_seconds}s")
+        extra.setdefault("kube-controller-manager", []).extend(grace)
+    if args.kwok_parallelism:
+        # kwok plays each node's stages (its Ready status) with 4 workers by default, each waiting
+        # on the API server: on a loaded machine thousands of new nodes stay uninitialized for minutes.
+        options = {f"{k}Parallelism": args.kwok_parallelism for k in ("nodePlayStage", "nodeLease", "podPlayStage")}
+        doc = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": options}
+        path = Path(tempfile.mkdtemp(prefix="side-by-side-kwok-")) / "kwok-options.json"
+        path.write_bytes(orjson.dumps(doc))
+        extra.setdefault("kwok", []).append(f"--config={path}")  # loaded after the plane's stages
     plane = ControlPlane(binaries=Binaries.locate(), scheduler=False, extra_args=extra, timeout=120)
     plane.start()
     print(f"load average at start {os.getloadavg()}, {os.cpu_count()} cores", file=sys.stderr)
@@ -705,7 +715,9 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, help="another checkout: adds variants B@, C2@ and G2@ run from it")
     parser.add_argument("--lease-seconds", type=int, default=0,
                         help="kwok's node lease duration (renewed every quarter of it; default: the control "
-                             "plane's 40 s), the node monitor's grace period twice it")  # fmt: skip
+                             "plane's 40 s), the node monitor's grace periods twice it")  # fmt: skip
+    parser.add_argument("--kwok-parallelism", type=int, default=0,
+                        help="kwok's workers for node and pod stages and node leases (default: kwok's 4)")  # fmt: skip
     parser.add_argument("--rack-nodes", type=int, default=32)
     parser.add_argument("--block-racks", type=int, default=4)
     parser.add_argument("--zone-blocks", type=int, default=4)
