@@ -667,8 +667,9 @@ async def main_async(args: argparse.Namespace) -> None:
             await apply_crds(kube, CRDS)
             await create_topology(kube)
             t = time.perf_counter()
-            made = await make_nodes(FakeGpuNodes(api, name_prefix="bench", concurrency=32), args.nodes, shape)
-            usable = await until_schedulable(kube, len(made), share=0.97)
+            fake = FakeGpuNodes(api, name_prefix="bench", concurrency=32)
+            made = await make_nodes(fake, args.nodes, shape, timeout_s=args.nodes_timeout)
+            usable = await until_schedulable(kube, len(made), timeout_s=args.nodes_timeout, share=0.97)
             listing, _ = await kube.list("/api/v1/nodes")
             labels = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in listing}
             print(f"{len(made)} nodes ready ({usable} usable) in {time.perf_counter() - t:.0f} s; gangs per {level}",
@@ -716,6 +717,8 @@ def main() -> None:
     parser.add_argument("--lease-seconds", type=int, default=0,
                         help="kwok's node lease duration (renewed every quarter of it; default: the control "
                              "plane's 40 s), the node monitor's grace periods twice it")  # fmt: skip
+    parser.add_argument("--nodes-timeout", type=float, default=600,
+                        help="seconds for the nodes to be Ready, and again to be usable (default 600)")  # fmt: skip
     parser.add_argument("--kwok-parallelism", type=int, default=0,
                         help="kwok's workers for node and pod stages and node leases (default: kwok's 4)")  # fmt: skip
     parser.add_argument("--rack-nodes", type=int, default=32)
