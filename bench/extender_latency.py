@@ -16,13 +16,22 @@ machine's cores with the server and so read low. With --json one object per line
 {"verb", "nodes", "p50_ms", "p99_ms", "rps", "rps_by"}. A last row, filter-mtls, is the same
 filter on a server that serves mTLS as in a cluster (one kept-alive connection, as
 kube-scheduler's), measured in alternation with the plain-HTTP one, and the ratio of their p50s.
+
+    python bench/extender_latency.py --compare /work/old-checkout   # this code vs that one
+
+--compare DIR starts a second server from DIR's code (the same synthetic cluster, built by this
+script) and measures both in alternation in one run, ROUNDS rounds of each: one-call latency on a
+kept-alive connection and calls/s, a round of one then a round of the other, so machine noise
+falls on both; it prints the medians and this/that ratios (> 1: this code is faster).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import multiprocessing
+import os
 import re
 import shutil
 import socket
@@ -37,7 +46,9 @@ from typing import Any
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The code under test: this checkout, or (the --compare server) the one named here.
+CODE_ENV = "EXTENDER_LATENCY_CODE"
+sys.path.insert(0, os.environ.get(CODE_ENV) or str(Path(__file__).resolve().parents[1]))
 
 GANG = 8
 
@@ -150,6 +161,100 @@ def _mtls_row(nodes: int, body: bytes, seconds: float, plain: http.client.HTTPCo
     }
 
 
+class _Printed:
+    """The ready signal of a server in a child process of another checkout: a line on stdout."""
+
+    def set(self) -> None:
+        print("ready", flush=True)
+
+
+def _start_other(code: Path, port: int, nodes: int) -> subprocess.Popen[str]:
+    """This script's server on CODE's extender package (PYTHONPATH and CODE_ENV point there)."""
+    env = {**os.environ, CODE_ENV: str(code), "PYTHONPATH": str(code)}
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-port", str(port), "--nodes", str(nodes)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "ready":
+        proc.kill()
+        raise SystemExit(f"the extender from {code} did not start")
+    return proc
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _compare(
+    code: Path, server: int, port: int, names: list[str], nodes: int, seconds: float, clients: int, rounds: int
+) -> list[dict[str, Any]]:
+    """Filter (planned pod, and a plain pod) on this server (process SERVER) and on one running
+    CODE's extender, alternated round by round: p50 of one-call latency, calls/s under wrk, and
+    the server's CPU time per call (its threads' schedstat over the wrk round / wrk's count).
+    On a shared machine calls/s swings with the other load; CPU per call much less, so the
+    capacity it implies (1 / CPU per call, the server being one thread) is the figure to compare."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("--compare needs wrk (apt-get install wrk)")
+    other_port = _free_port()
+    other = _start_other(code, other_port, nodes)
+    rows = []
+    try:
+        for verb, pod in (("filter", "g-0"), ("filter-plain-pod", "plain")):
+            body = _request(names, pod)
+            servers = ((server, port), (other.pid, other_port))
+            conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=30) for _, p in servers]
+            for conn in conns:
+                _measure(conn, "/topogang/filter", body, 0)  # plans the gang, warms up
+            lat: list[list[float]] = [[], []]
+            rps: list[list[float]] = [[], []]
+            cpu: list[list[float]] = [[], []]
+            for _ in range(rounds):
+                for i, (pid, p) in enumerate(servers):
+                    lat[i].append(statistics.median(_measure(conns[i], "/topogang/filter", body, seconds / 2)))
+                    before = _cpu_seconds(pid)
+                    found = _wrk_calls(p, "/topogang/filter", body, seconds, clients)
+                    assert found is not None
+                    cpu[i].append((_cpu_seconds(pid) - before) / found[1] * 1e6)
+                    rps[i].append(found[0])
+            med = [[statistics.median(x[i]) for i in (0, 1)] for x in (lat, rps, cpu)]
+            (this_p50, that_p50), (this_rps, that_rps), (this_cpu, that_cpu) = med
+            rows.append(
+                {
+                    "verb": f"{verb} vs {code}",
+                    "nodes": nodes,
+                    "rounds": rounds,
+                    "p50_ms": round(this_p50, 3),
+                    "other_p50_ms": round(that_p50, 3),
+                    "rps": round(this_rps, 1),
+                    "other_rps": round(that_rps, 1),
+                    "cpu_us_per_call": round(this_cpu, 1),
+                    "other_cpu_us_per_call": round(that_cpu, 1),
+                    "capacity": round(1e6 / this_cpu),
+                    "other_capacity": round(1e6 / that_cpu),
+                    "capacity_ratio": round(that_cpu / this_cpu, 2),
+                    "capacity_ratios": [round(b / a, 2) for a, b in zip(cpu[0], cpu[1], strict=True)],
+                    "rps_ratio": round(this_rps / that_rps, 2),
+                    "p50_ratio": round(that_p50 / this_p50, 2),
+                }
+            )
+    finally:
+        other.terminate()
+        other.wait(5)
+    return rows
+
+
+def _request(names: list[str], pod: str) -> bytes:
+    meta = {"name": pod, "namespace": "bench"}
+    return orjson.dumps({"Pod": {"metadata": meta, "spec": {}}, "Nodes": None, "NodeNames": names})
+
+
 def _measure(conn: http.client.HTTPConnection, path: str, body: bytes, seconds: float) -> list[float]:
     times: list[float] = []
     deadline = time.perf_counter() + seconds
@@ -170,7 +275,22 @@ def _load(port: int, path: str, body: bytes, seconds: float, start: Any, counts:
     counts[slot] = len(_measure(conn, path, body, seconds))
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of PID so far (schedstat: nanoseconds, not the 10 ms ticks of stat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
 def _wrk(port: int, path: str, body: bytes, seconds: float, clients: int) -> float | None:
+    found = _wrk_calls(port, path, body, seconds, clients)
+    return None if found is None else found[0]
+
+
+def _wrk_calls(port: int, path: str, body: bytes, seconds: float, clients: int) -> tuple[float, int] | None:
+    """wrk's calls/s and its count of calls; None without wrk."""
     wrk = shutil.which("wrk")
     if wrk is None:
         return None
@@ -196,9 +316,10 @@ def _wrk(port: int, path: str, body: bytes, seconds: float, clients: int) -> flo
             check=True,
         ).stdout
     match = re.search(r"Requests/sec:\s+([0-9.]+)", out)
-    if match is None or "Non-2xx" in out:
+    count = re.search(r"([0-9]+) requests in", out)
+    if match is None or count is None or "Non-2xx" in out:
         raise RuntimeError(f"wrk: unexpected output:\n{out}")
-    return float(match.group(1))
+    return float(match.group(1)), int(count.group(1))
 
 
 def _throughput(port: int, path: str, body: bytes, seconds: float, clients: int) -> float:
@@ -224,11 +345,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per verb (default 5)")
     parser.add_argument("--clients", type=int, default=4, help="concurrent connections for calls/s (default 4)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line per verb")
+    parser.add_argument("--compare", type=Path, metavar="DIR", help="also measure DIR's code, alternating with this")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds with --compare (default 5)")
+    parser.add_argument("--serve-port", type=int, help=argparse.SUPPRESS)  # the --compare server
     args = parser.parse_args()
+    if args.serve_port is not None:
+        _serve(args.serve_port, args.nodes, _Printed())
+        return
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port()
     ready = multiprocessing.Event()
     server = multiprocessing.Process(target=_serve, args=(port, args.nodes, ready), daemon=True)
     server.start()
@@ -236,10 +361,26 @@ def main() -> None:
         if not ready.wait(120):
             raise SystemExit("the extender did not start")
         names = [f"node-{i}" for i in range(args.nodes)]
+        if args.compare is not None:
+            assert server.pid is not None
+            for row in _compare(
+                args.compare.resolve(), server.pid, port, names, args.nodes, args.seconds, args.clients, args.rounds
+            ):
+                if args.json:
+                    print(orjson.dumps(row).decode())
+                else:
+                    print(
+                        f"{row['verb']}, {row['rounds']} alternating rounds (this vs that, medians):\n"
+                        f"  CPU per call {row['cpu_us_per_call']:.0f} vs {row['other_cpu_us_per_call']:.0f} us "
+                        f"= capacity {row['capacity']} vs {row['other_capacity']} calls/s "
+                        f"({row['capacity_ratio']:.2f}x; rounds {row['capacity_ratios']})\n"
+                        f"  calls/s (wrk) {row['rps']:.0f} vs {row['other_rps']:.0f} ({row['rps_ratio']:.2f}x), "
+                        f"p50 {row['p50_ms']:.3f} vs {row['other_p50_ms']:.3f} ms ({row['p50_ratio']:.2f}x)"
+                    )
+            return
 
         def request(pod: str) -> bytes:
-            meta = {"name": pod, "namespace": "bench"}
-            return orjson.dumps({"Pod": {"metadata": meta, "spec": {}}, "Nodes": None, "NodeNames": names})
+            return _request(names, pod)
 
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         planned = request("g-0")

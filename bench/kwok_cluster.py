@@ -157,6 +157,7 @@ class BindClock:
     expected: int
     first_create: float = 0.0
     last_create: float = 0.0
+    first_added: float = 0.0  # the first pod seen created (by the watch)
     bound: dict[str, tuple[float, str]] = field(default_factory=dict)  # pod -> (time, node)
     running: dict[str, float] = field(default_factory=dict)  # pod -> time
     _done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -198,6 +199,10 @@ class BindClock:
     def last_bound(self) -> float:
         return max((t for t, _ in self.bound.values()), default=self.first_create)
 
+    @property
+    def first_bound(self) -> float:
+        return min((t for t, _ in self.bound.values()), default=self.first_create)
+
     async def _watch(self, version: str) -> None:
         path = f"/api/v1/namespaces/{self.namespace}/pods"
         while True:
@@ -206,6 +211,8 @@ class BindClock:
                 version = str(meta.get("resourceVersion") or version)
                 node = (pod.get("spec") or {}).get("nodeName")
                 name = str(meta.get("name"))
+                if kind == "ADDED" and not self.first_added:
+                    self.first_added = time.perf_counter()
                 if kind in ("ADDED", "MODIFIED") and node and name not in self.bound:
                     self.bound[name] = (time.perf_counter(), str(node))
                     if len(self.bound) >= self.expected:

@@ -19,6 +19,19 @@ times; each is timed by a pod watch from the first create to the last pod bound.
       with its admission webhook registered (manifests/gates/webhook/webhook.yaml) and the
       namespace labelled for it; --gates-args adds flags
 
+Three rates per run, pods bound over three windows, each with its ratios:
+  pods/s   from just before the bench's first create call to the last pod bound (the figure of
+           earlier runs): creation is inside it, and so is the time the first calls take;
+  created  from the first pod the watch saw created to the last bound: the count of issue 27's
+           new-user harness ("from the first pod created to all bound");
+  binds    from the first pod bound to the last: the scheduler's own rate, creation left out.
+Who creates the pods (--creators) changes what competes with the scheduler: `bench` is this
+process's asyncio client, 32 creates in flight, its CPU in the `bench` column; `kubectl` is one
+`kubectl create -f` of a List, as a new user would (client-go in a process of its own, mTLS and
+HTTP/2 to the API server, one create after the other). When the pods are created slower than
+kube-scheduler binds them, every variant binds at the creation rate and the ratios go to 1;
+when creation is faster (or ends early), the ratio is the schedulers' own.
+
 Each variant also records CPU seconds per component (and of the rest of the machine), topogang's
 peak RSS, the domains each gang landed in, kube-scheduler's own metrics (attempts, attempt and
 algorithm durations, Filter and Score extension points) and topogang's request durations.
@@ -27,6 +40,7 @@ algorithm durations, Filter and Score extension points) and topogang's request d
     python bench/side_by_side.py --nodes 5000 --reps 1 --json
     python bench/side_by_side.py --variants C1,C2 --gangs 1 --gang-size 1024
     python bench/side_by_side.py --variants B,C2 --profile /tmp/prof   # py-spy + pprof
+    python bench/side_by_side.py --nodes 5000 --reps 1 --variants A,B,C2 --creators bench,kubectl
 
 Needs the control-plane binaries (`make controlplane`); --profile needs py-spy.
 """
@@ -37,11 +51,13 @@ import argparse
 import asyncio
 import contextlib
 import os
+import resource
 import shlex
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -75,6 +91,7 @@ from e2e.scenario import apply_crds, create_podgroup, gpu_pod
 from e2e.topogang import CRDS, ROOT, ExtenderPki, Topogang, _free_port, scheduler_config
 from extender.kube.client import ApiError, KubeClient
 
+BENCH, KUBECTL = "bench", "kubectl"  # who creates the pods: this process's client, or `kubectl create -f`
 RAISED_QPS = {"qps": 1000, "burst": 2000}  # so the API client is not what limits kube-scheduler
 IN_TREE_GATES = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
 IN_TREE_API = "scheduling.k8s.io/v1beta1"
@@ -180,6 +197,11 @@ def variants(gates_args: Sequence[str], other: Path | None = None) -> dict[str, 
     }
 
 
+def label(variant: str, creator: str) -> str:
+    """A variant's name in the report: B for the bench's own creation, B+kubectl for kubectl's."""
+    return variant if creator == BENCH else f"{variant}+{creator}"
+
+
 # ---------------------------------------------------------------------------------------- workload
 @dataclass(frozen=True)
 class Workload:
@@ -193,18 +215,11 @@ class Workload:
         return self.gangs * self.gang_size if gangs else self.pods
 
 
-async def create_plain(kube: KubeClient, ns: str, work: Workload) -> None:
-    limit = asyncio.Semaphore(work.concurrency)
-
-    async def one(i: int) -> None:
-        async with limit:
-            await kube.post(f"/api/v1/namespaces/{ns}/pods", gpu_pod(f"p-{i}", 1))
-
-    await asyncio.gather(*(one(i) for i in range(work.pods)))
+def plain_pods(work: Workload) -> list[dict[str, Any]]:
+    return [gpu_pod(f"p-{i}", 1) for i in range(work.pods)]
 
 
-async def create_gangs(kube: KubeClient, ns: str, work: Workload, in_tree: bool) -> None:
-    """Every gang's PodGroup first, then all pods, gang after gang."""
+async def create_podgroups(kube: KubeClient, ns: str, work: Workload, in_tree: bool) -> None:
     for g in range(work.gangs):
         if in_tree:
             body = {
@@ -223,16 +238,50 @@ async def create_gangs(kube: KubeClient, ns: str, work: Workload, in_tree: bool)
                 "topologyConstraints": {"global": {"requiredTopologyLevel": work.gang_level}},
             }
             await create_podgroup(kube, ns, f"gang{g}", spec, TOPOLOGY)
-    limit = asyncio.Semaphore(work.concurrency)
 
-    async def one(g: int, i: int) -> None:
-        pod = gpu_pod(f"gang{g}-{i}", 1, annotations=None if in_tree else {"pod-group-name": f"gang{g}"})
-        if in_tree:
-            pod["spec"]["schedulingGroup"] = {"podGroupName": f"gang{g}"}
+
+def gang_pods(work: Workload, in_tree: bool) -> list[dict[str, Any]]:
+    """All pods, gang after gang (their PodGroups are created first: create_podgroups)."""
+    out = []
+    for g in range(work.gangs):
+        for i in range(work.gang_size):
+            pod = gpu_pod(f"gang{g}-{i}", 1, annotations=None if in_tree else {"pod-group-name": f"gang{g}"})
+            if in_tree:
+                pod["spec"]["schedulingGroup"] = {"podGroupName": f"gang{g}"}
+            out.append(pod)
+    return out
+
+
+async def post_pods(kube: KubeClient, ns: str, pods: Sequence[dict[str, Any]], concurrency: int) -> None:
+    """The bench's own way: this process's API client, CONCURRENCY creates in flight."""
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(pod: dict[str, Any]) -> None:
         async with limit:
             await kube.post(f"/api/v1/namespaces/{ns}/pods", pod)
 
-    await asyncio.gather(*(one(g, i) for g in range(work.gangs) for i in range(work.gang_size)))
+    await asyncio.gather(*(one(pod) for pod in pods))
+
+
+async def kubectl_create(plane: ControlPlane, ns: str, pods: Sequence[dict[str, Any]]) -> float:
+    """A new user's way: one `kubectl create -f` of a List of the pods, a process of its own
+    (client-go: mTLS and HTTP/2 to the API server, its own rate limit, one create after the
+    other). Returns the CPU seconds kubectl used."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as f:
+        f.write(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": list(pods)}))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            str(plane.kubectl), "--kubeconfig", str(plane.kubeconfig), "-n", ns, "create", "-f", f.name,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, err = await proc.communicate()
+    finally:
+        os.unlink(f.name)
+    if proc.returncode != 0:
+        raise RuntimeError(f"kubectl create failed ({proc.returncode}): {err.decode()[-500:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 # ---------------------------------------------------------------------------------------- one run
@@ -288,8 +337,8 @@ class Profilers:
                 await self.pprof
 
 
-async def run_once(bench: Bench, v: Variant, rep: int) -> dict[str, Any]:
-    ns = f"{v.name.lower().replace('@', 'x')}-{rep}"
+async def run_once(bench: Bench, v: Variant, rep: int, creator: str = BENCH) -> dict[str, Any]:
+    ns = f"{v.name.lower().replace('@', 'x')}-{rep}{'-k' if creator == KUBECTL else ''}"
     await namespace(bench.kube, ns)
     plane = bench.plane
     async with contextlib.AsyncExitStack() as stack:
@@ -318,9 +367,9 @@ async def run_once(bench: Bench, v: Variant, rep: int) -> dict[str, Any]:
         pids["bench"] = os.getpid()
         if server is not None:
             pids["topogang"] = server.process.pid
-        row = await measure(bench, v, ns, pids, server)
+        row = await measure(bench, v, ns, pids, server, creator)
     await clean(bench.kube, ns, [IN_TREE_PODGROUPS if v.in_tree else TOPOGANG_PODGROUPS] if v.gangs else [])
-    return {"variant": v.name, "rep": rep, **row}
+    return {"variant": label(v.name, creator), "rep": rep, **row}
 
 
 async def register_webhook(kube: KubeClient, ns: str, stack: contextlib.AsyncExitStack) -> list[str]:
@@ -343,7 +392,7 @@ async def until_bundled(kube: KubeClient, name: str) -> None:
 
 
 async def measure(
-    bench: Bench, v: Variant, ns: str, pids: Mapping[str, int], server: Topogang | None
+    bench: Bench, v: Variant, ns: str, pids: Mapping[str, int], server: Topogang | None, creator: str
 ) -> dict[str, Any]:
     work = bench.work_for(v)
     expected = work.expected(v.gangs)
@@ -351,12 +400,16 @@ async def measure(
     load_before = os.getloadavg()[0]
     profilers = Profilers(bench, f"{v.name}-{ns}", server.process.pid if server else None)
     requests_before = await api_requests(bench.plane)
+    pods = gang_pods(work, v.in_tree) if v.gangs else plain_pods(work)
+    creator_cpu = None
     async with BindClock(bench.kube, ns, expected) as clock:
         clock.started()
         if v.gangs:
-            await create_gangs(bench.kube, ns, work, v.in_tree)
+            await create_podgroups(bench.kube, ns, work, v.in_tree)
+        if creator == KUBECTL:
+            creator_cpu = await kubectl_create(bench.plane, ns, pods)
         else:
-            await create_plain(bench.kube, ns, work)
+            await post_pods(bench.kube, ns, pods, work.concurrency)
         clock.created()
         complete = await clock.all_bound(bench.timeout_s)
         end = clock.last_bound if complete else time.perf_counter()
@@ -365,13 +418,19 @@ async def measure(
     requests = diff(await api_requests(bench.plane), requests_before)
     rss, peak = memory_mb(server.process.pid) if server else (0.0, 0.0)
     took = max(end - clock.first_create, 1e-9)
+    from_created = max(end - (clock.first_added or clock.first_create), 1e-9)
     row: dict[str, Any] = {
+        "creator": creator,
         "nodes": len(bench.node_labels),
         "pods": expected,
         "bound": len(clock.bound),
         "complete": complete,
         "pods_per_s": len(clock.bound) / took,
         "first_create_to_bound_s": took,
+        # the counts of issue 27's harness: from the first pod seen created, and the binds alone
+        "created_pods_per_s": len(clock.bound) / from_created,
+        "bound_window_pods_per_s": len(clock.bound) / max(clock.last_bound - clock.first_bound, 1e-9),
+        "creator_cpu_s": creator_cpu,
         "create_s": clock.last_create - clock.first_create,
         "last_created_to_bound_s": (end - clock.last_create) if complete else None,
         "cpu_s": cpu,
@@ -463,26 +522,35 @@ async def topogang_summary(server: Topogang) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------- report
+COUNTS = {  # the rate a ratio compares: pods bound over which window
+    "pods_per_s": "from the bench's first create call",
+    "created_pods_per_s": "from the first pod created (seen by the watch)",
+    "bound_window_pods_per_s": "from the first pod bound",
+}
+
+
 def summarize(rows: list[dict[str, Any]], order: Sequence[str]) -> list[dict[str, Any]]:
-    """One object per variant (medians over its repetitions) and one per ratio."""
+    """One object per variant (medians over its repetitions) and one per ratio and count."""
     out: list[dict[str, Any]] = []
-    medians: dict[str, float] = {}
+    medians: dict[str, dict[str, float]] = {}
     for name in order:
         runs = [r for r in rows if r["variant"] == name]
         if not runs:
             continue
-        medians[name] = statistics.median(r["pods_per_s"] for r in runs)
+        medians[name] = {count: statistics.median(r[count] for r in runs) for count in COUNTS}
         done = [r["last_created_to_bound_s"] for r in runs if r["last_created_to_bound_s"] is not None]
+        creator_cpu = [r["creator_cpu_s"] for r in runs if r.get("creator_cpu_s") is not None]
         out.append(
             {
                 "variant": name,
                 "nodes": runs[0]["nodes"],
                 "pods": runs[0]["pods"],
-                "pods_per_s": medians[name],
+                **medians[name],
                 "pods_per_s_runs": [r["pods_per_s"] for r in runs],
                 "complete_runs": sum(1 for r in runs if r["complete"]),
                 "last_created_to_bound_s": statistics.median(done) if done else None,
                 "create_s": statistics.median(r["create_s"] for r in runs),
+                "creator_cpu_s": statistics.median(creator_cpu) if creator_cpu else None,
                 "rss_mb": statistics.median(r["rss_mb"] for r in runs),
                 "cpu_s": {k: statistics.median(r["cpu_s"][k] for r in runs) for k in runs[0]["cpu_s"]},
             }
@@ -490,27 +558,34 @@ def summarize(rows: list[dict[str, Any]], order: Sequence[str]) -> list[dict[str
     pairs = [("B", "A"), ("A100", "A"), ("B", "A100"), ("C2", "A"), ("C2", "C1"), ("C3", "A"), ("C3", "C2")]
     pairs += [("G2", "G1"), ("G2", "A")]
     pairs += [("B@", "A"), ("B@", "B"), ("C2@", "A"), ("C2@", "C1"), ("C2@", "C2"), ("G2@", "G2")]
-    for top, bottom in pairs:
-        if top in medians and bottom in medians and medians[bottom]:
-            out.append({"ratio": f"{top}/{bottom}", "value": medians[top] / medians[bottom]})
+    for suffix in ("", f"+{KUBECTL}"):
+        for top, bottom in ((t + suffix, b + suffix) for t, b in pairs):
+            if top in medians and bottom in medians:
+                values = {c: medians[top][c] / medians[bottom][c] for c in COUNTS if medians[bottom][c]}
+                out.append({"ratio": f"{top}/{bottom}", "value": values.get("pods_per_s", 0.0), "counts": values})
     return out
 
 
 def print_table(summary: list[dict[str, Any]], rows: list[dict[str, Any]], names: Mapping[str, Variant]) -> None:
-    print(f"{'variant':<6} {'pods/s':>7} {'runs':<22} {'create s':>8} {'last→bound s':>12} "
-          f"{'CPU s sched/topogang/apiserver/etcd':>36}"
-          f" {'RSS MB':>7}  what")  # fmt: skip
+    print(f"{'variant':<10} {'pods/s':>7} {'created':>7} {'binds':>7} {'runs':<16} {'create s':>8} "
+          f"{'last→bound s':>12} {'CPU s sched/topogang/apiserver/etcd/creator':>44} {'RSS MB':>7}  what")  # fmt: skip
     for s in summary:
         if "ratio" in s:
-            print(f"ratio {s['ratio']}: {s['value']:.2f}")
+            c = s["counts"]
+            print(f"ratio {s['ratio']}: {c.get('pods_per_s', 0):.2f} from the first create call, "
+                  f"{c.get('created_pods_per_s', 0):.2f} from the first pod created, "
+                  f"{c.get('bound_window_pods_per_s', 0):.2f} from the first pod bound")  # fmt: skip
             continue
         cpu = s["cpu_s"]
+        creator = cpu.get("bench", 0) if s["creator_cpu_s"] is None else s["creator_cpu_s"]
         cpus = "/".join(f"{cpu.get(k, 0):.1f}" for k in ("kube-scheduler", "topogang", "kube-apiserver", "etcd"))
+        cpus += f"/{creator:.1f}"
         runs = ",".join(f"{p:.0f}" for p in s["pods_per_s_runs"])
         late = "-" if s["last_created_to_bound_s"] is None else f"{s['last_created_to_bound_s']:.2f}"
-        print(f"{s['variant']:<6} {s['pods_per_s']:>7.1f} {runs:<22} {s['create_s']:>8.1f} {late:>12} {cpus:>36} "
-              f"{s['rss_mb']:>7.0f}  "
-              f"{names[s['variant']].what}")  # fmt: skip
+        what = names[s["variant"].split("+")[0]].what
+        print(f"{s['variant']:<10} {s['pods_per_s']:>7.1f} {s['created_pods_per_s']:>7.1f} "
+              f"{s['bound_window_pods_per_s']:>7.1f} {runs:<16} {s['create_s']:>8.1f} {late:>12} {cpus:>44} "
+              f"{s['rss_mb']:>7.0f}  {what}")  # fmt: skip
     for r in rows:
         extra = {k: r[k] for k in ("racks_per_gang", "scheduler", "topogang", "api_requests") if k in r}
         print(f"  {r['variant']} rep {r['rep']}: {r['bound']}/{r['pods']} bound, load {r['load_1m']}, "
@@ -529,25 +604,29 @@ async def in_tree_unavailable(kube: KubeClient) -> str | None:
     return None if "podgroups" in names else f"{IN_TREE_API} has no podgroups (serves {sorted(names)})"
 
 
-async def run_all(bench: Bench, chosen: Sequence[Variant], reps: int) -> list[dict[str, Any]]:
+async def run_all(bench: Bench, chosen: Sequence[Variant], reps: int, creators: Sequence[str]) -> list[dict[str, Any]]:
     rows = []
     for rep in range(reps):
-        for v in chosen:
-            t = time.perf_counter()
-            try:
-                row = await run_once(bench, v, rep)
-            except (ApiError, TimeoutError, ComponentError, RuntimeError) as exc:  # the next variant may still run
-                print(f"rep {rep} {v.name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                continue
-            rows.append(row)
-            print(f"rep {rep} {v.name}: {row['bound']}/{row['pods']} bound, {row['pods_per_s']:.1f} pods/s "
-                  f"(run and clean-up {time.perf_counter() - t:.0f} s)", file=sys.stderr)  # fmt: skip
+        for creator in creators:
+            for v in chosen:
+                t = time.perf_counter()
+                name = label(v.name, creator)
+                try:
+                    row = await run_once(bench, v, rep, creator)
+                except (ApiError, TimeoutError, ComponentError, RuntimeError) as exc:  # the next may still run
+                    print(f"rep {rep} {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    continue
+                rows.append(row)
+                print(f"rep {rep} {name}: {row['bound']}/{row['pods']} bound, {row['pods_per_s']:.1f} pods/s, "
+                      f"{row['created_pods_per_s']:.1f} from the first pod created "
+                      f"(run and clean-up {time.perf_counter() - t:.0f} s)", file=sys.stderr)  # fmt: skip
     return rows
 
 
 async def main_async(args: argparse.Namespace) -> None:
     names = variants(shlex.split(args.gates_args), args.compare)
     chosen = [names[n] for n in args.variants.split(",")]
+    creators = args.creators.split(",")
     shape = Shape(args.rack_nodes, args.block_racks, args.zone_blocks)
     level = args.gang_level if args.gang_level != "auto" else shape.smallest_level(args.gang_size)
     work = Workload(args.pods, args.gangs, args.gang_size, level)
@@ -559,6 +638,23 @@ async def main_async(args: argparse.Namespace) -> None:
     if any(v.in_tree for v in chosen):
         gates = f"--feature-gates={IN_TREE_GATES}"
         extra = {"kube-apiserver": [gates, f"--runtime-config={IN_TREE_API}=true"], "kube-controller-manager": [gates]}
+    if args.lease_seconds:
+        # kwok renews each node's lease every quarter of its duration: at 40 s and 10,000 nodes
+        # that is 1,000 writes a second to the API server and etcd, before any pod. The node
+        # lifecycle controller must then wait longer before it calls a node unreachable.
+        extra.setdefault("kwok", []).append(f"--node-lease-duration-seconds={args.lease_seconds}")
+        # (and a node kwok has not initialized yet is not called unreachable after the default minute)
+        grace = [f"--node-monitor-grace-period={2 * args.lease_seconds}s"]
+        grace.append(f"--node-startup-grace-period={2 * args.lease_seconds}s")
+        extra.setdefault("kube-controller-manager", []).extend(grace)
+    if args.kwok_parallelism:
+        # kwok plays each node's stages (its Ready status) with 4 workers by default, each waiting
+        # on the API server: on a loaded machine thousands of new nodes stay uninitialized for minutes.
+        options = {f"{k}Parallelism": args.kwok_parallelism for k in ("nodePlayStage", "nodeLease", "podPlayStage")}
+        doc = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": options}
+        path = Path(tempfile.mkdtemp(prefix="side-by-side-kwok-")) / "kwok-options.json"
+        path.write_bytes(orjson.dumps(doc))
+        extra.setdefault("kwok", []).append(f"--config={path}")  # loaded after the plane's stages
     plane = ControlPlane(binaries=Binaries.locate(), scheduler=False, extra_args=extra, timeout=120)
     plane.start()
     print(f"load average at start {os.getloadavg()}, {os.cpu_count()} cores", file=sys.stderr)
@@ -571,8 +667,9 @@ async def main_async(args: argparse.Namespace) -> None:
             await apply_crds(kube, CRDS)
             await create_topology(kube)
             t = time.perf_counter()
-            made = await make_nodes(FakeGpuNodes(api, name_prefix="bench", concurrency=32), args.nodes, shape)
-            usable = await until_schedulable(kube, len(made), share=0.97)
+            fake = FakeGpuNodes(api, name_prefix="bench", concurrency=32)
+            made = await make_nodes(fake, args.nodes, shape, timeout_s=args.nodes_timeout)
+            usable = await until_schedulable(kube, len(made), timeout_s=args.nodes_timeout, share=0.97)
             listing, _ = await kube.list("/api/v1/nodes")
             labels = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in listing}
             print(f"{len(made)} nodes ready ({usable} usable) in {time.perf_counter() - t:.0f} s; gangs per {level}",
@@ -580,8 +677,8 @@ async def main_async(args: argparse.Namespace) -> None:
             bench = Bench(
                 plane, kube, work, big, labels, args.timeout, args.bind_timeout, args.profile, args.profile_seconds
             )
-            rows = await run_all(bench, chosen, args.reps)
-        summary = summarize(rows, [v.name for v in chosen])
+            rows = await run_all(bench, chosen, args.reps, creators)
+        summary = summarize(rows, [label(v.name, c) for c in creators for v in chosen])
         if args.json:
             for obj in summary:
                 print(orjson.dumps(jsonable(obj)).decode())
@@ -609,10 +706,21 @@ def main() -> None:
                         help="where the big gang is required (auto: the smallest level that holds it)")  # fmt: skip
     parser.add_argument("--variants", default="A,B,C1,C2,C3", help="comma-separated, run in this order each rep")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--creators", default=BENCH,
+                        help=f"who creates the pods, each a run of every variant: {BENCH} (this process, "
+                             f"{Workload.concurrency} creates in flight), {KUBECTL} (one `kubectl create -f`, as a "
+                             f"new user would); comma-separated (default {BENCH})")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=300, help="seconds a run may take (default 300)")
     parser.add_argument("--bind-timeout", type=float, default=25.0, help="topogang serve --bind-timeout")
     parser.add_argument("--gates-args", default="", help="more flags for `topogang serve` in gates mode (C3)")
     parser.add_argument("--compare", type=Path, help="another checkout: adds variants B@, C2@ and G2@ run from it")
+    parser.add_argument("--lease-seconds", type=int, default=0,
+                        help="kwok's node lease duration (renewed every quarter of it; default: the control "
+                             "plane's 40 s), the node monitor's grace periods twice it")  # fmt: skip
+    parser.add_argument("--nodes-timeout", type=float, default=600,
+                        help="seconds for the nodes to be Ready, and again to be usable (default 600)")  # fmt: skip
+    parser.add_argument("--kwok-parallelism", type=int, default=0,
+                        help="kwok's workers for node and pod stages and node leases (default: kwok's 4)")  # fmt: skip
     parser.add_argument("--rack-nodes", type=int, default=32)
     parser.add_argument("--block-racks", type=int, default=4)
     parser.add_argument("--zone-blocks", type=int, default=4)
@@ -623,6 +731,8 @@ def main() -> None:
     args = parser.parse_args()
     known = variants((), args.compare)
     unknown = set(args.variants.split(",")) - set(known)
+    if set(args.creators.split(",")) - {BENCH, KUBECTL}:
+        parser.error(f"--creators: expected {BENCH} and/or {KUBECTL}, got {args.creators!r}")
     if unknown:
         parser.error(f"--variants: unknown {sorted(unknown)}; expected some of {sorted(known)}")
     asyncio.run(main_async(args))

@@ -311,12 +311,13 @@ class ClusterState:
         return ClusterSnapshot(table, PlanningUsage(self.bound, self.reserved, give_back or {}, held))
 
     def free_on(self, node: str, resource: str) -> int:
-        i = self.table.index.get(node)
+        table = self.table  # once: every steered filter call asks this of each of its node's resources
+        i = table.index.get(node)
         if i is None:
             return 0
-        held = self.devices.allocated(resource, self.table.nodes)
-        taken = self.bound.at(node, resource) + self.reserved.at(node, resource)
-        return int(self.table.alloc(resource)[i]) - taken - (int(held[i]) if held is not None else 0)
+        held = self.devices.allocated(resource, table.nodes)
+        free = int(table.alloc(resource)[i]) - self.bound.at_index(i, resource) - self.reserved.at_index(i, resource)
+        return free - int(held[i]) if held is not None else free
 
     def set_dra(self, kind: str, key: str, found: DraObject | None) -> None:
         """A ResourceSlice or DeviceClass (by name), a ResourceClaim or ResourceClaimTemplate (by

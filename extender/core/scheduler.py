@@ -54,6 +54,7 @@ from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
 from extender.core.membership import GroupView, Membership
 from extender.core.nomination import Nomination
+from extender.core.offered import Offered
 from extender.core.plans import Plans
 from extender.core.preempting import Preempting
 from extender.core.reasons import Reasons
@@ -144,6 +145,7 @@ class GangScheduler:
                 reason = self.reasons.text(group, "no room for this pod beyond its gang's minimum")
                 return refuse(nodes, f"topogang: {reason}", group, event)
         node = gp.reserved[pod.key]
+        nodes = Offered(nodes)  # the planned node is looked for once, however often asked
         if not self.plans.still_fits(node) or self.steering.lost(node, nodes, nominated):
             # Another scheduler, or kube-scheduler's own filters (all nodes are offered, or the
             # node it was nominated to failed them), took the planned node: plan the pods that

@@ -37,6 +37,10 @@ class UsageLedger:
         arr = self._arrays.get(resource)
         return 0 if i is None or arr is None else int(arr[i])
 
+    def at_index(self, i: int, resource: str) -> int:
+        arr = self._arrays.get(resource)
+        return 0 if arr is None else int(arr[i])
+
 
 class PlanningUsage:
     """Bound + reserved + devices claims hold, minus the reservations a re-plan gives back (the

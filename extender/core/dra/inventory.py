@@ -243,8 +243,8 @@ class DeviceInventory:
         """Devices of RESOURCE that claims hold, per node; None for other resources. For an
         extended resource the claims kube-scheduler made for it are left out: their pods'
         requests already count it."""
-        cls = self.extended.get(resource)
-        if not is_device_resource(resource) and cls is None:
+        cls = self.extended.get(resource) if self.classes else None  # (asked on every filter call)
+        if cls is None and not is_device_resource(resource):
             return None
         cache_key = (resource, self.claims_version)
         found = self._allocated.get(cache_key)
