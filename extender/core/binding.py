@@ -6,6 +6,14 @@ has. Before the gate opens, every arrived member's node is checked against the c
 now: a node deleted, cordoned, not ready or filled meanwhile opens nothing (the coordinator
 plans the gang again). The bind calls waiting at a gate whose plan was dropped are kept here
 until the server fails them (`take_dropped`).
+
+*Ahead*: kube-scheduler takes a gang's members one at a time, so the members of a large gang
+reach bind over tens of seconds, longer than one bind call may wait (its httpTimeout); their
+calls came back and were retried, each retry a refusal and a status write. When every planned pod
+needs nothing from kube-scheduler that the plan does not judge (`PodInfo.kube_checks` empty:
+no volume or resource claims, host ports, inter-pod affinity or spread constraints) and names
+the same scheduler, the gate opens as the plan is made: topogang binds every planned pod at
+once, and the members' calls, if they still come, find their pod bound (`DONE`).
 """
 
 from __future__ import annotations
@@ -54,6 +62,23 @@ class BindGate:
         if not stale:
             return BindDecision(BIND, gp.gate.open())
         return BindDecision(REJECT, stale=stale)
+
+    def ahead(self, group: str, scheduler_name: str, now: float) -> tuple[tuple[str, str], ...]:
+        """Open GROUP's new plan at once when topogang may bind all of it itself (see the module's
+        docstring): (pod, node) of every planned pod, to bind now; () when the members must come
+        to bind one by one."""
+        gp = self._plans.get(group)
+        if gp is None or gp.gate.opened or gp.gate.arrived or not gp.reserved:
+            return ()
+        pods = self._state.pods
+        for key in gp.reserved:
+            pod = pods.get(key)
+            if pod is None or pod.kube_checks or pod.scheduler_name != scheduler_name:
+                return ()
+            if pod.node_name is not None or pod.scheduling_gates:  # (a gated pod cannot be bound: gates mode)
+                return ()
+        gp.touched = now
+        return gp.gate.open_all(gp.reserved)
 
     def missing(self, group: str) -> list[str]:
         """Pods of the minimum that have not reached bind yet."""

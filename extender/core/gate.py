@@ -46,6 +46,13 @@ class Gate:
         self.arrived.clear()
         return batch
 
+    def open_all(self, reserved: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """Let every planned pod through at once, whether it reached bind or not (bound ahead of
+        kube-scheduler's calls: core/binding.py)."""
+        self.opened = True
+        self.arrived.clear()
+        return tuple(sorted(reserved.items()))
+
     def silence_left(self, now: float, timeout: float) -> float | None:
         """Seconds until the gate closes for silence (<= 0: it should close now); None when no
         member is waiting, or the gate opened."""

@@ -69,6 +69,7 @@ from extender.placement import (
     NO_DOMAIN,
     BoolArray,
     Gang,
+    Shortfall,
     Unplaceable,
     incomplete,
     meets_minimum,
@@ -76,6 +77,7 @@ from extender.placement import (
 )
 
 MAX_SCORE = 10
+NEW_GATE = ("planned", "replanned")  # outcomes that make a plan with a gate of its own
 refuse = FilterResult.refusal
 
 
@@ -89,10 +91,14 @@ class GangScheduler:
         repair_timeout: float = 300.0,
         nominate: bool = False,
         reservations: Settings | None = None,
+        bind_ahead: bool = False,
     ) -> None:
         """RESERVATIONS: who gets room held and how (None: no reservations, the default of the
-        core; the server and the simulator pass their settings)."""
+        core; the server and the simulator pass their settings). BIND_AHEAD: a gang planned in a
+        filter call whose pods need nothing else of kube-scheduler is bound at once, all of it
+        (`FilterResult.bind`; binding.BindGate.ahead), not member by member at the gate."""
         self.state = state
+        self.bind_ahead = bind_ahead
         self.membership = Membership(state)
         self.plan_ttl = plan_ttl
         self.plans = Plans(state)
@@ -117,6 +123,8 @@ class GangScheduler:
             if self.state.was_deleted(pod):  # or behind it: never bring a deleted pod back
                 return refuse(nodes, f"topogang: pod {pod.key} was deleted")
             self.state.upsert_pod(pod)  # the request can be ahead of our watch
+        if pod.node_name is None and (short := self.membership.still_short(pod.key)) is not None:
+            return self._short(short, nodes)
         group = self.membership.group_of(pod.key)
         if group is None:
             waiting = self.membership.waiting(pod.key)
@@ -154,7 +162,22 @@ class GangScheduler:
             if gp is None or again is None or self.steering.lost(again, nodes, nominated):
                 reason = self.reasons.text(group, f"planned node {node} is no longer feasible")
                 return refuse(nodes, f"topogang: {reason}", group, event)
-        return self.steering.steer(group, gp, pod.key, nodes, nominated, event)
+        result = self.steering.steer(group, gp, pod.key, nodes, nominated, event)
+        if self.bind_ahead and event is not None and event.outcome in NEW_GATE:
+            batch = self.gates.ahead(group, pod.scheduler_name, now)
+            if batch:  # every planned pod binds now: none is woken or nominated to come to bind
+                return replace(result, wake=(), steer=None, bind=batch)
+        return result
+
+    def _short(self, short: tuple[str, int, int], nodes: Sequence[str]) -> FilterResult:
+        """A member of a gang still short of pods, answered from the count of its pods alone
+        (Membership.still_short): the same refusal as planning it would give, without grouping
+        and building the whole gang for each member that arrives."""
+        group, present, needed = short
+        reason = Shortfall(INCOMPLETE, f"PodGroup {group}", needed, present=present)
+        self.reasons.record(group, reason)
+        event = PlanEvent(group, "pending", needed, reason=reason.render())
+        return replace(refuse(nodes, f"topogang: {reason.render()}", group, event), quick=True)
 
     def _held_back(self, group: str, view: GroupView, pod_key: str) -> str | None:
         """Why GROUP's member POD_KEY cannot be planned now (None: it can). A preemption whose
@@ -215,6 +238,8 @@ class GangScheduler:
                 if found is not None:
                     return found
             self.reasons.record(group, result.reason)
+            if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
+                self.membership.short(group, result.reason.pods)  # its next members: counted, not built
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
