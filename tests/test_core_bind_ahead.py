@@ -26,9 +26,9 @@ def setup(bind_ahead: bool = True, spec: dict[str, Any] | None = None) -> GangSc
     return GangScheduler(state, bind_ahead=bind_ahead)
 
 
-def arrive(scheduler: GangScheduler, i: int, **kw: Any) -> Any:
+def arrive(scheduler: GangScheduler, i: int, gpus: int = 1, **kw: Any) -> Any:
     """Member i is created and kube-scheduler asks about it."""
-    p = pod(f"g-{i}", gpus=1, group="g", **kw)
+    p = pod(f"g-{i}", gpus=gpus, group="g", **kw)
     scheduler.observe_pod(p)
     return scheduler.filter(scheduler.state.pods[p.key], NODES, float(i))
 
@@ -110,3 +110,24 @@ def test_a_changed_podgroup_or_a_gang_with_subgroups_is_judged_whole_again() -> 
     scheduler = setup(spec=spec)
     for i in range(2):
         assert not arrive(scheduler, i, labels={"kai.scheduler/subgroup-name": "a"}).quick
+
+
+def test_a_member_asked_about_while_its_gang_is_bound_ahead_keeps_its_node() -> None:
+    # kube-scheduler may still ask about members it had in hand when the plan was made: each is
+    # answered with the node its Binding goes to, never traded with a mate (steering) or planned
+    # again, which would move a pod whose Binding is already posted.
+    state = ClusterState()
+    for n in grid(racks=2, nodes=4):
+        state.upsert_node(n)
+    state.set_topology("default", TOPO)
+    state.set_podgroup("default/g", podgroup({"minMember": 4}, name="g"))
+    scheduler = GangScheduler(state, bind_ahead=True, nominate=True)
+    for i in range(4):
+        arrive(scheduler, i, gpus=8)  # a node each
+    planned = dict(scheduler.reserved("default/g"))
+    other = next(n for n in NODES if n != planned["default/g-1"] and n in planned.values())
+    answer = scheduler.filter(state.pods["default/g-1"], [other], 5.0)  # a sample without its node
+    assert answer.nodes == []
+    assert answer.reason == f"topogang: being bound to its planned node {planned['default/g-1']}"
+    assert dict(scheduler.reserved("default/g")) == planned  # nobody traded
+    assert scheduler.filter(state.pods["default/g-2"], NODES, 5.0).nodes == [planned["default/g-2"]]

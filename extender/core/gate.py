@@ -21,6 +21,7 @@ class Gate:
     arrived: dict[str, str] = field(default_factory=dict)  # pod -> node: reached bind, not bound yet
     last_arrival: float | None = None  # when a member reached bind for the first time (monotonic)
     opened: bool = False  # the minimum went through
+    ahead: bool = False  # opened as planned: every planned pod is being bound (core/binding.py)
 
     def arrive(self, pod: str, node: str, now: float) -> bool:
         """POD reached bind on NODE; True when it had not arrived before (progress)."""
@@ -49,7 +50,7 @@ class Gate:
     def open_all(self, reserved: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """Let every planned pod through at once, whether it reached bind or not (bound ahead of
         kube-scheduler's calls: core/binding.py)."""
-        self.opened = True
+        self.opened = self.ahead = True
         self.arrived.clear()
         return tuple(sorted(reserved.items()))
 

@@ -152,6 +152,12 @@ class GangScheduler:
                 reason = self.reasons.text(group, "no room for this pod beyond its gang's minimum")
                 return refuse(nodes, f"topogang: {reason}", group, event)
         node = gp.reserved[pod.key]
+        if gp.gate.ahead:
+            # Its Binding was posted with the plan (or failed, and the pod was woken to bind it
+            # through its own call): its node is fixed; no trade, no new plan under a Binding.
+            if node in nodes:
+                return FilterResult([node], group=group, event=event)
+            return refuse(nodes, f"topogang: being bound to its planned node {node}", group, event)
         if not self.plans.still_fits(node) or self.steering.lost(node, nodes, nominated):
             # Another scheduler, or kube-scheduler's own filters (all nodes are offered, or the
             # node it was nominated to failed them), took the planned node: plan the pods that

@@ -142,18 +142,25 @@ class BindCalls:
     def ahead(self, batch: Sequence[tuple[str, str]]) -> Awaitable[None]:
         """Bind a gang planned just now, all of it, without waiting for its members' calls
         (binding.BindGate.ahead). Each Binding is registered before this returns, so a member's
-        call that comes meanwhile shares it; a pod whose Binding failed is woken, for
-        kube-scheduler to take it to its planned node and bind it through its own call."""
+        call that comes meanwhile shares it; a pod whose Binding failed is woken (and nominated on
+        its planned node), for kube-scheduler to bring it there and bind it through its own call."""
         posts = self._start(batch)
 
         async def run() -> None:
             errors = await self._bind_all(batch, posts, ahead=True)
             failed = [GroupKey.parse(p) for p in errors if self._lookup.pod(p) is not None]
-            if failed:
-                names = [(k.namespace, k.name) for k in failed]
-                await self.actions.wake(names, self.scheduler.plans.next_generation())
+            if not failed:
+                return
+            names, generation = [(k.namespace, k.name) for k in failed], self.scheduler.plans.next_generation()
+            if self.scheduler.steering.enabled:  # requeued and sent to its planned node in one write
+                await self.actions.nominate(names, generation, self._planned_node)
+            else:
+                await self.actions.wake(names, generation)
 
         return run()
+
+    def _planned_node(self, namespace: str, name: str) -> str | None:
+        return self.scheduler.nomination_target(f"{namespace}/{name}")
 
     def _start(self, batch: Sequence[tuple[str, str]]) -> list[asyncio.Future[str]]:
         """Start the Binding POST of each (pod, node), registered at once in `_binding`."""
