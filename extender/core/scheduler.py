@@ -123,8 +123,9 @@ class GangScheduler:
             if self.state.was_deleted(pod):  # or behind it: never bring a deleted pod back
                 return refuse(nodes, f"topogang: pod {pod.key} was deleted")
             self.state.upsert_pod(pod)  # the request can be ahead of our watch
-        if pod.node_name is None and (short := self.membership.still_short(pod.key)) is not None:
-            return self._short(short, nodes)
+        if pod.node_name is None and (short := self.still_short(pod.key)) is not None:
+            said = PlanEvent(short[0], "pending", short[1].pods, reason=short[1].render())
+            return replace(refuse(nodes, f"topogang: {said.reason}", said.group, said), quick=True)
         group = self.membership.group_of(pod.key)
         if group is None:
             waiting = self.membership.waiting(pod.key)
@@ -175,15 +176,18 @@ class GangScheduler:
                 return replace(result, wake=(), steer=None, bind=batch)
         return result
 
-    def _short(self, short: tuple[str, int, int], nodes: Sequence[str]) -> FilterResult:
-        """A member of a gang still short of pods, answered from the count of its pods alone
-        (Membership.still_short): the same refusal as planning it would give, without grouping
-        and building the whole gang for each member that arrives."""
-        group, present, needed = short
-        reason = Shortfall(INCOMPLETE, f"PodGroup {group}", needed, present=present)
-        self.reasons.record(group, reason)
-        event = PlanEvent(group, "pending", needed, reason=reason.render())
-        return replace(refuse(nodes, f"topogang: {reason.render()}", group, event), quick=True)
+    def still_short(self, pod_key: str) -> tuple[str, Shortfall] | None:
+        """POD_KEY's gang when it is still short of pods, told from the count of its pods alone
+        (Membership.still_short), its reason recorded with the new count: the same refusal as
+        planning it would give, without grouping and building the gang for each new member.
+        None: ask the whole question."""
+        found = self.membership.still_short(pod_key)
+        if found is None:
+            return None
+        group, present, needed = found
+        why = Shortfall(INCOMPLETE, f"PodGroup {group}", needed, present=present)
+        self.reasons.record(group, why)
+        return group, why
 
     def _held_back(self, group: str, view: GroupView, pod_key: str) -> str | None:
         """Why GROUP's member POD_KEY cannot be planned now (None: it can). A preemption whose
