@@ -589,8 +589,9 @@ async def main_async(args: argparse.Namespace) -> None:
             await apply_crds(kube, CRDS)
             await create_topology(kube)
             t = time.perf_counter()
-            made = await make_nodes(FakeGpuNodes(api, name_prefix="bench", concurrency=32), args.nodes, shape)
-            usable = await until_schedulable(kube, len(made), share=0.97)
+            fake = FakeGpuNodes(api, name_prefix="bench", concurrency=32)
+            made = await make_nodes(fake, args.nodes, shape, timeout_s=args.ready_timeout)
+            usable = await until_schedulable(kube, len(made), timeout_s=args.ready_timeout, share=0.97)
             listing, _ = await kube.list("/api/v1/nodes")
             labels = {n["metadata"]["name"]: n["metadata"].get("labels", {}) for n in listing}
             print(f"{len(made)} nodes ready ({usable} usable) in {time.perf_counter() - t:.0f} s; gangs per {level}",
@@ -631,6 +632,8 @@ def main() -> None:
     parser.add_argument("--bind-timeout", type=float, default=25.0, help="topogang serve --bind-timeout")
     parser.add_argument("--gates-args", default="", help="more flags for `topogang serve` in gates mode (C3)")
     parser.add_argument("--compare", type=Path, help="another checkout: adds variants B@, C2@ and G2@ run from it")
+    parser.add_argument("--ready-timeout", type=float, default=600,
+                        help="seconds the nodes may take to be Ready and schedulable (default 600)")  # fmt: skip
     parser.add_argument("--rack-nodes", type=int, default=32)
     parser.add_argument("--block-racks", type=int, default=4)
     parser.add_argument("--zone-blocks", type=int, default=4)

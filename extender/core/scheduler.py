@@ -125,7 +125,7 @@ class GangScheduler:
             self.state.upsert_pod(pod)  # the request can be ahead of our watch
         if pod.node_name is None and (short := self.still_short(pod.key)) is not None:
             said = PlanEvent(short[0], "pending", short[1].pods, reason=short[1].render())
-            return replace(refuse(nodes, f"topogang: {said.reason}", said.group, said), quick=True)
+            return replace(self._refuse_short(nodes, short[0], short[1], said), quick=True)
         group = self.membership.group_of(pod.key)
         if group is None:
             waiting = self.membership.waiting(pod.key)
@@ -150,6 +150,9 @@ class GangScheduler:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)
             if gp is None or pod.key not in gp.reserved:
+                why = self.reasons.get(group)
+                if isinstance(why, Shortfall) and why.kind == INCOMPLETE:
+                    return self._refuse_short(nodes, group, why, event)
                 reason = self.reasons.text(group, "no room for this pod beyond its gang's minimum")
                 return refuse(nodes, f"topogang: {reason}", group, event)
         node = gp.reserved[pod.key]
@@ -175,6 +178,14 @@ class GangScheduler:
             if batch:  # every planned pod binds now: none is woken or nominated to come to bind
                 return replace(result, wake=(), steer=None, bind=batch)
         return result
+
+    @staticmethod
+    def _refuse_short(nodes: Sequence[str], group: str, why: Shortfall, event: PlanEvent | None) -> FilterResult:
+        """A member of a gang short of pods: the count in the reason (Events, logs), and a text
+        that does not change with it for kube-scheduler's condition (`render_steady`), else each
+        retry of a parked member would cost a pods/status write."""
+        refused = refuse(nodes, f"topogang: {why.render()}", group, event)
+        return replace(refused, unresolvable=dict.fromkeys(nodes, f"topogang: {why.render_steady()}"))
 
     def still_short(self, pod_key: str) -> tuple[str, Shortfall] | None:
         """POD_KEY's gang when it is still short of pods, told from the count of its pods alone
