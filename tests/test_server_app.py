@@ -117,7 +117,7 @@ async def test_members_parked_while_their_gang_was_incomplete_are_woken_once_to_
     client, scheduler, recorder = await setup()
     scheduler.observe_pod(pod("other", node_name=NODES[3]))  # the rack keeps room for 3 of the 4
     members = [member(i) for i in range(4)]
-    for i, p in enumerate(members[:3]):  # kube-scheduler tries each as it comes and parks it
+    for p in members[:3]:  # kube-scheduler tries each as it comes and parks it
         scheduler.observe_pod(p)
         reply = await call(client, "filter", args(p))
         assert set(reply["FailedAndUnresolvableNodes"].values()) == {
