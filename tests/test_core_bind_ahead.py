@@ -131,3 +131,20 @@ def test_a_member_asked_about_while_its_gang_is_bound_ahead_keeps_its_node() -> 
     assert answer.reason == f"topogang: being bound to its planned node {planned['default/g-1']}"
     assert dict(scheduler.reserved("default/g")) == planned  # nobody traded
     assert scheduler.filter(state.pods["default/g-2"], NODES, 5.0).nodes == [planned["default/g-2"]]
+
+
+def test_a_member_of_a_gang_bound_ahead_is_answered_without_building_the_gang() -> None:
+    # Each Binding that lands changes the gang's tree; kube-scheduler's retries of members not
+    # bound yet must not rebuild a 4,096-pod gang for each answer (a profile saw half of
+    # topogang's CPU there while 4,096 Bindings were going out).
+    scheduler = setup()
+    for i in range(4):
+        arrive(scheduler, i)
+    planned = dict(scheduler.reserved("default/g"))
+    scheduler.observe_pod(replace(scheduler.state.pods["default/g-0"], node_name=planned["default/g-0"]))
+
+    def built(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the gang was built again")
+
+    scheduler.membership.view = built  # type: ignore[method-assign]
+    assert scheduler.filter(scheduler.state.pods["default/g-1"], NODES, 5.0).nodes == [planned["default/g-1"]]

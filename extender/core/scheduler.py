@@ -140,6 +140,15 @@ class GangScheduler:
             if pod.node_name in nodes:
                 return FilterResult([pod.node_name], group=group)
             return refuse(nodes, f"topogang: the pod is bound to {pod.node_name} already", group)
+        ahead = self.plans.get(group)
+        if ahead is not None and ahead.gate.ahead and pod.key in ahead.reserved:
+            # Its Binding was posted with the plan (or failed, and the pod was woken to bind it
+            # through its own call): its node is fixed; no trade, no new plan under a Binding,
+            # and the gang, changing as each Binding lands, is not built again for the answer.
+            node = ahead.reserved[pod.key]
+            if node in nodes:
+                return FilterResult([node], group=group)
+            return refuse(nodes, f"topogang: being bound to its planned node {node}", group)
         view = self.membership.view(group)
         held = self._held_back(group, view, pod.key)
         if held is not None:
@@ -156,12 +165,6 @@ class GangScheduler:
                 reason = self.reasons.text(group, "no room for this pod beyond its gang's minimum")
                 return refuse(nodes, f"topogang: {reason}", group, event)
         node = gp.reserved[pod.key]
-        if gp.gate.ahead:
-            # Its Binding was posted with the plan (or failed, and the pod was woken to bind it
-            # through its own call): its node is fixed; no trade, no new plan under a Binding.
-            if node in nodes:
-                return FilterResult([node], group=group, event=event)
-            return refuse(nodes, f"topogang: being bound to its planned node {node}", group, event)
         if not self.plans.still_fits(node) or self.steering.lost(node, nodes, nominated):
             # Another scheduler, or kube-scheduler's own filters (all nodes are offered, or the
             # node it was nominated to failed them), took the planned node: plan the pods that
