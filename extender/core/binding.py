@@ -18,8 +18,20 @@ once, and the members' calls, if they still come, find their pod bound (`DONE`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from extender.core.cluster import ClusterState
-from extender.core.decisions import BIND, DONE, R_BIND_TIMEOUT, REJECT, WAIT, BindDecision, Reason, Released
+from extender.core.decisions import (
+    BIND,
+    DONE,
+    R_BIND_TIMEOUT,
+    REJECT,
+    WAIT,
+    BindDecision,
+    FilterResult,
+    Reason,
+    Released,
+)
 from extender.core.membership import Membership
 from extender.core.plans import Plans
 
@@ -79,6 +91,19 @@ class BindGate:
                 return ()
         gp.touched = now
         return gp.gate.open_all(gp.reserved)
+
+    def answer_ahead(self, group: str, pod_key: str, nodes: Sequence[str]) -> FilterResult | None:
+        """The filter's answer for a member of a gang bound ahead (None: it is not one). Its
+        Binding was posted with the plan (or failed, and the pod was woken to bind through its
+        own call): its node is fixed, no trade, no new plan under a posted Binding, and the
+        gang, which changes as each Binding lands, is not built again for the answer."""
+        gp = self._plans.get(group)
+        if gp is None or not gp.gate.ahead or pod_key not in gp.reserved:
+            return None
+        node = gp.reserved[pod_key]
+        if node in nodes:
+            return FilterResult([node], group=group)
+        return FilterResult.refusal(nodes, f"topogang: being bound to its planned node {node}", group)
 
     def missing(self, group: str) -> list[str]:
         """Pods of the minimum that have not reached bind yet."""

@@ -94,9 +94,8 @@ class GangScheduler:
         bind_ahead: bool = False,
     ) -> None:
         """RESERVATIONS: who gets room held and how (None: no reservations, the default of the
-        core; the server and the simulator pass their settings). BIND_AHEAD: a gang planned in a
-        filter call whose pods need nothing else of kube-scheduler is bound at once, all of it
-        (`FilterResult.bind`; binding.BindGate.ahead), not member by member at the gate."""
+        core; the server and the simulator pass their settings). BIND_AHEAD: bind a gang whole as
+        it is planned when kube-scheduler has nothing to add (binding.BindGate.ahead)."""
         self.state = state
         self.bind_ahead = bind_ahead
         self.membership = Membership(state)
@@ -140,15 +139,8 @@ class GangScheduler:
             if pod.node_name in nodes:
                 return FilterResult([pod.node_name], group=group)
             return refuse(nodes, f"topogang: the pod is bound to {pod.node_name} already", group)
-        ahead = self.plans.get(group)
-        if ahead is not None and ahead.gate.ahead and pod.key in ahead.reserved:
-            # Its Binding was posted with the plan (or failed, and the pod was woken to bind it
-            # through its own call): its node is fixed; no trade, no new plan under a Binding,
-            # and the gang, changing as each Binding lands, is not built again for the answer.
-            node = ahead.reserved[pod.key]
-            if node in nodes:
-                return FilterResult([node], group=group)
-            return refuse(nodes, f"topogang: being bound to its planned node {node}", group)
+        if (bound_ahead := self.gates.answer_ahead(group, pod.key, nodes)) is not None:
+            return bound_ahead
         view = self.membership.view(group)
         held = self._held_back(group, view, pod.key)
         if held is not None:
@@ -184,9 +176,8 @@ class GangScheduler:
 
     @staticmethod
     def _refuse_short(nodes: Sequence[str], group: str, why: Shortfall, event: PlanEvent | None) -> FilterResult:
-        """A member of a gang short of pods: the count in the reason (Events, logs), and a text
-        that does not change with it for kube-scheduler's condition (`render_steady`), else each
-        retry of a parked member would cost a pods/status write."""
+        """A member of a gang short of pods: the count in the reason (Events, logs); for kube-scheduler's
+        condition a text that does not change with it, or each retry would cost a status write."""
         refused = refuse(nodes, f"topogang: {why.render()}", group, event)
         return replace(refused, unresolvable=dict.fromkeys(nodes, f"topogang: {why.render_steady()}"))
 
