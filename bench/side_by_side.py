@@ -53,6 +53,7 @@ import contextlib
 import os
 import resource
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -110,6 +111,7 @@ SCHEDULER_METRICS = (
 TOPOGANG_METRICS = (
     "topogang_extender_request_duration_seconds_sum",
     "topogang_extender_request_duration_seconds_count",
+    "topogang_binds_failed_total",
 )
 
 
@@ -317,6 +319,7 @@ class Profilers:
         if topogang_pid is not None:
             out = bench.profile / f"{tag}-topogang.txt"
             spy = Path(sys.executable).with_name("py-spy")
+            spy = spy if spy.exists() else Path(shutil.which("py-spy") or spy)  # or on PATH
             argv = [str(spy), "record", "--pid", str(topogang_pid), "--rate", "100", "--format", "raw", "-o", str(out)]
             self.spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         path = f"/debug/pprof/profile?seconds={int(bench.profile_seconds)}"
@@ -445,11 +448,23 @@ async def measure(
             domains_per_group(clock.bound, bench.node_labels, LABEL[work.gang_level]).values()
         )
         row["racks_per_gang"] = list(domains_per_group(clock.bound, bench.node_labels, LABEL["rack"]).values())
+        row["part_bound_s"] = part_bound(clock.bound)
+    status_writes = sum(v for k, v in requests.items() if k.endswith(" pods/status"))
+    row["pod_status_writes_per_pod"] = status_writes / expected if expected else 0.0
     if server is not None:
         row["topogang"] = await topogang_summary(server)
         if not complete:
             print(f"--- {v.name}: topogang log ---\n{server.tail(15)}", file=sys.stderr)
     return row
+
+
+def part_bound(bound: Mapping[str, tuple[float, str]]) -> list[float]:
+    """Per gang (pods named gang<g>-<i>), seconds from its first pod seen bound to its last: how
+    long it was part-bound, as the pod watch saw it."""
+    times: dict[str, list[float]] = {}
+    for pod, (t, _) in bound.items():
+        times.setdefault(pod.rsplit("-", 1)[0], []).append(t)
+    return [round(max(ts) - min(ts), 3) for _, ts in sorted(times.items())]
 
 
 async def api_requests(plane: ControlPlane) -> dict[str, float]:
@@ -509,6 +524,8 @@ async def topogang_summary(server: Topogang) -> dict[str, Any]:
         return {"error": f"/metrics answered {status}"}
     values = prometheus_values(body.decode(), TOPOGANG_METRICS)
     out: dict[str, Any] = {}
+    failed = {k.split('reason="')[1].split('"')[0]: int(v) for k, v in values.items() if "binds_failed" in k and v}
+    out["binds_failed"] = failed  # bind calls answered with an error (kube-scheduler retries them), by reason
     for key, count in values.items():
         if not key.startswith("topogang_extender_request_duration_seconds_count") or not count:
             continue
@@ -587,7 +604,8 @@ def print_table(summary: list[dict[str, Any]], rows: list[dict[str, Any]], names
               f"{s['bound_window_pods_per_s']:>7.1f} {runs:<16} {s['create_s']:>8.1f} {late:>12} {cpus:>44} "
               f"{s['rss_mb']:>7.0f}  {what}")  # fmt: skip
     for r in rows:
-        extra = {k: r[k] for k in ("racks_per_gang", "scheduler", "topogang", "api_requests") if k in r}
+        keys = ("racks_per_gang", "part_bound_s", "pod_status_writes_per_pod", "scheduler", "topogang", "api_requests")
+        extra = {k: r[k] for k in keys if k in r}
         print(f"  {r['variant']} rep {r['rep']}: {r['bound']}/{r['pods']} bound, load {r['load_1m']}, "
               f"others {r['cpu_s']['others']} CPU s in {r['cpu_s']['wall']} s; "
               f"{orjson.dumps(jsonable(extra)).decode()}")  # fmt: skip

@@ -14,6 +14,7 @@ topology.topogang.io/zone > block > rack; the drawing in each test shows them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections import Counter
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import pytest_asyncio
 
@@ -74,6 +76,17 @@ def show_topogang_log(request: pytest.FixtureRequest, topogang: Topogang | None)
     report = getattr(request.node, "rep_call", None)
     if topogang is not None and report is not None and report.failed:
         print(f"--- last lines of {topogang.log_path} ---\n{topogang.tail()}")
+
+
+def log_lines(server: Topogang, message: str, namespace: str) -> list[dict[str, Any]]:
+    """topogang's log lines MESSAGE about NAMESPACE's gangs or pods."""
+    out = []
+    for line in server.log_path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            entry = orjson.loads(line)
+            if entry.get("event") == message and f"{namespace}/" in f"{entry.get('group', '')}{entry.get('pod', '')}":
+                out.append(entry)
+    return out
 
 
 def racks_of(placed: dict[str, str], node_rack: dict[str, str]) -> dict[str, str]:
@@ -325,6 +338,48 @@ async def test_a_gang_becomes_feasible_when_nodes_are_added(
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
     placed = await wait_all_bound(kube, namespace, 4)
     assert len(set(placed.values())) == 4
+
+
+async def test_a_gang_is_bound_whole_as_it_is_planned_with_at_most_one_write_per_member(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (8 nodes): one gang of 64 pods of 1 GPU, created one by one. Each member
+    #   kube-scheduler asks about before the last is created is refused (one status write:
+    #   PodScheduled False, whose text does not change as the gang fills, so a retry of a parked
+    #   member writes nothing); the call about the last plans the gang and topogang binds all of
+    #   it then (--bind-ahead): no member is woken or nominated, none retries a bind.
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=8)
+    await create_podgroup(kube, namespace, "big", {"minMember": 64})
+    writes: Counter[str] = Counter()  # pod -> writes to it seen before it was bound
+    bound: set[str] = set()
+    _, version = await kube.list(f"/api/v1/namespaces/{namespace}/pods")
+
+    async def watch() -> None:
+        params = {"resourceVersion": version}
+        async for kind, obj in kube.watch(f"/api/v1/namespaces/{namespace}/pods", params, timeout_seconds=120):
+            name = obj["metadata"]["name"]
+            if obj["spec"].get("nodeName"):
+                bound.add(name)
+            elif kind == "MODIFIED" and name not in bound:
+                writes[name] += 1
+
+    watching = asyncio.create_task(watch())
+    try:
+        for i in range(64):
+            await create(kube, gpu_pod(f"big-{i}", gpus=1, annotations={"pod-group-name": "big"}), namespace)
+        await wait_all_bound(kube, namespace, 64, within=120)
+
+        async def watched() -> bool:
+            return len(bound) == 64
+
+        await eventually(watched, within=30, what="the watch to see every pod bound")
+    finally:
+        watching.cancel()
+    assert max(writes.values(), default=0) <= 1, writes.most_common(5)
+    if topogang is not None:
+        lines = log_lines(topogang, "bound", namespace)
+        assert [(x["pods"], x["ahead"], x["failed"]) for x in lines] == [(64, True, 0)]
+        assert log_lines(topogang, "bind refused", namespace) == []
 
 
 async def test_plain_pods_schedule_as_usual_beside_gangs(

@@ -135,8 +135,10 @@ async def test_a_tfjob_gets_a_podgroup_that_shows_where_it_landed_and_goes_with_
     await eventually(scheduled_event, within=30, what="a Normal Scheduled Event on PodGroup tfjob-train")
 
     seen = await metrics(topogang)
-    assert seen[("topogang_extender_request_duration_seconds_count", (("code", "200"), ("verb", "filter")))] >= 17
-    assert seen[("topogang_extender_request_duration_seconds_count", (("code", "200"), ("verb", "bind")))] >= 17
+    # (the gang is bound ahead as it is planned: members kube-scheduler had not reached yet are
+    # bound before it asks about them, so there are fewer calls than pods)
+    assert seen[("topogang_extender_request_duration_seconds_count", (("code", "200"), ("verb", "filter")))] >= 1
+    assert seen[("topogang_extender_request_duration_seconds_count", (("code", "200"), ("verb", "bind")))] >= 1
     assert seen[("topogang_plan_duration_seconds_count", (("outcome", "planned"),))] >= 1
     assert seen[("topogang_gang_wait_seconds_count", ())] >= 1
     assert ("topogang_binds_failed_total", (("reason", "api_error"),)) in seen

@@ -22,7 +22,9 @@ from tests.test_server_app import Recorder, args, call, member
 from tests.test_server_metrics import sample
 
 
-async def start(aiohttp_client: Any, bind_timeout: float, call_budget: float) -> tuple[TestClient, Extender, Recorder]:
+async def start(
+    aiohttp_client: Any, bind_timeout: float, call_budget: float, bind_ahead: bool = False
+) -> tuple[TestClient, Extender, Recorder]:
     state = ClusterState()
     for n in grid(nodes=4):
         state.upsert_node(n)
@@ -30,7 +32,8 @@ async def start(aiohttp_client: Any, bind_timeout: float, call_budget: float) ->
     spec = {"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
     state.set_podgroup("default/g", podgroup(spec, name="g"))
     recorder = Recorder()
-    extender = Extender(GangScheduler(state), recorder, bind_timeout=bind_timeout, call_budget=call_budget)
+    scheduler = GangScheduler(state, bind_ahead=bind_ahead)
+    extender = Extender(scheduler, recorder, bind_timeout=bind_timeout, call_budget=call_budget)
     client = await aiohttp_client(create_app(extender, lambda: True, "/topogang"))
     return client, extender, recorder
 
@@ -142,3 +145,64 @@ async def test_a_retry_that_comes_while_its_pods_binding_is_in_flight_shares_it(
     assert retry == {"Error": ""}
     assert await last == {"Error": ""}
     assert sorted(slow.bound) == sorted(nodes.items())  # four Bindings, not five
+
+
+class FailingBinder(Recorder):
+    """The API server refuses one Binding (a conflict, a throttle): that pod's call must bind it."""
+
+    def __init__(self, failing: str) -> None:
+        super().__init__()
+        self.failing = failing
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if name == self.failing:
+            self.failing = ""
+            raise RuntimeError("the API server said no")
+        await super().bind(namespace, name, uid, node)
+
+
+async def settled(extender: Extender) -> None:
+    """Wait until the extender's background work (the Bindings posted ahead) is done."""
+    while extender.tasks._tasks:
+        await asyncio.wait(list(extender.tasks._tasks))
+
+
+async def test_a_gang_bound_ahead_is_bound_whole_by_the_plan_and_its_members_calls_find_it_done(
+    aiohttp_client: Any,
+) -> None:
+    client, extender, _ = await start(aiohttp_client, bind_timeout=5.0, call_budget=0.05, bind_ahead=True)
+    slow = SlowBinder()
+    extender.binds.actions = slow
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        extender.scheduler.observe_pod(p)
+    first = await call(client, "filter", args(pods[0]))  # plans the gang, and binds all of it
+    nodes = dict(extender.scheduler.reserved("default/g"))
+    assert first["NodeNames"] == [nodes[pods[0].key]]
+    # A member's call while its Binding is in flight shares it: no second Binding, no error.
+    assert await call(client, "bind", bind_body(pods[0], nodes[pods[0].key])) == {"Error": ""}
+    await settled(extender)
+    assert sorted(slow.bound) == sorted(nodes.items())
+    assert (slow.woken, slow.nominated) == ([], [])  # nobody is sent back to kube-scheduler's queue
+    # A call that comes after its pod was bound: done, nothing posted.
+    assert await call(client, "bind", bind_body(pods[1], nodes[pods[1].key])) == {"Error": ""}
+    assert len(slow.bound) == 4
+    assert sample(extender.metrics, "topogang_binds_failed_total", reason=BIND_CALL_BUDGET) == 0
+    assert extender.scheduler.status("default/g").phase == "Scheduled"
+
+
+async def test_a_pod_whose_binding_ahead_failed_is_woken_and_binds_through_its_own_call(aiohttp_client: Any) -> None:
+    client, extender, _ = await start(aiohttp_client, bind_timeout=5.0, call_budget=1.0, bind_ahead=True)
+    binder = FailingBinder("g-2")
+    extender.binds.actions = binder
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        extender.scheduler.observe_pod(p)
+    await call(client, "filter", args(pods[0]))
+    nodes = dict(extender.scheduler.plans["default/g"].plan.assignments)
+    await settled(extender)
+    assert sorted(binder.bound) == sorted((k, n) for k, n in nodes.items() if k != "default/g-2")
+    assert binder.woken == [("default", "g-2")]  # kube-scheduler takes it again
+    assert (await call(client, "filter", args(pods[2])))["NodeNames"] == [nodes["default/g-2"]]
+    assert await call(client, "bind", bind_body(pods[2], nodes["default/g-2"])) == {"Error": ""}
+    assert sorted(binder.bound) == sorted(nodes.items())

@@ -6,12 +6,32 @@ has. Before the gate opens, every arrived member's node is checked against the c
 now: a node deleted, cordoned, not ready or filled meanwhile opens nothing (the coordinator
 plans the gang again). The bind calls waiting at a gate whose plan was dropped are kept here
 until the server fails them (`take_dropped`).
+
+*Ahead*: kube-scheduler takes a gang's members one at a time, so the members of a large gang
+reach bind over tens of seconds, longer than one bind call may wait (its httpTimeout); their
+calls came back and were retried, each retry a refusal and a status write. When every planned pod
+needs nothing from kube-scheduler that the plan does not judge (`PodInfo.kube_checks` empty:
+no volume or resource claims, host ports, inter-pod affinity or spread constraints) and names
+the same scheduler, the gate opens as the plan is made: topogang binds every planned pod at
+once, and the members' calls, if they still come, find their pod bound (`DONE`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from extender.core.cluster import ClusterState
-from extender.core.decisions import BIND, DONE, R_BIND_TIMEOUT, REJECT, WAIT, BindDecision, Reason, Released
+from extender.core.decisions import (
+    BIND,
+    DONE,
+    R_BIND_TIMEOUT,
+    REJECT,
+    WAIT,
+    BindDecision,
+    FilterResult,
+    Reason,
+    Released,
+)
 from extender.core.membership import Membership
 from extender.core.plans import Plans
 
@@ -54,6 +74,36 @@ class BindGate:
         if not stale:
             return BindDecision(BIND, gp.gate.open())
         return BindDecision(REJECT, stale=stale)
+
+    def ahead(self, group: str, scheduler_name: str, now: float) -> tuple[tuple[str, str], ...]:
+        """Open GROUP's new plan at once when topogang may bind all of it itself (see the module's
+        docstring): (pod, node) of every planned pod, to bind now; () when the members must come
+        to bind one by one."""
+        gp = self._plans.get(group)
+        if gp is None or gp.gate.opened or gp.gate.arrived or not gp.reserved:
+            return ()
+        pods = self._state.pods
+        for key in gp.reserved:
+            pod = pods.get(key)
+            if pod is None or pod.kube_checks or pod.scheduler_name != scheduler_name:
+                return ()
+            if pod.node_name is not None or pod.scheduling_gates:  # (a gated pod cannot be bound: gates mode)
+                return ()
+        gp.touched = now
+        return gp.gate.open_all(gp.reserved)
+
+    def answer_ahead(self, group: str, pod_key: str, nodes: Sequence[str]) -> FilterResult | None:
+        """The filter's answer for a member of a gang bound ahead (None: it is not one). Its
+        Binding was posted with the plan (or failed, and the pod was woken to bind through its
+        own call): its node is fixed, no trade, no new plan under a posted Binding, and the
+        gang, which changes as each Binding lands, is not built again for the answer."""
+        gp = self._plans.get(group)
+        if gp is None or not gp.gate.ahead or pod_key not in gp.reserved:
+            return None
+        node = gp.reserved[pod_key]
+        if node in nodes:
+            return FilterResult([node], group=group)
+        return FilterResult.refusal(nodes, f"topogang: being bound to its planned node {node}", group)
 
     def missing(self, group: str) -> list[str]:
         """Pods of the minimum that have not reached bind yet."""

@@ -210,6 +210,11 @@ class FilterResult:
     # or, with `nodes`, the node it passed on when a nomination elsewhere was written before it
     # traded (a stale one would count against that node in kube-scheduler's view).
     steer: str | None = None
+    # The gang was just planned and is bound ahead: (pod, node) for every planned pod, to bind now.
+    bind: tuple[tuple[str, str], ...] = ()
+    # Answered from a count of the gang's pods (still short of its minimum), the gang not built:
+    # the caller reads no more of it than the refusal says (Membership.still_short).
+    quick: bool = False
 
     @classmethod
     def refusal(

@@ -21,6 +21,7 @@ class Gate:
     arrived: dict[str, str] = field(default_factory=dict)  # pod -> node: reached bind, not bound yet
     last_arrival: float | None = None  # when a member reached bind for the first time (monotonic)
     opened: bool = False  # the minimum went through
+    ahead: bool = False  # opened as planned: every planned pod is being bound (core/binding.py)
 
     def arrive(self, pod: str, node: str, now: float) -> bool:
         """POD reached bind on NODE; True when it had not arrived before (progress)."""
@@ -45,6 +46,13 @@ class Gate:
         batch = tuple(sorted(self.arrived.items()))
         self.arrived.clear()
         return batch
+
+    def open_all(self, reserved: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """Let every planned pod through at once, whether it reached bind or not (bound ahead of
+        kube-scheduler's calls: core/binding.py)."""
+        self.opened = self.ahead = True
+        self.arrived.clear()
+        return tuple(sorted(reserved.items()))
 
     def silence_left(self, now: float, timeout: float) -> float | None:
         """Seconds until the gate closes for silence (<= 0: it should close now); None when no

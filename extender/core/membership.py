@@ -114,6 +114,12 @@ class Membership:
         self._rekey: set[str] = set()  # pods whose family may have changed with an object (a new root)
         self._dirty_families: set[Family] = set()
         self._all_dirty = False
+        # Counted as each pod changes, so that a gang still short of pods is answered without
+        # grouping and building it again: the pods of each family that would be members (not
+        # held, not finished or leaving), and the families of flat PodGroups last found short,
+        # with the spec that said how many pods they need (`still_short`).
+        self._present: dict[Family, set[str]] = {}
+        self._short: dict[Family, tuple[PodGroupSpec, int]] = {}
         state.subscribe(self._changed)
 
     # -- change feed ----------------------------------------------------------------------------
@@ -136,15 +142,27 @@ class Membership:
             # their pods unchanged, their gangs' trees may not be (a PodGang, an owner's spec)
             self._dirty_readers.update(readers)
         elif kind == "podgroup":
-            self._dirty_families.add(Family(PODGROUP, GroupKey.parse(str(key))))
+            family = Family(PODGROUP, GroupKey.parse(str(key)))
+            self._dirty_families.add(family)
+            self._short.pop(family, None)
             self._views.pop(str(key), None)
         elif kind == "resource_interface":
             self._all_dirty = True
+            self._short.clear()
         elif kind not in ("node", "devices"):  # topologies, priority classes: every tree or priority may change
             # (devices change pods' requests: those come as pod events)
             self._views.clear()  # (a node changes no tree: gangs are built from specs and topologies)
+            self._short.clear()
 
     def _sync(self) -> None:
+        self._sync_pods()
+        for family in self._dirty_families:
+            self._regroup(family)
+        self._dirty_families.clear()
+
+    def _sync_pods(self) -> None:
+        """Each changed pod's family (O(pods changed)); the families touched are marked dirty,
+        to be grouped again by `_sync`."""
         _ = self.state.table  # pods whose claims or devices changed are counted again first
         if self._all_dirty:
             self._all_dirty = False
@@ -153,8 +171,10 @@ class Membership:
         for key in self._dirty_pods:
             pod = pods.get(key)
             old = self._family.get(key)
+            self._count(key, old, None)
             same = key not in self._rekey and self._signature.get(key) == _signature(pod) if pod is not None else False
             if pod is not None and key in self._family and same:
+                self._count(key, old, pod)
                 if old is not None:  # same family; its tree may still change (bound, requests)
                     tree = _tree_signature(pod)
                     if self._tree.get(key) != tree:
@@ -183,15 +203,55 @@ class Membership:
             if family is not None:
                 self._families.setdefault(family, set()).add(key)
                 self._dirty_families.add(family)
+                self._count(key, family, pod)
         self._dirty_pods.clear()
         self._rekey.clear()
         for key in self._dirty_readers:
             if (family := self._family.get(key)) is not None:
                 self._dirty_families.add(family)
+                self._short.pop(family, None)  # an object its pods read changed: judge it whole again
         self._dirty_readers.clear()
-        for family in self._dirty_families:
-            self._regroup(family)
-        self._dirty_families.clear()
+
+    def _count(self, key: str, family: Family | None, pod: PodInfo | None) -> None:
+        """Keep KEY in FAMILY's present pods when POD would be a member (None: it left the family)."""
+        if family is None:
+            return
+        present = self._present.setdefault(family, set())
+        if pod is None or pod.terminal or pod.deleting or (pod.scheduling_gates and pod.held):
+            present.discard(key)
+        else:
+            present.add(key)
+
+    def short(self, group: str, needed: int) -> None:
+        """GROUP, a PodGroup of pods without SubGroups, was judged whole and found short of pods:
+        it needs NEEDED. Until that changes, `still_short` answers its members without grouping
+        and building the gang again for each one (O(pods) a member, O(pods^2) a gang)."""
+        spec = self.state.podgroups.get(group)
+        family = self._group_family.get(group)
+        if spec is None or spec.subgroups or family is None or family.podgroup != group:
+            return
+        self._short[family] = (spec, needed)
+
+    def still_short(self, pod_key: str) -> tuple[str, int, int] | None:
+        """(gang, pods present, pods needed) when POD_KEY's gang was found short of pods and,
+        counting its pods as they came, still is; None: ask the whole question."""
+        if not self._short:
+            return None
+        self._sync_pods()
+        pod = self.state.pods.get(pod_key)
+        if pod is None or pod.device_errors:  # (its errors make the gang invalid: the whole question)
+            return None
+        family = self._family.get(pod_key)
+        found = self._short.get(family) if family is not None else None
+        if found is None or family is None:
+            return None
+        spec, needed = found
+        group = str(family.key)
+        present = len(self._present.get(family, ()))
+        if self.state.podgroups.get(group) is not spec or present >= needed:
+            del self._short[family]
+            return None
+        return group, present, needed
 
     def _regroup(self, family: Family) -> None:
         for grouping in self._groupings.pop(family, []):

@@ -70,6 +70,7 @@ from extender.placement import (
     NO_DOMAIN,
     BoolArray,
     Gang,
+    Shortfall,
     Unplaceable,
     incomplete,
     meets_minimum,
@@ -77,6 +78,7 @@ from extender.placement import (
 )
 
 MAX_SCORE = 10
+NEW_GATE = ("planned", "replanned")  # outcomes that make a plan with a gate of its own
 refuse = FilterResult.refusal
 
 
@@ -90,10 +92,13 @@ class GangScheduler:
         repair_timeout: float = 300.0,
         nominate: bool = False,
         reservations: Settings | None = None,
+        bind_ahead: bool = False,
     ) -> None:
         """RESERVATIONS: who gets room held and how (None: no reservations, the default of the
-        core; the server and the simulator pass their settings)."""
+        core; the server and the simulator pass their settings). BIND_AHEAD: bind a gang whole as
+        it is planned when kube-scheduler has nothing to add (binding.BindGate.ahead)."""
         self.state = state
+        self.bind_ahead = bind_ahead
         self.membership = Membership(state)
         self.plan_ttl = plan_ttl
         self.plans = Plans(state)
@@ -118,6 +123,9 @@ class GangScheduler:
             if self.state.was_deleted(pod):  # or behind it: never bring a deleted pod back
                 return refuse(nodes, f"topogang: pod {pod.key} was deleted")
             self.state.upsert_pod(pod)  # the request can be ahead of our watch
+        if pod.node_name is None and (short := self.still_short(pod.key)) is not None:
+            said = PlanEvent(short[0], "pending", short[1].pods, reason=short[1].render())
+            return replace(self._refuse_short(nodes, short[0], short[1], said), quick=True)
         group = self.membership.group_of(pod.key)
         if group is None:
             waiting = self.membership.waiting(pod.key)
@@ -132,6 +140,8 @@ class GangScheduler:
             if pod.node_name in nodes:
                 return FilterResult([pod.node_name], group=group)
             return refuse(nodes, f"topogang: the pod is bound to {pod.node_name} already", group)
+        if (bound_ahead := self.gates.answer_ahead(group, pod.key, nodes)) is not None:
+            return bound_ahead
         view = self.membership.view(group)
         held = self._held_back(group, view, pod.key)
         if held is not None:
@@ -142,6 +152,9 @@ class GangScheduler:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)
             if gp is None or pod.key not in gp.reserved:
+                why = self.reasons.get(group)
+                if isinstance(why, Shortfall) and why.kind == INCOMPLETE:
+                    return self._refuse_short(nodes, group, why, event)
                 reason = self.reasons.text(group, "no room for this pod beyond its gang's minimum")
                 return refuse(nodes, f"topogang: {reason}", group, event)
         node = gp.reserved[pod.key]
@@ -156,7 +169,32 @@ class GangScheduler:
             if gp is None or again is None or self.steering.lost(again, nodes, nominated):
                 reason = self.reasons.text(group, f"planned node {node} is no longer feasible")
                 return refuse(nodes, f"topogang: {reason}", group, event)
-        return self.steering.steer(group, gp, pod.key, nodes, nominated, event)
+        result = self.steering.steer(group, gp, pod.key, nodes, nominated, event)
+        if self.bind_ahead and event is not None and event.outcome in NEW_GATE:
+            batch = self.gates.ahead(group, pod.scheduler_name, now)
+            if batch:  # every planned pod binds now: none is woken or nominated to come to bind
+                return replace(result, wake=(), steer=None, bind=batch)
+        return result
+
+    @staticmethod
+    def _refuse_short(nodes: Sequence[str], group: str, why: Shortfall, event: PlanEvent | None) -> FilterResult:
+        """A member of a gang short of pods: the count in the reason (Events, logs); for kube-scheduler's
+        condition a text that does not change with it, or each retry would cost a status write."""
+        refused = refuse(nodes, f"topogang: {why.render()}", group, event)
+        return replace(refused, unresolvable=dict.fromkeys(nodes, f"topogang: {why.render_steady()}"))
+
+    def still_short(self, pod_key: str) -> tuple[str, Shortfall] | None:
+        """POD_KEY's gang when it is still short of pods, told from the count of its pods alone
+        (Membership.still_short), its reason recorded with the new count: the same refusal as
+        planning it would give, without grouping and building the gang for each new member.
+        None: ask the whole question."""
+        found = self.membership.still_short(pod_key)
+        if found is None:
+            return None
+        group, present, needed = found
+        why = Shortfall(INCOMPLETE, f"PodGroup {group}", needed, present=present)
+        self.reasons.record(group, why)
+        return group, why
 
     def _held_back(self, group: str, view: GroupView, pod_key: str) -> str | None:
         """Why GROUP's member POD_KEY cannot be planned now (None: it can). A preemption whose
@@ -217,6 +255,8 @@ class GangScheduler:
                 if found is not None:
                     return found
             self.reasons.record(group, result.reason)
+            if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
+                self.membership.short(group, result.reason.pods)  # its next members: counted, not built
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)

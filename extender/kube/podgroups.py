@@ -13,8 +13,9 @@ the hot path, in a background task:
     said once in the log);
   - every gang that has a topogang PodGroup object, derived or written by a user, gets its
     `status` subresource applied (podgroup_status.status_body), only when it differs from what
-    was last written, at most once per `interval` seconds per gang, with at most `concurrency`
-    writes in flight;
+    was last written, at most once per `interval` seconds per gang (and the writer waits five
+    times what reading the statuses took, so a very large gang's does not crowd out the rest),
+    with at most `concurrency` writes in flight;
   - a change of phase (or of why the gang cannot run) gets an Event on the PodGroup: Normal
     `Scheduled` or `Finished`, or Warning `Unschedulable` with the message (KubeActions folds
     repeats); a gang merely incomplete (its pods still being created) gets its one Warning only
@@ -97,6 +98,9 @@ def _incomplete_for(status: Mapping[str, Any]) -> float:
     except ValueError:
         return 0.0
     return max(0.0, (datetime.datetime.now(datetime.UTC) - since).total_seconds())
+
+
+BUSY_SHARE = 5.0  # the writer waits at least this many times what reading the statuses took
 
 
 def _now() -> str:
@@ -197,8 +201,11 @@ class PodGroupWriter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), next_resync - now)
                 continue
-            await self.flush()
-            await asyncio.sleep(self.interval)  # debounce: a gang is written at most once per interval
+            busy = await self.flush()
+            # Debounce: a gang is written at most once per interval, and reading the statuses (a
+            # 4,096-pod gang is built again each time one of its pods binds) takes at most a
+            # fifth of the time, so a large gang's status does not crowd out its Bindings.
+            await asyncio.sleep(max(self.interval, BUSY_SHARE * busy))
 
     def _all_groups(self) -> set[str]:
         groups = self.scheduler.lookup.known_groups()
@@ -210,8 +217,9 @@ class PodGroupWriter:
             del self._said[gone]
         return groups
 
-    async def flush(self) -> None:
-        """Write what changed for every gang marked since the last flush."""
+    async def flush(self) -> float:
+        """Write what changed for every gang marked since the last flush; returns the seconds
+        spent reading the statuses (the writes' waits left out)."""
         scheduler = self.scheduler
         for pod in self._dirty_pods:
             group = scheduler.lookup.group_of(pod)
@@ -221,8 +229,10 @@ class PodGroupWriter:
         groups, self._dirty = sorted(self._dirty), set()
         work = []
         since = time.perf_counter()
+        busy = 0.0
         for group in groups:
             if time.perf_counter() - since > SLICE:
+                busy += time.perf_counter() - since
                 await asyncio.sleep(0)  # many gangs: let kube-scheduler's calls in between
                 since = time.perf_counter()
             if not scheduler.lookup.exists(group):
@@ -231,7 +241,9 @@ class PodGroupWriter:
             status = self.scheduler.status(group)
             self.phases[group] = status.phase
             work.append(self._write(group, status))
+        busy += time.perf_counter() - since
         await asyncio.gather(*work)
+        return busy
 
     # -- writing --------------------------------------------------------------------------------
 

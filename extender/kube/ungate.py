@@ -184,6 +184,9 @@ class Ungater:
             self._dirty.update(k for k, p in pods.items() if gated(p))
         dirty, self._dirty = self._dirty, set()
         lookup = self.scheduler.lookup
+        # A gang still short of pods stays gated: told from its count (its reason recorded with
+        # it), not grouped and built again for each pod that arrives (O(pods^2) a gang).
+        dirty = {k for k in dirty if self.scheduler.still_short(k) is None}
         groups = sorted({g for k in dirty if k in pods and (g := lookup.group_of(k)) is not None})
         for group in groups:
             await self.release(group)

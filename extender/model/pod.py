@@ -8,6 +8,7 @@ from datetime import datetime
 
 from extender.model.dra.claims import PodClaim, parse_pod_claims
 from extender.model.errors import ErrorList, FieldError, InvalidObject
+from extender.model.kube_checks import kube_checks
 from extender.model.quantity import QuantityError, parse_nonnegative
 from extender.model.raw import JSON, identify, mapping, opt_int, opt_str, seq, str_map
 from extender.model.runtime_bound import runtime_bound
@@ -80,6 +81,9 @@ class PodInfo:
     # they still need; these say what could not be counted and why.
     device_errors: tuple[FieldError, ...] = ()
     device_warnings: tuple[str, ...] = ()
+    # What only kube-scheduler checks or does for it (model/kube_checks.py): empty, the plan
+    # judges its node alone, so topogang may bind it without waiting for kube-scheduler's call.
+    kube_checks: tuple[str, ...] = ()
 
     @property
     def held(self) -> tuple[str, ...]:
@@ -237,6 +241,7 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         runtime_bound=bound,
         runtime_bound_error=bound_error,
         claims=parse_pod_claims(spec, status, errors),
+        kube_checks=kube_checks(spec),
     )
     errors.raise_if_any()
     return pod

@@ -42,6 +42,15 @@ class Shortfall:
     no_label: str = ""  # NO_DOMAIN: the level's node label, when no node in the region carries it
     pinned: str | None = None  # NO_DOMAIN: the domain the scope's running pods hold it to
 
+    def render_steady(self) -> str:
+        """As `render`, without what changes as a gang fills (its count of pods present): the
+        text kube-scheduler writes into each refused pod's PodScheduled condition, which it
+        writes again whenever the text changes (a write per member per retry)."""
+        if self.kind == INCOMPLETE:
+            whole = "gang " if self.scope.startswith("PodGroup ") else ""
+            return f"{self.scope}: {whole}not all {self.pods} pods present yet"
+        return self.render()
+
     def render(self) -> str:
         if self.kind == INCOMPLETE:
             whole = "gang " if self.scope.startswith("PodGroup ") else ""

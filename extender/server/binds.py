@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
+from functools import partial
 
 import structlog
 
 from extender.core.decisions import BIND, DONE, REJECT, WAIT, BindDecision
 from extender.core.scheduler import GangScheduler
+from extender.model.keys import GroupKey
 from extender.server import wire
 from extender.server.actions import Actions
 from extender.server.metrics import (
@@ -137,15 +139,63 @@ class BindCalls:
         )
         self.metrics.bind_failed(BIND_CALL_BUDGET)
 
-    async def _bind_all(self, batch: Sequence[tuple[str, str]]) -> dict[str, str]:
-        """Bind every pod of a released gate at once; answer the calls that were waiting."""
+    def ahead(self, batch: Sequence[tuple[str, str]]) -> Awaitable[None]:
+        """Bind a gang planned just now, all of it, without waiting for its members' calls
+        (binding.BindGate.ahead). Each Binding is registered before this returns, so a member's
+        call that comes meanwhile shares it; a pod whose Binding failed is woken (and nominated on
+        its planned node), for kube-scheduler to bring it there and bind it through its own call."""
+        posts = self._start(batch)
+
+        async def run() -> None:
+            errors = await self._bind_all(batch, posts, ahead=True)
+            failed = [GroupKey.parse(p) for p in errors if self._lookup.pod(p) is not None]
+            if not failed:
+                return
+            names, generation = [(k.namespace, k.name) for k in failed], self.scheduler.plans.next_generation()
+            if self.scheduler.steering.enabled:  # requeued and sent to its planned node in one write
+                await self.actions.nominate(names, generation, self._planned_node)
+            else:
+                await self.actions.wake(names, generation)
+
+        return run()
+
+    def _planned_node(self, namespace: str, name: str) -> str | None:
+        return self.scheduler.nomination_target(f"{namespace}/{name}")
+
+    def _start(self, batch: Sequence[tuple[str, str]]) -> list[asyncio.Future[str]]:
+        """Start the Binding POST of each (pod, node), registered at once in `_binding`."""
+        loop = asyncio.get_running_loop()
+        posts = []
+        for pod, node in batch:
+            future: asyncio.Future[str] = loop.create_future()
+            self._binding[pod] = future
+            task = loop.create_task(self._post_binding(pod, node))
+            task.add_done_callback(partial(self._posted, pod, future))
+            posts.append(future)
+        return posts
+
+    def _posted(self, pod: str, future: asyncio.Future[str], task: asyncio.Task[str]) -> None:
+        if self._binding.get(pod) is future:
+            del self._binding[pod]
+        if task.cancelled():
+            future.cancel()  # shutting down: whoever shares it is cancelled too
+        elif (exc := task.exception()) is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(task.result())
+
+    async def _bind_all(
+        self, batch: Sequence[tuple[str, str]], posts: Sequence[Awaitable[str]] | None = None, ahead: bool = False
+    ) -> dict[str, str]:
+        """Bind every pod of a released gate at once (POSTS: their Bindings started already);
+        answer the calls that were waiting."""
         groups = {g for p, _ in batch if (g := self._lookup.group_of(p))}
         for group in groups:
             timer = self._gates.pop(group, None)
             if timer is not None:
                 timer.cancel()
         start = time.perf_counter()
-        results = await asyncio.gather(*(self._bind_one(p, n) for p, n in batch))
+        results = await asyncio.gather(*(posts if posts is not None else self._start(batch)))
         errors = {p: e for (p, _), e in zip(batch, results, strict=True) if e}
         for (pod, _), error in zip(batch, results, strict=True):
             waiter = self._waiting.pop(pod, None)
@@ -165,6 +215,7 @@ class BindCalls:
                 failed=len(errors),
                 nodes=sorted({n for _, n in batch}),
                 bind_ms=round((time.perf_counter() - start) * 1000, 1),
+                ahead=ahead,
                 **({"errors": dict(list(errors.items())[:5])} if errors else {}),
             )
         return errors
@@ -172,20 +223,6 @@ class BindCalls:
     def _bound_to(self, pod_key: str, node: str) -> bool:
         pod = self._lookup.pod(pod_key)
         return pod is not None and pod.node_name == node
-
-    async def _bind_one(self, pod_key: str, node: str) -> str:
-        """POST one Binding; a bind call for the same pod that comes meanwhile shares its answer."""
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._binding[pod_key] = future
-        try:
-            error = await self._post_binding(pod_key, node)
-        except BaseException:
-            future.cancel()  # shutting down: whoever shares it is cancelled too
-            raise
-        finally:
-            del self._binding[pod_key]
-        future.set_result(error)
-        return error
 
     async def _post_binding(self, pod_key: str, node: str) -> str:
         pod = self._lookup.pod(pod_key)

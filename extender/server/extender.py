@@ -75,7 +75,9 @@ class Extender:
         start = time.perf_counter()
         result = self.scheduler.filter(pod, args.names, time.monotonic(), args.nominated)
         if result.event is not None:
-            self._decided(result.event, time.perf_counter() - start)
+            self._decided(result.event, time.perf_counter() - start, whole=not result.quick)
+        if result.bind:  # planned just now and bound ahead of its members' calls, all of it
+            self.tasks.spawn(self.binds.ahead(result.bind), "bind ahead")
         if result.group is not None and (result.event is not None or not result.nodes):
             self.binds.seen(result.group)  # not on the steered path, which is hot
         self.binds.fail_dropped(BIND_PLAN_RELEASED)
@@ -114,9 +116,11 @@ class Extender:
         same follow-up as in a filter call (a preemption's or a repair's evictions included)."""
         self._decided(event, seconds)
 
-    def _decided(self, event: PlanEvent, seconds: float) -> None:
+    def _decided(self, event: PlanEvent, seconds: float, whole: bool = True) -> None:
+        """WHOLE: the gang was built for this decision (not: answered from a count of its pods,
+        whose warnings are not read again)."""
         self.metrics.observe_plan(event.outcome, seconds)
-        self.report.decision(event, seconds)
+        self.report.decision(event, seconds, warnings=whole)
         self.report.changed(event.group)
         self.evictions.decided(event)
 

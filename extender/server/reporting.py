@@ -58,17 +58,21 @@ class Reporter:
         reached our watch, and may say false (kube-scheduler's Event carries the reason)."""
         if group is None:
             return False
+        spec = self._lookup.podgroup(group)  # a PodGroup object's, without building the gang
+        if spec is not None:
+            return spec.mark_unschedulable is not False
         if not self._lookup.has_pods(group):
             return True
         spec = self._lookup.view(group).spec
         return spec is None or spec.mark_unschedulable is not False
 
-    def decision(self, event: PlanEvent, seconds: float) -> None:
+    def decision(self, event: PlanEvent, seconds: float, warnings: bool = True) -> None:
+        """One log line for EVENT; WARNINGS: with the gang's warnings (which read its built view)."""
         fields = event.fields()
         fields["plan_ms"] = round(seconds * 1000, 2)
-        if self._lookup.has_pods(event.group) and (warnings := self._lookup.view(event.group).warnings):
+        if warnings and self._lookup.has_pods(event.group) and (found := self._lookup.view(event.group).warnings):
             # e.g. a device selector topogang cannot evaluate: that request is left to kube-scheduler
-            fields["warnings"] = list(warnings)
+            fields["warnings"] = list(found)
         if event.outcome in ("preempting", "repairing"):
             self._pending_logged.pop(event.group, None)
             log.info(f"gang {event.outcome}", **fields)

@@ -132,6 +132,7 @@ def _scheduler(settings: Settings) -> GangScheduler:
         preemption_timeout=settings.preemption_timeout,
         repair_timeout=settings.repair_timeout,
         nominate=settings.nominate,
+        bind_ahead=settings.bind_ahead,
         reservations=ReservationSettings(limit=settings.reservations, reserve_after=settings.reserve_after),
     )
 

@@ -23,6 +23,12 @@ nomination          --nominate        TOPOGANG_NOMINATE       true (steer planne
                                                               kube-scheduler 1.35+ tries first;
                                                               false for older ones, configured
                                                               with percentageOfNodesToScore: 100)
+binding ahead       --bind-ahead      TOPOGANG_BIND_AHEAD     true (a gang planned whose pods need
+                                                              nothing but what the plan judges is
+                                                              bound at once, all of it, without
+                                                              waiting for each member's bind call;
+                                                              see core/binding.py. false: every
+                                                              member comes to the gate)
 repair timeout      --repair-timeout  TOPOGANG_REPAIR_TIMEOUT  300 (seconds a running gang that
                                                               lost pods may stay broken, no part
                                                               of it able to move, before it is
@@ -105,6 +111,7 @@ class Settings:
     reservations: int = RESERVATION_DEFAULTS.limit  # gangs holding room at once; 0: none
     reserve_after: float = RESERVATION_DEFAULTS.reserve_after
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
+    bind_ahead: bool = True  # bind a planned gang at once when kube-scheduler has nothing to add (core/binding.py)
     log_level: str = "info"
     log_format: str = "auto"
     leader_elect: bool = False
@@ -161,6 +168,13 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "BOOL",
         "steer planned gang members with status.nominatedNodeName; false for kube-scheduler before 1.35,"
         " whose configuration must then set percentageOfNodesToScore: 100 (TOPOGANG_NOMINATE; true)",
+    ),
+    (
+        "--bind-ahead",
+        "BOOL",
+        "bind a gang as it is planned, all of it, when its pods need nothing but what the plan judges"
+        " (no volume or resource claims, host ports, inter-pod affinity, spread constraints);"
+        " false: each member waits for its own bind call (TOPOGANG_BIND_AHEAD; true)",
     ),
     (
         "--reservations",
@@ -273,6 +287,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     if nominate.lower() not in ("true", "false", "1", "0"):
         raise SettingsError(f"--nominate (TOPOGANG_NOMINATE): expected true or false, got {nominate!r}")
     settings = replace(settings, nominate=nominate.lower() in ("true", "1"))
+    ahead = pick(args.bind_ahead, "TOPOGANG_BIND_AHEAD") or "true"
+    if ahead.lower() not in ("true", "false", "1", "0"):
+        raise SettingsError(f"--bind-ahead (TOPOGANG_BIND_AHEAD): expected true or false, got {ahead!r}")
+    settings = replace(settings, bind_ahead=ahead.lower() in ("true", "1"))
     limit, after = _reservations(args, pick, seconds)
     settings = replace(settings, reservations=limit, reserve_after=after)
     settings = _transport(settings, args, pick)
