@@ -53,7 +53,8 @@ async def test_the_standby_takes_over_a_gang_in_flight_and_binds_it_whole(
     await install(kube, CRDS, TOPOLOGY)
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=GANG)
     lease = (namespace, f"topogang-{uuid.uuid4().hex[:6]}")
-    async with Replicas.start(kubeconfig, control_plane.logs_dir, lease=lease) as pair:
+    # Binding ahead off: the second extender that paces the gang must see every member (README).
+    async with Replicas.start(kubeconfig, control_plane.logs_dir, lease=lease, args=["--bind-ahead=false"]) as pair:
         await pair.synced()
         config = scheduler_config(pair.url, pair.tls)
         config["extenders"].append(

@@ -184,10 +184,8 @@ class GangScheduler:
         return replace(refused, unresolvable=dict.fromkeys(nodes, f"topogang: {why.render_steady()}"))
 
     def still_short(self, pod_key: str) -> tuple[str, Shortfall] | None:
-        """POD_KEY's gang when it is still short of pods, told from the count of its pods alone
-        (Membership.still_short), its reason recorded with the new count: the same refusal as
-        planning it would give, without grouping and building the gang for each new member.
-        None: ask the whole question."""
+        """POD_KEY's gang if still short of pods, from its count alone (Membership.still_short):
+        planning's refusal without building the gang per member. None: ask the whole question."""
         found = self.membership.still_short(pod_key)
         if found is None:
             return None
