@@ -89,6 +89,20 @@ def log_lines(server: Topogang, message: str, namespace: str) -> list[dict[str, 
     return out
 
 
+async def bound_lines(server: Topogang, namespace: str, pods: int) -> list[dict[str, Any]]:
+    """topogang's "bound" lines about NAMESPACE once they account for PODS bound pods.
+
+    The line is written when the last Binding POST of its batch has returned, which can be after
+    the pod watch has shown every pod bound: read the log before that and the line is not there yet.
+    """
+
+    async def logged() -> list[dict[str, Any]] | None:
+        lines = log_lines(server, "bound", namespace)
+        return lines if sum(x["pods"] - x["failed"] for x in lines) >= pods else None
+
+    return await eventually(logged, within=30, what=f"topogang to log {pods} pods of {namespace} bound")
+
+
 def racks_of(placed: dict[str, str], node_rack: dict[str, str]) -> dict[str, str]:
     return {pod: node_rack[node] for pod, node in placed.items()}
 
@@ -377,7 +391,7 @@ async def test_a_gang_is_bound_whole_as_it_is_planned_with_at_most_one_write_per
         watching.cancel()
     assert max(writes.values(), default=0) <= 1, writes.most_common(5)
     if topogang is not None:
-        lines = log_lines(topogang, "bound", namespace)
+        lines = await bound_lines(topogang, namespace, 64)
         assert [(x["pods"], x["ahead"], x["failed"]) for x in lines] == [(64, True, 0)]
         assert log_lines(topogang, "bind refused", namespace) == []
 

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes
 from e2e.scenario import create, create_podgroup, eventually, gpu_pod, install, pods, wait_all_bound
-from e2e.test_extender import TOPOLOGY
+from e2e.test_extender import TOPOLOGY, bound_lines
 from e2e.test_operations import condition, metrics, podgroup, podgroup_events
 from e2e.topogang import CRDS, Topogang, scheduler_config
 from extender.kube.client import KubeClient
@@ -158,7 +158,7 @@ async def test_a_gang_slower_to_reach_bind_than_the_bind_timeout_binds_whole(
     placed = await wait_all_bound(kube, namespace, 12, within=120)
     assert len(set(placed.values())) == 12
     assert log_lines(topogang, "bind gate timed out", namespace) == []
-    bound = log_lines(topogang, "bound", namespace)
+    bound = await bound_lines(topogang, namespace, 12)
     assert [line["pods"] for line in bound] == [12]  # one gate, opened once, for the whole gang
     # Some calls ran out of budget and were answered retryable; their pods were bound all the same.
     assert budget_spent(await metrics(topogang)) > before
