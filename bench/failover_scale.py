@@ -37,8 +37,17 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.kwok_cluster import LABEL, TOPOLOGY, Shape, create_topology, make_nodes, until_schedulable
-from e2e.controlplane import Binaries, ControlPlane, FakeGpuNodes, api_client
+from bench.kwok_cluster import (
+    LABEL,
+    TOPOLOGY,
+    Shape,
+    add_plane_arguments,
+    create_topology,
+    make_nodes,
+    running_plane,
+    until_schedulable,
+)
+from e2e.controlplane import ControlPlane, FakeGpuNodes, api_client
 from e2e.failover import Replicas, log_entries
 from e2e.scenario import apply_crds, create, gpu_pod
 from e2e.topogang import CRDS, scheduler_config
@@ -140,10 +149,8 @@ async def bound_count(kube: KubeClient) -> int:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    plane = ControlPlane(binaries=Binaries.locate(), scheduler=False, timeout=120)
-    plane.start()
     load = os.getloadavg()
-    try:
+    with running_plane(args) as plane:
         async with api_client(plane.kubeconfig) as api, await KubeClient.connect(plane.kubeconfig) as kube:
             kube.timeout = 120
             await apply_crds(kube, CRDS)
@@ -153,8 +160,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             if shape.gpus("zone") < args.gang * 8:
                 raise SystemExit(f"--gang {args.gang} does not fit in one zone of {shape.gpus('zone') // 8} nodes")
             nodes = FakeGpuNodes(api, name_prefix="fo", concurrency=32)
-            made = await make_nodes(nodes, args.nodes, shape, timeout_s=args.timeout * 2)
-            usable = await until_schedulable(kube, len(made), share=0.97)
+            made = await make_nodes(nodes, args.nodes, shape, timeout_s=args.nodes_timeout)
+            usable = await until_schedulable(kube, len(made), timeout_s=args.nodes_timeout, share=0.97)
             print(f"{len(made)} nodes ({usable} usable) in {time.perf_counter() - t:.0f} s", file=sys.stderr)
             bg_seconds = await background(kube, made, args.background) if args.background else 0.0
             await kube.post("/api/v1/namespaces", {"metadata": {"name": NS}})
@@ -176,10 +183,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             **result,
             "labels": sorted(LABEL.values()),
         }
-    finally:
-        plane.stop(keep_workdir=args.keep)
-        if args.keep:
-            print(f"logs kept in {plane.logs_dir}", file=sys.stderr)
 
 
 def main() -> None:
@@ -191,7 +194,7 @@ def main() -> None:
     parser.add_argument("--kill", type=float, default=3.0, help="seconds after the plan to kill the leader")
     parser.add_argument("--timeout", type=float, default=600, help="seconds the gang may take (default 600)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="keep the control plane's files and logs")
+    add_plane_arguments(parser)
     args = parser.parse_args()
     logs.configure("info", "console")  # the bench's own client says its API trouble on stderr, not in the JSON
     result = asyncio.run(main_async(args))

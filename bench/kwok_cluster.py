@@ -3,20 +3,30 @@ waiting until the scheduler may use them, the topogang Topology over their label
 that times pods from the first create to the last bind, clean-up between runs, and the CPU time
 and memory of the processes involved (read from /proc).
 
-Used by bench/side_by_side.py and bench/e2e_gang_latency.py; not a benchmark itself.
+Also the control plane itself, with kwok tuned for thousands of nodes (its node leases and
+workers) and the flags that tune it, so that every benchmark at scale starts it the same way.
+
+Used by bench/side_by_side.py, bench/failover_scale.py and bench/e2e_gang_latency.py; not a
+benchmark itself.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
+import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from e2e.controlplane import FakeGpuNodes
+import orjson
+
+from e2e.controlplane import Binaries, ControlPlane, FakeGpuNodes
 from e2e.scenario import create
 from extender.kube.client import ApiError, KubeClient
 
@@ -55,6 +65,60 @@ class Shape:
             if self.gpus(level) >= gpus:
                 return level
         raise ValueError(f"{gpus} GPUs do not fit in one zone of {self.gpus('zone')}")
+
+
+def add_plane_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `running_plane`: kwok's tuning for many nodes, how long they may take, --keep."""
+    parser.add_argument("--lease-seconds", type=int, default=0,
+                        help="kwok's node lease duration (renewed every quarter of it; default: the control "
+                             "plane's 40 s), the node monitor's grace periods twice it")  # fmt: skip
+    parser.add_argument("--nodes-timeout", type=float, default=600,
+                        help="seconds for the nodes to be Ready, and again to be usable (default 600)")  # fmt: skip
+    parser.add_argument("--kwok-parallelism", type=int, default=0,
+                        help="kwok's workers for node and pod stages and node leases (default: kwok's 4)")  # fmt: skip
+    parser.add_argument("--keep", action="store_true", help="keep the control plane's files and logs")
+
+
+def kwok_tuning(lease_seconds: int, parallelism: int) -> dict[str, list[str]]:
+    """Extra component flags for LEASE_SECONDS node leases and PARALLELISM kwok workers (0: as shipped)."""
+    extra: dict[str, list[str]] = {}
+    if lease_seconds:
+        # kwok renews each node's lease every quarter of its duration: at 40 s and 10,000 nodes
+        # that is 1,000 writes a second to the API server and etcd, before any pod. The node
+        # lifecycle controller must then wait longer before it calls a node unreachable
+        # (and a node kwok has not initialized yet is not called unreachable after the default minute).
+        extra["kwok"] = [f"--node-lease-duration-seconds={lease_seconds}"]
+        extra["kube-controller-manager"] = [
+            f"--node-monitor-grace-period={2 * lease_seconds}s",
+            f"--node-startup-grace-period={2 * lease_seconds}s",
+        ]
+    if parallelism:
+        # kwok plays each node's stages (its Ready status) with 4 workers by default, each waiting
+        # on the API server: on a loaded machine thousands of new nodes stay uninitialized for minutes.
+        options = {f"{k}Parallelism": parallelism for k in ("nodePlayStage", "nodeLease", "podPlayStage")}
+        doc = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": options}
+        path = Path(tempfile.mkdtemp(prefix="bench-kwok-")) / "kwok-options.json"
+        path.write_bytes(orjson.dumps(doc))
+        extra.setdefault("kwok", []).append(f"--config={path}")  # loaded after the plane's stages
+    return extra
+
+
+@contextlib.contextmanager
+def running_plane(args: argparse.Namespace, extra: Mapping[str, list[str]] | None = None) -> Iterator[ControlPlane]:
+    """The local control plane without kube-scheduler (each run starts its own), tuned by ARGS
+    (`add_plane_arguments`) and EXTRA flags; stopped at the end, its files kept with --keep."""
+    flags = {k: list(v) for k, v in (extra or {}).items()}
+    for component, more in kwok_tuning(args.lease_seconds, args.kwok_parallelism).items():
+        flags.setdefault(component, []).extend(more)
+    plane = ControlPlane(binaries=Binaries.locate(), scheduler=False, extra_args=flags, timeout=120)
+    plane.start()
+    print(f"load average at start {os.getloadavg()}, {os.cpu_count()} cores", file=sys.stderr)
+    try:
+        yield plane
+    finally:
+        plane.stop(keep_workdir=args.keep)
+        if args.keep:
+            print(f"logs kept in {plane.logs_dir}", file=sys.stderr)
 
 
 async def make_nodes(nodes: FakeGpuNodes, count: int, shape: Shape, *, timeout_s: float = 600) -> list[str]:

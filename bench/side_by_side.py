@@ -75,6 +75,7 @@ from bench.kwok_cluster import (
     BindClock,
     CpuMeter,
     Shape,
+    add_plane_arguments,
     clean,
     create_topology,
     diff,
@@ -84,9 +85,10 @@ from bench.kwok_cluster import (
     memory_mb,
     namespace,
     prometheus_values,
+    running_plane,
     until_schedulable,
 )
-from e2e.controlplane import Binaries, ComponentError, ControlPlane, FakeGpuNodes, api_client
+from e2e.controlplane import ComponentError, ControlPlane, FakeGpuNodes, api_client
 from e2e.gates_support import ENABLED, WEBHOOKS, bundled, gates_args, webhook_config
 from e2e.scenario import apply_crds, create_podgroup, gpu_pod
 from e2e.topogang import CRDS, ROOT, ExtenderPki, Topogang, _free_port, scheduler_config
@@ -111,6 +113,8 @@ SCHEDULER_METRICS = (
 TOPOGANG_METRICS = (
     "topogang_extender_request_duration_seconds_sum",
     "topogang_extender_request_duration_seconds_count",
+    "topogang_webhook_duration_seconds_sum",
+    "topogang_webhook_duration_seconds_count",
     "topogang_binds_failed_total",
 )
 
@@ -308,7 +312,7 @@ class Bench:
 
 
 class Profilers:
-    """py-spy on topogang serve and a pprof CPU profile of kube-scheduler, for one run."""
+    """py-spy on topogang serve and pprof CPU profiles of kube-scheduler and kube-apiserver, for one run."""
 
     def __init__(self, bench: Bench, tag: str, topogang_pid: int | None) -> None:
         self.spy: subprocess.Popen[bytes] | None = None
@@ -323,11 +327,19 @@ class Profilers:
             argv = [str(spy), "record", "--pid", str(topogang_pid), "--rate", "100", "--format", "raw", "-o", str(out)]
             self.spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         path = f"/debug/pprof/profile?seconds={int(bench.profile_seconds)}"
-        target = bench.profile / f"{tag}-kube-scheduler.pb.gz"
+        profile = bench.profile
 
         async def pprof() -> None:
-            body = await asyncio.to_thread(bench.plane.component_get, "kube-scheduler", path)
-            target.write_bytes(body)
+            taken = await asyncio.gather(
+                asyncio.to_thread(bench.plane.component_get, "kube-scheduler", path),
+                asyncio.to_thread(bench.plane.api_get_bytes, path),  # the API server is often what bounds a run
+                return_exceptions=True,
+            )
+            for component, body in zip(("kube-scheduler", "kube-apiserver"), taken, strict=True):
+                if isinstance(body, bytes):
+                    (profile / f"{tag}-{component}.pb.gz").write_bytes(body)
+                else:
+                    print(f"{tag}: no {component} profile: {body!r}", file=sys.stderr)
 
         self.pprof = asyncio.create_task(pprof())
 
@@ -403,6 +415,7 @@ async def measure(
     load_before = os.getloadavg()[0]
     profilers = Profilers(bench, f"{v.name}-{ns}", server.process.pid if server else None)
     requests_before = await api_requests(bench.plane)
+    webhook_before = await webhook_calls(bench.plane)
     pods = gang_pods(work, v.in_tree) if v.gangs else plain_pods(work)
     creator_cpu = None
     async with BindClock(bench.kube, ns, expected) as clock:
@@ -419,6 +432,7 @@ async def measure(
     await profilers.stop()
     cpu = meter.read()
     requests = diff(await api_requests(bench.plane), requests_before)
+    webhook = diff(await webhook_calls(bench.plane), webhook_before)
     rss, peak = memory_mb(server.process.pid) if server else (0.0, 0.0)
     took = max(end - clock.first_create, 1e-9)
     from_created = max(end - (clock.first_added or clock.first_create), 1e-9)
@@ -443,6 +457,10 @@ async def measure(
         "scheduler": scheduler_summary(bench.plane),
         "api_requests": dict(sorted(requests.items(), key=lambda kv: -kv[1])),
     }
+    if webhook.get("count"):
+        # what each pod create waited for topogang's admission webhook (gates mode), as the API server timed it
+        row["webhook_calls"] = webhook["count"]
+        row["webhook_mean_ms"] = 1000 * webhook["sum"] / webhook["count"]
     if v.gangs:
         row[f"{work.gang_level}s_per_gang"] = list(
             domains_per_group(clock.bound, bench.node_labels, LABEL[work.gang_level]).values()
@@ -483,6 +501,17 @@ async def api_requests(plane: ControlPlane) -> dict[str, float]:
     return out
 
 
+async def webhook_calls(plane: ControlPlane) -> dict[str, float]:
+    """The API server's mutating admission webhook calls so far: count and seconds (sum)."""
+    text = (await asyncio.to_thread(plane.api_get_bytes, "/metrics")).decode()
+    out = {"count": 0.0, "sum": 0.0}
+    prefixes = tuple(f"apiserver_admission_webhook_admission_duration_seconds_{k}{{" for k in out)
+    for head, value in prometheus_values(text, prefixes).items():
+        if 'type="admit"' in head:
+            out["count" if "_count{" in head else "sum"] += value
+    return out
+
+
 def scheduler_summary(plane: ControlPlane) -> dict[str, Any]:
     """kube-scheduler's own view: attempts by result and mean durations (ms) of an attempt, of the
     algorithm (filter + score, extenders included) and of the Filter and Score plugins. v1.37 has
@@ -518,7 +547,7 @@ def scheduler_summary(plane: ControlPlane) -> dict[str, Any]:
 
 
 async def topogang_summary(server: Topogang) -> dict[str, Any]:
-    """topogang's requests per verb: count and mean ms."""
+    """topogang's requests per verb (and its webhook's reviews): count and mean ms."""
     status, body = await server.request("GET", "/metrics")
     if status != 200:
         return {"error": f"/metrics answered {status}"}
@@ -527,10 +556,13 @@ async def topogang_summary(server: Topogang) -> dict[str, Any]:
     failed = {k.split('reason="')[1].split('"')[0]: int(v) for k, v in values.items() if "binds_failed" in k and v}
     out["binds_failed"] = failed  # bind calls answered with an error (kube-scheduler retries them), by reason
     for key, count in values.items():
-        if not key.startswith("topogang_extender_request_duration_seconds_count") or not count:
+        if key.startswith("topogang_webhook_duration_seconds_count") and count:
+            verb = "webhook"  # its own time for each admission review (gates mode)
+        elif key.startswith("topogang_extender_request_duration_seconds_count") and count:
+            labels = key.split("{", 1)[1]
+            verb = labels.split('verb="')[1].split('"')[0] if 'verb="' in labels else labels
+        else:
             continue
-        labels = key.split("{", 1)[1]
-        verb = labels.split('verb="')[1].split('"')[0] if 'verb="' in labels else labels
         seconds = values.get(key.replace("_count{", "_sum{"), 0.0)
         entry = out.setdefault(verb, {"calls": 0, "ms": 0.0})
         entry["ms"] = (entry["ms"] * entry["calls"] + 1000 * seconds) / (entry["calls"] + count)
@@ -604,7 +636,8 @@ def print_table(summary: list[dict[str, Any]], rows: list[dict[str, Any]], names
               f"{s['bound_window_pods_per_s']:>7.1f} {runs:<16} {s['create_s']:>8.1f} {late:>12} {cpus:>44} "
               f"{s['rss_mb']:>7.0f}  {what}")  # fmt: skip
     for r in rows:
-        keys = ("racks_per_gang", "part_bound_s", "pod_status_writes_per_pod", "scheduler", "topogang", "api_requests")
+        keys: tuple[str, ...] = ("racks_per_gang", "part_bound_s", "pod_status_writes_per_pod", "scheduler", "topogang")
+        keys += ("api_requests", "webhook_mean_ms")
         extra = {k: r[k] for k in keys if k in r}
         print(f"  {r['variant']} rep {r['rep']}: {r['bound']}/{r['pods']} bound, load {r['load_1m']}, "
               f"others {r['cpu_s']['others']} CPU s in {r['cpu_s']['wall']} s; "
@@ -656,27 +689,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if any(v.in_tree for v in chosen):
         gates = f"--feature-gates={IN_TREE_GATES}"
         extra = {"kube-apiserver": [gates, f"--runtime-config={IN_TREE_API}=true"], "kube-controller-manager": [gates]}
-    if args.lease_seconds:
-        # kwok renews each node's lease every quarter of its duration: at 40 s and 10,000 nodes
-        # that is 1,000 writes a second to the API server and etcd, before any pod. The node
-        # lifecycle controller must then wait longer before it calls a node unreachable.
-        extra.setdefault("kwok", []).append(f"--node-lease-duration-seconds={args.lease_seconds}")
-        # (and a node kwok has not initialized yet is not called unreachable after the default minute)
-        grace = [f"--node-monitor-grace-period={2 * args.lease_seconds}s"]
-        grace.append(f"--node-startup-grace-period={2 * args.lease_seconds}s")
-        extra.setdefault("kube-controller-manager", []).extend(grace)
-    if args.kwok_parallelism:
-        # kwok plays each node's stages (its Ready status) with 4 workers by default, each waiting
-        # on the API server: on a loaded machine thousands of new nodes stay uninitialized for minutes.
-        options = {f"{k}Parallelism": args.kwok_parallelism for k in ("nodePlayStage", "nodeLease", "podPlayStage")}
-        doc = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": options}
-        path = Path(tempfile.mkdtemp(prefix="side-by-side-kwok-")) / "kwok-options.json"
-        path.write_bytes(orjson.dumps(doc))
-        extra.setdefault("kwok", []).append(f"--config={path}")  # loaded after the plane's stages
-    plane = ControlPlane(binaries=Binaries.locate(), scheduler=False, extra_args=extra, timeout=120)
-    plane.start()
-    print(f"load average at start {os.getloadavg()}, {os.cpu_count()} cores", file=sys.stderr)
-    try:
+    with running_plane(args, extra) as plane:
         async with api_client(plane.kubeconfig) as api, await KubeClient.connect(plane.kubeconfig) as kube:
             kube.timeout = 120  # a loaded 2-core API server can take long over large lists and deletes
             if any(v.in_tree for v in chosen) and (why := await in_tree_unavailable(kube)):
@@ -705,10 +718,6 @@ async def main_async(args: argparse.Namespace) -> None:
         else:
             print_table(summary, rows, names)
         print(f"load average at the end {os.getloadavg()}", file=sys.stderr)
-    finally:
-        plane.stop(keep_workdir=args.keep)
-        if args.keep:
-            print(f"logs kept in {plane.logs_dir}", file=sys.stderr)
 
 
 def main() -> None:
@@ -732,20 +741,13 @@ def main() -> None:
     parser.add_argument("--bind-timeout", type=float, default=25.0, help="topogang serve --bind-timeout")
     parser.add_argument("--gates-args", default="", help="more flags for `topogang serve` in gates mode (C3)")
     parser.add_argument("--compare", type=Path, help="another checkout: adds variants B@, C2@ and G2@ run from it")
-    parser.add_argument("--lease-seconds", type=int, default=0,
-                        help="kwok's node lease duration (renewed every quarter of it; default: the control "
-                             "plane's 40 s), the node monitor's grace periods twice it")  # fmt: skip
-    parser.add_argument("--nodes-timeout", type=float, default=600,
-                        help="seconds for the nodes to be Ready, and again to be usable (default 600)")  # fmt: skip
-    parser.add_argument("--kwok-parallelism", type=int, default=0,
-                        help="kwok's workers for node and pod stages and node leases (default: kwok's 4)")  # fmt: skip
+    add_plane_arguments(parser)
     parser.add_argument("--rack-nodes", type=int, default=32)
     parser.add_argument("--block-racks", type=int, default=4)
     parser.add_argument("--zone-blocks", type=int, default=4)
     parser.add_argument("--profile", type=Path, help="write py-spy (topogang) and pprof (kube-scheduler) profiles here")
     parser.add_argument("--profile-seconds", type=float, default=15, help="length of the kube-scheduler profile")
     parser.add_argument("--json", action="store_true", help="one JSON object per variant, per ratio and per run")
-    parser.add_argument("--keep", action="store_true", help="keep the control plane's files and logs")
     args = parser.parse_args()
     known = variants((), args.compare)
     unknown = set(args.variants.split(",")) - set(known)

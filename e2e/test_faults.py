@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -46,7 +47,7 @@ T = TypeVar("T")
 GANG = 16  # pods of 8 GPUs, one per node
 FAULT_AT = 6  # the fault starts when this many members have been steered
 PACE = 0.2  # seconds kube-scheduler's second extender takes per pod
-Fault = Callable[[], Awaitable[None]]
+Fault = Callable[[], Coroutine[Any, Any, None]]
 KEEP_ENV = "TOPOGANG_FAULTS_WORKDIR"  # set: the plane's files and logs are kept there
 
 
@@ -119,6 +120,32 @@ def show_topogang_log(request: pytest.FixtureRequest, topogang: Topogang) -> Any
         print(f"--- last lines of {topogang.log_path} ---\n{topogang.tail(60)}")
 
 
+@dataclass(frozen=True)
+class Rig:
+    """What every test here works with: one fixture instead of seven arguments per test."""
+
+    plane: ControlPlane
+    proxy: FaultProxy
+    topogang: Topogang
+    slow: Slow
+    kube: KubeClient
+    namespace: str
+    nodes: FakeGpuNodes
+
+
+@pytest.fixture
+def rig(
+    plane: ControlPlane,
+    proxy: FaultProxy,
+    topogang: Topogang,
+    slow: Slow,
+    kube: KubeClient,
+    namespace: str,
+    nodes: FakeGpuNodes,
+) -> Rig:
+    return Rig(plane, proxy, topogang, slow, kube, namespace, nodes)
+
+
 async def _through_trouble(call: Callable[[], Awaitable[T]], within: float = 60.0) -> T:
     """CALL, tried again while the API server is restarting (refused, 5xx, timed out)."""
     deadline = asyncio.get_running_loop().time() + within
@@ -172,16 +199,10 @@ async def bound(kube: KubeClient, namespace: str, prefix: str) -> dict[str, str]
     }
 
 
-async def through_a_fault(
-    topogang: Topogang,
-    slow: Slow,
-    kube: KubeClient,
-    namespace: str,
-    nodes: FakeGpuNodes,
-    fault: Fault,
-) -> None:
+async def through_a_fault(rig: Rig, fault: Fault) -> None:
     """Gang `a` in flight when FAULT starts; then it and gang `b` (made after the fault) must end
     whole with nothing reserved."""
+    topogang, slow, kube, namespace, nodes = rig.topogang, rig.slow, rig.kube, rig.namespace, rig.nodes
     await nodes.add(zone=0, block=0, rack=0, count=GANG)
     slow.delay[namespace] = PACE
     started: list[asyncio.Task[None]] = []
@@ -229,109 +250,74 @@ def said(topogang: Topogang, kind: str) -> list[dict[str, Any]]:
 # -- the tests ---------------------------------------------------------------------------------------
 
 
-async def test_kube_apiserver_restarted_mid_gang(
-    topogang: Topogang,
-    slow: Slow,
-    kube: KubeClient,
-    namespace: str,
-    nodes: FakeGpuNodes,
-    plane: ControlPlane,
-) -> None:
-    before = await metrics(topogang)
+async def test_kube_apiserver_restarted_mid_gang(rig: Rig) -> None:
+    before = await metrics(rig.topogang)
 
     async def restart() -> None:
-        await plane.restart_async("kube-apiserver")
+        await rig.plane.restart_async("kube-apiserver")
 
-    await through_a_fault(topogang, slow, kube, namespace, nodes, restart)
-    after = await metrics(topogang)
+    await through_a_fault(rig, restart)
+    after = await metrics(rig.topogang)
     assert trouble(after, "unavailable") > trouble(before, "unavailable")
-    assert said(topogang, "unavailable")
+    assert said(rig.topogang, "unavailable")
 
 
-async def test_etcd_restarted_mid_gang(
-    topogang: Topogang,
-    slow: Slow,
-    kube: KubeClient,
-    namespace: str,
-    nodes: FakeGpuNodes,
-    plane: ControlPlane,
-) -> None:
-    before = await metrics(topogang)
+async def test_etcd_restarted_mid_gang(rig: Rig) -> None:
+    before = await metrics(rig.topogang)
 
     async def restart() -> None:
-        await plane.restart_async("etcd", down=3.0)
+        await rig.plane.restart_async("etcd", down=3.0)
 
-    await through_a_fault(topogang, slow, kube, namespace, nodes, restart)
-    after = await metrics(topogang)
+    await through_a_fault(rig, restart)
+    after = await metrics(rig.topogang)
     kinds = [k for k in ("unavailable", "slow") if trouble(after, k) > trouble(before, k)]
     assert kinds, "etcd down for 3 s went unnoticed"
-    assert all(said(topogang, k) for k in kinds)
+    assert all(said(rig.topogang, k) for k in kinds)
 
 
-async def test_the_pod_watch_expired_mid_gang_relists(
-    topogang: Topogang,
-    slow: Slow,
-    kube: KubeClient,
-    namespace: str,
-    nodes: FakeGpuNodes,
-    proxy: FaultProxy,
-) -> None:
-    before = await metrics(topogang)
+async def test_the_pod_watch_expired_mid_gang_relists(rig: Rig) -> None:
+    before = await metrics(rig.topogang)
 
     async def expire() -> None:
-        assert await proxy.expire_watches("pods") >= 1
+        assert await rig.proxy.expire_watches("pods") >= 1
 
-    await through_a_fault(topogang, slow, kube, namespace, nodes, expire)
-    after = await metrics(topogang)
+    await through_a_fault(rig, expire)
+    after = await metrics(rig.topogang)
     assert trouble(after, "relist") > trouble(before, "relist")
-    relisted = [line for line in log_lines(topogang, "relisted") if line.get("resource") == "pods"]
+    relisted = [line for line in log_lines(rig.topogang, "relisted") if line.get("resource") == "pods"]
     assert relisted
     assert "410" in relisted[-1]["reason"], relisted
 
 
-async def test_every_request_throttled_mid_gang(
-    topogang: Topogang,
-    slow: Slow,
-    kube: KubeClient,
-    namespace: str,
-    nodes: FakeGpuNodes,
-    proxy: FaultProxy,
-) -> None:
-    before = await metrics(topogang)
+async def test_every_request_throttled_mid_gang(rig: Rig) -> None:
+    before = await metrics(rig.topogang)
 
     async def throttle() -> None:
-        proxy.throttle(retry_after=1)
+        rig.proxy.throttle(retry_after=1)
         try:
             await asyncio.sleep(4)
         finally:
-            proxy.clear()
+            rig.proxy.clear()
 
-    await through_a_fault(topogang, slow, kube, namespace, nodes, throttle)
-    after = await metrics(topogang)
-    assert proxy.counts["throttled"] > 0
+    await through_a_fault(rig, throttle)
+    after = await metrics(rig.topogang)
+    assert rig.proxy.counts["throttled"] > 0
     assert trouble(after, "throttled") > trouble(before, "throttled")
-    assert said(topogang, "throttled")
+    assert said(rig.topogang, "throttled")
 
 
-async def test_a_slow_api_server_mid_gang(
-    topogang: Topogang,
-    slow: Slow,
-    kube: KubeClient,
-    namespace: str,
-    nodes: FakeGpuNodes,
-    proxy: FaultProxy,
-) -> None:
-    before = await metrics(topogang)
+async def test_a_slow_api_server_mid_gang(rig: Rig) -> None:
+    before = await metrics(rig.topogang)
 
     async def slow_writes() -> None:
-        proxy.slow(2.5, lambda method, path, watch: method != "GET")
+        rig.proxy.slow(2.5, lambda method, path, watch: method != "GET")
         try:
             await asyncio.sleep(6)
         finally:
-            proxy.clear()
+            rig.proxy.clear()
 
-    await through_a_fault(topogang, slow, kube, namespace, nodes, slow_writes)
-    after = await metrics(topogang)
-    assert proxy.counts["slowed"] > 0
+    await through_a_fault(rig, slow_writes)
+    after = await metrics(rig.topogang)
+    assert rig.proxy.counts["slowed"] > 0
     assert trouble(after, "slow") > trouble(before, "slow")
-    assert said(topogang, "slow")
+    assert said(rig.topogang, "slow")

@@ -332,7 +332,8 @@ async def test_the_webhook_answers_over_https_with_its_own_ca_and_503_until_sync
     scheduler = cluster_with(job)
     synced = False
     settings = GatesSettings(mode=GATES, webhook_host="127.0.0.1", webhook_port=port, hosts=("127.0.0.1",))
-    gates = GatesMode(settings, None, scheduler, Extender(scheduler, None, bind_timeout=1), lambda: synced)  # type: ignore[arg-type]
+    extender = Extender(scheduler, None, bind_timeout=1)  # type: ignore[arg-type]
+    gates = GatesMode(settings, None, scheduler, extender, lambda: synced)  # type: ignore[arg-type]
     await gates.start()
     try:
         assert gates.cert is not None
@@ -353,5 +354,9 @@ async def test_the_webhook_answers_over_https_with_its_own_ca_and_503_until_sync
         out = apply(raw, ops)
         assert out["spec"]["schedulingGates"] == [{"name": GATE}]
         assert env_of(out)["TOPOGANG_SEGMENT_INDEX"] == "1"
+        # every review answered is timed, refusals included: the API server waits for each one
+        exposition = extender.metrics.exposition().decode()
+        assert 'topogang_webhook_duration_seconds_count{code="503"} 1.0' in exposition
+        assert 'topogang_webhook_duration_seconds_count{code="200"} 1.0' in exposition
     finally:
         await gates.close()

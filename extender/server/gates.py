@@ -45,7 +45,7 @@ class GatesMode:
     ) -> None:
         self.settings = settings
         self.client = client
-        self.webhook = Webhook(scheduler, settings.mode, ready)
+        self.webhook = Webhook(scheduler, settings.mode, ready, observe=extender.metrics.observe_webhook)
         self.ungater = Ungater(client, scheduler, decided=extender.decided) if settings.mode == GATES else None
         self.cert: ServingCert | None = None
         self._runner: web.AppRunner | None = None

@@ -5,6 +5,7 @@ Names follow the Kubernetes instrumentation conventions: a `topogang_` prefix, b
 a group name).
 
   topogang_extender_request_duration_seconds{verb,code}  histogram  one extender call (bind: with its gate wait)
+  topogang_webhook_duration_seconds{code}                histogram  one admission review (every pod create waits for it)
   topogang_plan_duration_seconds{outcome}                histogram  a filter call that planned (or failed to)
   topogang_gang_wait_seconds                             histogram  first member seen -> the whole minimum bound
   topogang_binds_failed_total{reason}                    counter    bind calls answered with an error
@@ -24,7 +25,7 @@ a group name).
   topogang_leader                                        gauge      1 while this replica holds the Lease
   topogang_leader_transitions_total                      counter    times this replica became the leader
 
-The first eleven are recorded as things happen; the rest are read when Prometheus scrapes, from
+The first twelve are recorded as things happen; the rest are read when Prometheus scrapes, from
 the objects that own them, so nothing on the filter path does more than one histogram
 observation (about a microsecond).
 """
@@ -110,6 +111,14 @@ class Metrics:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
+        self.webhook_duration = Histogram(
+            "topogang_webhook_duration_seconds",
+            "Time to answer one admission review, by HTTP status code: the API server holds each pod "
+            "create it sends us until then (with a pod waiting for its workload to reach the cache).",
+            ["code"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
         self.plan_duration = Histogram(
             "topogang_plan_duration_seconds",
             "Time of a filter call that planned a gang, by outcome (planned, replanned, extended, pending).",
@@ -172,6 +181,9 @@ class Metrics:
         if child is None:
             child = self._requests[(verb, code)] = self.request_duration.labels(verb, str(code))
         child.observe(seconds)
+
+    def observe_webhook(self, code: int, seconds: float) -> None:
+        self.webhook_duration.labels(str(code)).observe(seconds)
 
     def observe_plan(self, outcome: str, seconds: float) -> None:
         self.plan_duration.labels(outcome).observe(seconds)

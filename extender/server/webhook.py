@@ -115,10 +115,17 @@ def _response(uid: str, ops: JSONPatch, warnings: Sequence[str] = ()) -> dict[st
 class Webhook:
     """Decides what a pod being created gets; `mode` is gates or extender (env vars only)."""
 
-    def __init__(self, scheduler: GangScheduler, mode: str, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        scheduler: GangScheduler,
+        mode: str,
+        ready: Callable[[], bool],
+        observe: Callable[[int, float], None] | None = None,
+    ) -> None:
         self.scheduler = scheduler
         self.mode = mode
         self.ready = ready
+        self.observe = observe  # (HTTP status, seconds) of each review answered
 
     def review(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """The AdmissionReview answer for BODY, from what the cache shows now."""
@@ -168,9 +175,15 @@ class Webhook:
         return admit(pod, self.scheduler.membership.lookup, state.podgroups, state.pods)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        start = time.perf_counter()
+        response = await self._handle(request, start)
+        if self.observe is not None:
+            self.observe(response.status, time.perf_counter() - start)
+        return response
+
+    async def _handle(self, request: web.Request, start: float) -> web.Response:
         if not self.ready():
             return web.Response(text="topogang: caches not synced yet", status=503)
-        start = time.perf_counter()
         try:
             body = orjson.loads(await request.read())
             answer = await self.review_waiting(body if isinstance(body, dict) else {})
