@@ -3,9 +3,12 @@ domains a gang landed in, and reading Prometheus samples."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import orjson
 import pytest
 
-from bench.kwok_cluster import Shape, diff, domains_per_group, prometheus_values
+from bench.kwok_cluster import Shape, diff, domains_per_group, kwok_tuning, prometheus_values
 
 
 def test_shape_fills_rack_by_rack_and_the_last_rack_is_short() -> None:
@@ -51,3 +54,23 @@ def test_prometheus_values_keeps_wanted_samples_and_diff_drops_unchanged_ones() 
         'scheduler_schedule_attempts_total{profile="default-scheduler",result="error"}': 0.0,
     }
     assert diff({"a": 5.0, "b": 1.0}, {"a": 2.0, "b": 1.0}) == {"a": 3.0}
+
+
+def test_kwok_tuning_is_nothing_by_default_and_stretches_the_node_monitor_with_the_lease() -> None:
+    assert kwok_tuning(0, 0) == {}
+    flags = kwok_tuning(600, 0)
+    assert flags["kwok"] == ["--node-lease-duration-seconds=600"]
+    # a node is not called unreachable before two of its (longer) leases have gone unrenewed
+    assert flags["kube-controller-manager"] == [
+        "--node-monitor-grace-period=1200s",
+        "--node-startup-grace-period=1200s",
+    ]
+
+
+def test_kwok_tuning_writes_its_worker_counts_to_a_config_file_kwok_loads() -> None:
+    flags = kwok_tuning(0, 16)
+    assert list(flags) == ["kwok"]
+    (config,) = flags["kwok"]
+    doc = orjson.loads(Path(config.removeprefix("--config=")).read_bytes())
+    assert doc["kind"] == "KwokConfiguration"
+    assert doc["options"] == {"nodePlayStageParallelism": 16, "nodeLeaseParallelism": 16, "podPlayStageParallelism": 16}
