@@ -689,6 +689,8 @@ async def main_async(args: argparse.Namespace) -> None:
     if any(v.in_tree for v in chosen):
         gates = f"--feature-gates={IN_TREE_GATES}"
         extra = {"kube-apiserver": [gates, f"--runtime-config={IN_TREE_API}=true"], "kube-controller-manager": [gates]}
+    if args.profile:
+        extra.setdefault("kube-apiserver", []).append("--profiling=true")  # the plane turns it off; the last flag wins
     with running_plane(args, extra) as plane:
         async with api_client(plane.kubeconfig) as api, await KubeClient.connect(plane.kubeconfig) as kube:
             kube.timeout = 120  # a loaded 2-core API server can take long over large lists and deletes
