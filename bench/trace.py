@@ -64,6 +64,8 @@ COLUMNS = (
 WAITS = tuple(
     (f"{s[0].upper()} {q}", f"wait_{q}_{s}_s", "{:>8.0f}") for s in metrics.SIZES for q in ("p50", "p95", "p99", "max")
 ) + tuple((f"{s[0].upper()} slow", f"slowdown_mean_{s}", "{:>7.1f}") for s in metrics.SIZES)
+# The drain (bench/tracesim/replay.py): the part of a gang's wait holding room could not save.
+WAITS += tuple((f"{s[0].upper()} drain99", f"drain_p99_{s}_s", "{:>10.0f}") for s in metrics.SIZES[1:])
 
 
 def _floats(text: str) -> list[float]:
