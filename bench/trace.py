@@ -75,6 +75,13 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas") from None
 
 
+def _sizes(text: str) -> frozenset[str]:
+    out = frozenset(x.strip() for x in text.split(",") if x.strip())
+    if not out or not out <= set(metrics.SIZES):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected size classes among {', '.join(metrics.SIZES)}")
+    return out
+
+
 def _variant(text: str) -> tuple[str, dict[str, Any]]:
     """NAME:FIELD=VALUE;FIELD=VALUE -> (NAME, Settings fields), typed as Settings declares them."""
     name, _, body = text.partition(":")
@@ -139,6 +146,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip", type=int, default=0, help="GPU jobs of --public skipped before the first window")
     p.add_argument("--write-trace", type=Path, help="write the first generated trace as CSV and go on")
     p.add_argument("--relax", action="store_true", help="drop every required constraint: what the constraints cost")
+    p.add_argument(
+        "--sizes",
+        type=_sizes,
+        help="replay only the jobs of these size classes (comma-separated: small,medium,large): what they wait for"
+        " among themselves",
+    )
     p.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     p.add_argument("--paired", default="bestfit", help="policy the others are compared with, trace by trace")
     p.add_argument("--warmup", type=float, default=0.1, help="share of arrivals before measuring")
@@ -178,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"trace.py: {exc}", file=sys.stderr)
                     return 2
                 settings_runs.append((load, bounded, traces))
+    if args.sizes:
+        settings_runs = [
+            (ld, b, [[j for j in t if metrics.size_class(cluster, j) in args.sizes] for t in ts])
+            for ld, b, ts in settings_runs
+        ]
     if args.relax:
         settings_runs = [
             (ld, b, [[dataclasses.replace(j, segment=0, segment_level="", job_level="") for j in t] for t in ts])

@@ -247,3 +247,7 @@ def test_a_variant_names_settings_fields_with_their_types() -> None:
     assert (name, fields) == ("large", {"coarsest_only": 1, "floor": 900.0, "heads": False, "whole_domain": True})
     with pytest.raises(argparse.ArgumentTypeError, match="'limt' is not a Settings field"):
         bench._variant("x:limt=2")
+    assert bench._variant("big:largest_first=1") == ("big", {"largest_first": True})
+    assert bench._sizes("medium, large") == frozenset({"medium", "large"})
+    with pytest.raises(argparse.ArgumentTypeError, match="expected size classes among small, medium, large"):
+        bench._sizes("huge")
