@@ -64,6 +64,8 @@ COLUMNS = (
 WAITS = tuple(
     (f"{s[0].upper()} {q}", f"wait_{q}_{s}_s", "{:>8.0f}") for s in metrics.SIZES for q in ("p50", "p95", "p99", "max")
 ) + tuple((f"{s[0].upper()} slow", f"slowdown_mean_{s}", "{:>7.1f}") for s in metrics.SIZES)
+# The drain (bench/tracesim/replay.py): the part of a gang's wait holding room could not save.
+WAITS += tuple((f"{s[0].upper()} drain99", f"drain_p99_{s}_s", "{:>10.0f}") for s in metrics.SIZES[1:])
 
 
 def _floats(text: str) -> list[float]:
@@ -71,6 +73,13 @@ def _floats(text: str) -> list[float]:
         return [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas") from None
+
+
+def _sizes(text: str) -> frozenset[str]:
+    out = frozenset(x.strip() for x in text.split(",") if x.strip())
+    if not out or not out <= set(metrics.SIZES):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected size classes among {', '.join(metrics.SIZES)}")
+    return out
 
 
 def _variant(text: str) -> tuple[str, dict[str, Any]]:
@@ -137,6 +146,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip", type=int, default=0, help="GPU jobs of --public skipped before the first window")
     p.add_argument("--write-trace", type=Path, help="write the first generated trace as CSV and go on")
     p.add_argument("--relax", action="store_true", help="drop every required constraint: what the constraints cost")
+    p.add_argument(
+        "--sizes",
+        type=_sizes,
+        help="replay only the jobs of these size classes (comma-separated: small,medium,large): what they wait for"
+        " among themselves",
+    )
     p.add_argument("--policies", default="", help="comma-separated subset (default: all)")
     p.add_argument("--paired", default="bestfit", help="policy the others are compared with, trace by trace")
     p.add_argument("--warmup", type=float, default=0.1, help="share of arrivals before measuring")
@@ -176,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"trace.py: {exc}", file=sys.stderr)
                     return 2
                 settings_runs.append((load, bounded, traces))
+    if args.sizes:
+        settings_runs = [
+            (ld, b, [[j for j in t if metrics.size_class(cluster, j) in args.sizes] for t in ts])
+            for ld, b, ts in settings_runs
+        ]
     if args.relax:
         settings_runs = [
             (ld, b, [[dataclasses.replace(j, segment=0, segment_level="", job_level="") for j in t] for t in ts])

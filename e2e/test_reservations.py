@@ -195,8 +195,12 @@ async def test_a_large_gang_holds_its_block_and_starts_while_bounded_small_gangs
     # The gangs without a bound, and the one bounded too long, waited: none of them ran in b0.
     for gang in ("n0", "n1", "long"):
         assert not await bound_nodes(kube, namespace, f"{gang}-")
-    pg = await kube.get(f"{PODGROUPS.format(ns=namespace)}/big")
-    assert "reservation" not in pg["status"]  # let go when the gang started
+
+    async def let_go() -> bool:  # the status is written after the binds (it still said bound: 0 once)
+        pg = await kube.get(f"{PODGROUPS.format(ns=namespace)}/big")
+        return "reservation" not in pg.get("status", {})
+
+    await eventually(let_go, within=30, what="PodGroup big to drop its reservation once it started")
 
 
 @pytest.mark.parametrize("serving_with", ["off"], indirect=True, ids=["reservations-off"])

@@ -117,6 +117,27 @@ def test_another_gang_is_held_out_and_told_why() -> None:
     assert "nodes left out: 4 held for another gang" in scheduler.reasons.text("default/small")
 
 
+def _first_reserved(settings: Settings) -> list[str]:
+    """Gang big (4 pods, a block) and gang a (2 pods, a rack; first in queue order) both wait."""
+    scheduler, keys = setup(settings)
+    scheduler.state.set_podgroup(
+        "default/a",
+        podgroup({"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="a"),
+    )
+    pair = [pod(f"a-{i}", group="a") for i in range(2)]
+    for p in pair:
+        scheduler.observe_pod(p)
+    for p in (pair[0], scheduler.state.pods[keys[0]]):
+        assert scheduler.filter(p, NODES, 0.0).nodes == []
+    made, _ = scheduler.refresh_reservations(0.0, WALL)
+    return made
+
+
+def test_largest_first_gives_the_one_reservation_to_the_gang_of_the_coarsest_level() -> None:
+    assert _first_reserved(replace(ON, reserve_after=0.0)) == ["default/a"]
+    assert _first_reserved(replace(ON, reserve_after=0.0, largest_first=True)) == ["default/big"]
+
+
 def test_without_reservations_the_freed_room_goes_to_whoever_asks() -> None:
     scheduler, keys = setup(settings=None)
     refused = scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)

@@ -137,6 +137,21 @@ def test_a_reservation_keeps_its_domain_until_a_higher_priority_gang_needs_it() 
     assert [r.key for r in taken] == ["hi"]  # the lower-priority reservation is released
 
 
+def test_largest_first_gives_the_slot_to_the_gang_of_the_coarsest_level() -> None:
+    lay = layout()
+    f, pods = _busy()
+    queue = [
+        Waiting("hi", 10, 90.0, whole_nodes(2, level=RACK)),
+        Waiting("rack", 0, 0.0, whole_nodes(2)),
+        Waiting("block", 0, 50.0, whole_nodes(3)),
+    ]
+    assert [r.key for r in reserve(100.0, queue, f, pods, lay, (), Settings(limit=1))] == ["hi"]
+    (big,) = reserve(100.0, queue, f, pods, lay, (), Settings(40.0, limit=1, largest_first=True))
+    assert (big.key, big.level) == ("block", BLOCK)  # waited 50 s; 3 pods need a block, the others a rack
+    both = reserve(100.0, queue, f, pods, lay, (), Settings(40.0, limit=2, largest_first=True))
+    assert [r.key for r in both] == ["block", "hi"]  # then queue order among equals
+
+
 def test_held_nodes_are_those_the_gang_waits_for_inside_its_domain() -> None:
     lay = layout()
     f = free(8, 0, 0, 0, 0, 0, 0, 0)

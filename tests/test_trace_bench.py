@@ -181,6 +181,17 @@ def test_a_reservation_starts_the_large_gang_that_small_gangs_starve(bounded: bo
     assert waits["r"] <= 200  # one job length to drain the block, and the queue ahead of it
 
 
+def test_the_drain_is_how_long_the_room_would_take_to_free_if_nothing_else_started() -> None:
+    cluster = clusters.build(SHAPE)
+    jobs = _starving(False)
+    run = replay(cluster, jobs, policies.Topogang(cluster))
+    assert list(run.drain) == [0]  # only jobs larger than a rack
+    assert 0 < run.drain[0] <= 100  # the cluster is full; the block's last 100 s job ends within 100 s
+    assert run.placed[0].start - 300.2 > 600  # without holding, the wait is far longer than the drain
+    row = metrics.summarize(cluster, jobs, run)
+    assert row["drain_p99_medium_s"] == pytest.approx(run.drain[0], abs=1)  # a block's 16 nodes: medium
+
+
 def test_a_public_trace_is_mapped_onto_gangs_by_the_documented_rule(tmp_path: Path) -> None:
     cluster = clusters.build(SHAPE)
     path = tmp_path / "trace_kalos.csv"
@@ -236,3 +247,7 @@ def test_a_variant_names_settings_fields_with_their_types() -> None:
     assert (name, fields) == ("large", {"coarsest_only": 1, "floor": 900.0, "heads": False, "whole_domain": True})
     with pytest.raises(argparse.ArgumentTypeError, match="'limt' is not a Settings field"):
         bench._variant("x:limt=2")
+    assert bench._variant("big:largest_first=1") == ("big", {"largest_first": True})
+    assert bench._sizes("medium, large") == frozenset({"medium", "large"})
+    with pytest.raises(argparse.ArgumentTypeError, match="expected size classes among small, medium, large"):
+        bench._sizes("huge")

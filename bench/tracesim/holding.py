@@ -48,6 +48,14 @@ def demand(job: Job) -> Demand:
     return Demand((job.gpus,), job.pods, job.segment, RACK if job.segment else 0, level)
 
 
+def layout_of(c: Cluster) -> Layout:
+    """The cluster as extender.core.reservations counts room: the cluster, its levels, the nodes."""
+    levels = [np.zeros(len(c.nodes), dtype=np.int64)]
+    levels += [c.domain_of(lv) for lv in LEVELS]
+    levels.append(np.arange(len(c.nodes), dtype=np.int64))
+    return Layout(levels, c.gpus[:, None].astype(np.int64))
+
+
 @dataclass
 class Holding:
     cluster: Cluster
@@ -62,11 +70,7 @@ class Holding:
     _lost = False  # a held node was let go since the last walk: every waiting job may fit now
 
     def __post_init__(self) -> None:
-        c = self.cluster
-        levels = [np.zeros(len(c.nodes), dtype=np.int64)]
-        levels += [c.domain_of(lv) for lv in LEVELS]
-        levels.append(np.arange(len(c.nodes), dtype=np.int64))
-        self.layout = Layout(levels, c.gpus[:, None].astype(np.int64))
+        self.layout = layout_of(self.cluster)
 
     @staticmethod
     def _ends(job: Job, now: float) -> float | None:

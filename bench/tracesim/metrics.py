@@ -16,6 +16,9 @@ wait_{p50,p95,p99,max}_<size>_s  start - arrival in seconds, by size: small (fit
                              medium (fits one block), large (more); of the jobs that arrived in
                              the measured window
 slowdown_{mean,p99}_<size>   (wait + run) / run, same jobs
+drain_{p50,p99}_<size>_s     medium and large: the jobs' drain (bench/tracesim/replay.py), the
+                             part of their wait that holding room from their arrival could not
+                             save; the policy's own past decides it
 held_idle_gpu_h              GPU-hours held idle by reservations in the window (free GPUs in
                              reserved domains, which other work could have used)
 backfilled_gpu_h             GPU-hours of bounded jobs that started in held room in the window
@@ -36,7 +39,14 @@ from bench.tracesim.replay import Replay
 from bench.tracesim.workload import Job, window
 
 SIZES = ("small", "medium", "large")
-SPREAD = ("allocation", "racks_at_lower_bound", "wait_p99_small_s", "wait_p99_medium_s", "wait_p99_large_s")
+SPREAD = (
+    "allocation",
+    "racks_at_lower_bound",
+    "wait_p99_small_s",
+    "wait_p99_medium_s",
+    "wait_p99_large_s",
+    "drain_p99_large_s",
+)
 
 
 def lower_bound(cluster: Cluster, gpus: int) -> int:
@@ -79,6 +89,8 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     racks = np.array([len(set(cluster.rack_of[list(p.nodes)].tolist())) for p in placed])
     bound = np.array([lower_bound(cluster, p.job.demand) for p in placed])
     waits: dict[str, list[float]] = {s: [] for s in SIZES}
+    arrival = {j.id: j.arrival for j in jobs}
+    classes = {j.id: size_class(cluster, j) for j in jobs if j.id in run.drain}
     slow: dict[str, list[float]] = {s: [] for s in SIZES}
     for p in placed:
         if t0 <= p.job.arrival <= t1:
@@ -104,6 +116,11 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
         row[f"slowdown_mean_{s}"] = round(float(sd.mean()), 2)
         row[f"slowdown_p99_{s}"] = round(float(np.percentile(sd, 99)), 1)
         row[f"jobs_{s}"] = len(waits[s])
+    for s in SIZES[1:]:
+        d = [v for jid, v in run.drain.items() if t0 <= arrival[jid] <= t1 and classes[jid] == s and v < np.inf]
+        dd = np.array(d) if d else np.zeros(1)
+        row[f"drain_p50_{s}_s"] = round(float(np.percentile(dd, 50)), 1)
+        row[f"drain_p99_{s}_s"] = round(float(np.percentile(dd, 99)), 1)
     held = np.array(run.held_idle, dtype=float) if run.held_idle else np.zeros(len(span))
     row["held_idle_gpu_h"] = round(float((held[ok] * span[ok]).sum()) / 3600, 1)
     row["backfilled_gpu_h"] = round(sum(g for t, g in run.backfilled if t0 <= t <= t1) / 3600, 1)

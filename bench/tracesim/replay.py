@@ -8,6 +8,11 @@ head-of-line blocking). Two shortcuts skip calls whose answer is known, for ever
 a job is tried again only after GPUs were freed (placements only take), and within one walk a job
 asking for exactly what an earlier job failed to get fails too (same free GPUs, same answer);
 a job that needs more pods than fit on all free nodes is not tried at all.
+
+For each job larger than a rack the replay also records its *drain*: how long after its arrival
+room for it would exist (counted as reservations count it) if nothing started after it arrived
+and every running job ended at its real end; a wait no holding of room can beat, only preemption
+or a different past.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.tracesim.cluster import Cluster, IntArray
+from bench.tracesim.holding import demand, layout_of
 from bench.tracesim.policies import Policy
 from bench.tracesim.workload import Job, window
+from extender.core.reservations import Layout, Running, soonest
 from extender.simulate.order import queue_key
 
 
@@ -53,6 +60,7 @@ class Replay:
     busiest: tuple[float, int, IntArray] | None = None
     worst: tuple[float, int, IntArray] | None = None
     overcommitted: int = 0  # placements that would take more than a node has (a policy bug)
+    drain: dict[int, float] = field(default_factory=dict)  # job -> its drain (module docstring)
 
 
 def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.1) -> Replay:
@@ -65,6 +73,8 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
     queue: list[Job] = []
     running: dict[int, Placed] = {}
     holding = policy.holding
+    layout = layout_of(cluster)
+    rack = int(cluster.domain_gpus("rack").max())
     a = 0
     while a < len(arrivals) or ends:
         now = min(arrivals[a].arrival if a < len(arrivals) else float("inf"), ends[0][0] if ends else float("inf"))
@@ -81,6 +91,9 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
             policy.prepare(arrivals[a])
             fresh.append(arrivals[a])
             a += 1
+        for job in fresh:
+            if job.demand > rack:
+                out.drain[job.id] = _drain(cluster, layout, job, now, used, running)
         walk = queue + fresh if freed else policy.retry(queue, now) + fresh
         queue.extend(fresh)
         ordered = sorted(walk, key=lambda j: queue_key(j.priority, j.arrival, j.id))
@@ -100,6 +113,22 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
         out.backfilled, out.estimates, out.reservations = holding.backfills, holding.estimates, holding.made
         out.reserve_ms = holding.reserve_ms
     return out
+
+
+def _drain(cluster: Cluster, layout: Layout, job: Job, now: float, used: IntArray, running: dict[int, Placed]) -> float:
+    """Seconds from NOW until room for JOB exists if nothing else starts (real ends)."""
+    need = demand(job)
+    level = layout.level_for(need)
+    if level is None:
+        return float("inf")
+    nodes = np.array([n for p in running.values() for n in p.nodes], dtype=np.int64)
+    counts = np.array([p.job.pods for p in running.values()], dtype=np.int64)
+    gpus = np.repeat(np.array([p.job.gpus for p in running.values()], dtype=np.int64), counts)
+    ends = np.repeat(np.array([p.start + p.job.duration for p in running.values()], dtype=np.float64), counts)
+    pods = Running(nodes, gpus.reshape(-1, 1), ends).by_end()
+    free = (cluster.gpus - used)[:, None].astype(np.int64)
+    found = soonest(now, need, level, free, pods, layout, np.ones(layout.counts[level], dtype=np.bool_))
+    return float("inf") if found is None else found.start - now
 
 
 def _walk(

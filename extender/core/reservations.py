@@ -80,6 +80,10 @@ class Settings:
     # Only gangs reserved at this level or a coarser one (0 the cluster, 1 its first level ...);
     # None: any gang. Gangs that fit where room frees often do not need one.
     coarsest_only: int | None = None
+    # The slots go to the eligible gangs of the coarsest level first (then the most pods, then
+    # queue order), not in queue order: the gangs that need a large domain are those that room
+    # freeing by chance rarely serves.
+    largest_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,11 @@ def _fewest_children(
     return out
 
 
+def _level_rank(layout: Layout, demand: Demand) -> int:
+    level = layout.level_for(demand)
+    return len(layout.domain_of) if level is None else level
+
+
 def _clearly_sooner(now: float, other: float, current: float, settings: Settings) -> bool:
     return other < current - max(settings.move_margin, 0.25 * (current - now))
 
@@ -317,6 +326,8 @@ def reserve(
     eligible = [w for w in queue if w.key in heads or now - w.since >= settings.reserve_after]
     if not eligible:
         return ()
+    if settings.largest_first:  # stable: queue order among equals
+        eligible.sort(key=lambda w: (_level_rank(layout, w.demand), -w.demand.pods))
     ordered = running.by_end()
     previous = {r.key: r for r in current}
     taken = np.zeros(layout.nodes, dtype=np.bool_)  # the domains of the reservations so far
