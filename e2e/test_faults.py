@@ -247,6 +247,26 @@ def said(topogang: Topogang, kind: str) -> list[dict[str, Any]]:
     return [line for line in log_lines(topogang, "API server trouble") if line.get("kind") == kind]
 
 
+def for_a_while(proxy: FaultProxy, start: Callable[[], None], seconds: float) -> Fault:
+    """A fault that turns the proxy's misbehaviour START on for SECONDS, then clears it."""
+
+    async def fault() -> None:
+        start()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            proxy.clear()
+
+    return fault
+
+
+async def noticed(rig: Rig, before: dict[tuple[str, tuple[tuple[str, str], ...]], float], kind: str) -> None:
+    """topogang counted trouble of KIND since BEFORE (its metrics then) and said so in its log."""
+    after = await metrics(rig.topogang)
+    assert trouble(after, kind) > trouble(before, kind)
+    assert said(rig.topogang, kind)
+
+
 # -- the tests ---------------------------------------------------------------------------------------
 
 
@@ -257,9 +277,7 @@ async def test_kube_apiserver_restarted_mid_gang(rig: Rig) -> None:
         await rig.plane.restart_async("kube-apiserver")
 
     await through_a_fault(rig, restart)
-    after = await metrics(rig.topogang)
-    assert trouble(after, "unavailable") > trouble(before, "unavailable")
-    assert said(rig.topogang, "unavailable")
+    await noticed(rig, before, "unavailable")
 
 
 async def test_etcd_restarted_mid_gang(rig: Rig) -> None:
@@ -291,33 +309,17 @@ async def test_the_pod_watch_expired_mid_gang_relists(rig: Rig) -> None:
 
 async def test_every_request_throttled_mid_gang(rig: Rig) -> None:
     before = await metrics(rig.topogang)
-
-    async def throttle() -> None:
-        rig.proxy.throttle(retry_after=1)
-        try:
-            await asyncio.sleep(4)
-        finally:
-            rig.proxy.clear()
-
-    await through_a_fault(rig, throttle)
-    after = await metrics(rig.topogang)
+    await through_a_fault(rig, for_a_while(rig.proxy, lambda: rig.proxy.throttle(retry_after=1), 4))
     assert rig.proxy.counts["throttled"] > 0
-    assert trouble(after, "throttled") > trouble(before, "throttled")
-    assert said(rig.topogang, "throttled")
+    await noticed(rig, before, "throttled")
 
 
 async def test_a_slow_api_server_mid_gang(rig: Rig) -> None:
     before = await metrics(rig.topogang)
 
-    async def slow_writes() -> None:
-        rig.proxy.slow(2.5, lambda method, path, watch: method != "GET")
-        try:
-            await asyncio.sleep(6)
-        finally:
-            rig.proxy.clear()
+    def writes(method: str, path: str, watch: bool) -> bool:
+        return method != "GET"
 
-    await through_a_fault(rig, slow_writes)
-    after = await metrics(rig.topogang)
+    await through_a_fault(rig, for_a_while(rig.proxy, lambda: rig.proxy.slow(2.5, writes), 6))
     assert rig.proxy.counts["slowed"] > 0
-    assert trouble(after, "slow") > trouble(before, "slow")
-    assert said(rig.topogang, "slow")
+    await noticed(rig, before, "slow")
