@@ -13,6 +13,7 @@ and the figures (means over the traces) are printed side by side, one table per 
     .venv/bin/python bench/trace.py --public trace_kalos.csv  # AcmeTrace or Helios, mapped (tracesim/public.py)
     .venv/bin/python bench/trace.py --write-trace t.csv      # the first generated trace, to edit
     .venv/bin/python bench/trace.py --relax                  # the same jobs without constraints
+    .venv/bin/python bench/trace.py --one-priority           # the same jobs, all of one priority
     .venv/bin/python bench/trace.py --loads 0.85 --seeds 16 --policies topogang,bestfit   # paired, 16 traces
     .venv/bin/python bench/trace.py --variant 'large:coarsest_only=1'   # one more policy: topogang+large
 
@@ -66,6 +67,8 @@ WAITS = tuple(
 ) + tuple((f"{s[0].upper()} slow", f"slowdown_mean_{s}", "{:>7.1f}") for s in metrics.SIZES)
 # The drain (bench/tracesim/replay.py): the part of a gang's wait holding room could not save.
 WAITS += tuple((f"{s[0].upper()} drain99", f"drain_p99_{s}_s", "{:>10.0f}") for s in metrics.SIZES[1:])
+# Large gangs' p99 at the lowest priority and above it (the class's p99 is nearly always the former's).
+WAITS += (("L99 lowest", "wait_p99_large_lowest_s", "{:>10.0f}"), ("L99 above", "wait_p99_large_above_s", "{:>9.0f}"))
 
 
 def _floats(text: str) -> list[float]:
@@ -147,6 +150,11 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--write-trace", type=Path, help="write the first generated trace as CSV and go on")
     p.add_argument("--relax", action="store_true", help="drop every required constraint: what the constraints cost")
     p.add_argument(
+        "--one-priority",
+        action="store_true",
+        help="every job at priority 0: what queueing behind higher priorities costs the lowest",
+    )
+    p.add_argument(
         "--sizes",
         type=_sizes,
         help="replay only the jobs of these size classes (comma-separated: small,medium,large): what they wait for"
@@ -200,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         settings_runs = [
             (ld, b, [[dataclasses.replace(j, segment=0, segment_level="", job_level="") for j in t] for t in ts])
             for ld, b, ts in settings_runs
+        ]
+    if args.one_priority:
+        settings_runs = [
+            (ld, b, [[dataclasses.replace(j, priority=0) for j in t] for t in ts]) for ld, b, ts in settings_runs
         ]
     if args.write_trace:
         workload.write_csv(settings_runs[0][2][0], args.write_trace)

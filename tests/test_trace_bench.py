@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -234,8 +235,7 @@ def test_paired_differences_say_when_a_gap_is_noise() -> None:
     assert "~" in text  # the large-gang gap is noise
 
 
-def test_a_variant_names_settings_fields_with_their_types() -> None:
-    import argparse
+def _trace_bench() -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("trace_bench", Path(__file__).parents[1] / "bench" / "trace.py")
@@ -243,6 +243,13 @@ def test_a_variant_names_settings_fields_with_their_types() -> None:
     assert spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_a_variant_names_settings_fields_with_their_types() -> None:
+    import argparse
+
+    bench = _trace_bench()
     name, fields = bench._variant("large:coarsest_only=1;floor=900;heads=false;whole_domain=true")
     assert (name, fields) == ("large", {"coarsest_only": 1, "floor": 900.0, "heads": False, "whole_domain": True})
     with pytest.raises(argparse.ArgumentTypeError, match="'limt' is not a Settings field"):
@@ -251,3 +258,41 @@ def test_a_variant_names_settings_fields_with_their_types() -> None:
     assert bench._sizes("medium, large") == frozenset({"medium", "large"})
     with pytest.raises(argparse.ArgumentTypeError, match="expected size classes among small, medium, large"):
         bench._sizes("huge")
+
+
+def test_large_gangs_p99_is_split_at_the_lowest_priority() -> None:
+    """Two large gangs behind a full cluster: the one of priority 0 waits for the one of 100."""
+    cluster = clusters.build(SHAPE)
+    whole = cluster.capacity // 8  # every node, 8 GPUs each
+    jobs = [
+        workload.Job(1, 0.0, whole, 8, 100.0),
+        workload.Job(2, 1.0, whole, 8, 50.0, priority=0),
+        workload.Job(3, 2.0, whole, 8, 50.0, priority=100),
+    ]
+    run = replay(cluster, jobs, policies.BestFit(cluster))
+    row = metrics.summarize(cluster, jobs, run, warmup=0.0)
+    assert row["wait_p99_large_above_s"] == pytest.approx(98.0)  # starts when the first ends
+    # the first (priority 0, no wait) and the lowest-priority one, which starts after the other
+    assert row["wait_p99_large_lowest_s"] == pytest.approx(float(np.percentile([0.0, 149.0], 99)), abs=0.1)
+
+
+def test_one_priority_replays_the_same_jobs_at_priority_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two zone-sized gangs wait for one zone to free: the later outranks the earlier and goes
+    first; with --one-priority the earlier does, and no large gang is left above the lowest."""
+    import orjson
+
+    csv = tmp_path / "t.csv"
+    csv.write_text(
+        "arrival,pods,gpus_per_pod,segment,levels,duration,priority\n"
+        "0,256,8,0,/zone,100,0\n0,256,8,0,/zone,1000,0\n1,256,8,0,/zone,50,0\n2,256,8,0,/zone,50,100\n"
+    )
+    rows = {}
+    for flags in ([], ["--one-priority"]):
+        args = ["--trace", str(csv), "--policies", "bestfit", "--warmup", "0", "--json", "--no-pictures", *flags]
+        assert _trace_bench().main(args) == 0
+        rows[bool(flags)] = orjson.loads(capsys.readouterr().out.splitlines()[0])
+    assert rows[False]["wait_p99_large_above_s"] == pytest.approx(98.0)  # priority 100 first
+    assert rows[True]["wait_p99_large_above_s"] == 0.0
+    assert rows[True]["wait_max_large_s"] == pytest.approx(148.0)  # the priority-100 one now last

@@ -16,6 +16,9 @@ wait_{p50,p95,p99,max}_<size>_s  start - arrival in seconds, by size: small (fit
                              medium (fits one block), large (more); of the jobs that arrived in
                              the measured window
 slowdown_{mean,p99}_<size>   (wait + run) / run, same jobs
+wait_p99_large_{lowest,above}_s  large jobs' p99 wait at the trace's lowest priority and above it:
+                             the class's p99 is nearly always a lowest-priority gang's, queued
+                             behind higher-priority work that no rule may make wait for it
 drain_{p50,p99}_<size>_s     medium and large: the jobs' drain (bench/tracesim/replay.py), the
                              part of their wait that holding room from their arrival could not
                              save; the policy's own past decides it
@@ -35,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from bench.tracesim.cluster import Cluster
-from bench.tracesim.replay import Replay
+from bench.tracesim.replay import Placed, Replay
 from bench.tracesim.workload import Job, window
 
 SIZES = ("small", "medium", "large")
@@ -116,6 +119,7 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
         row[f"slowdown_mean_{s}"] = round(float(sd.mean()), 2)
         row[f"slowdown_p99_{s}"] = round(float(np.percentile(sd, 99)), 1)
         row[f"jobs_{s}"] = len(waits[s])
+    row |= _large_by_priority(cluster, jobs, placed, t0, t1)
     for s in SIZES[1:]:
         d = [v for jid, v in run.drain.items() if t0 <= arrival[jid] <= t1 and classes[jid] == s and v < np.inf]
         dd = np.array(d) if d else np.zeros(1)
@@ -134,6 +138,20 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     row["never_placed"] = len(run.never)
     row["overcommitted"] = run.overcommitted
     return row
+
+
+def _large_by_priority(
+    cluster: Cluster, jobs: list[Job], placed: list[Placed], t0: float, t1: float
+) -> dict[str, float]:
+    lowest = min((j.priority for j in jobs), default=0)
+    waits: dict[bool, list[float]] = {True: [], False: []}
+    for p in placed:
+        if t0 <= p.job.arrival <= t1 and size_class(cluster, p.job) == "large":
+            waits[p.job.priority == lowest].append(p.start - p.job.arrival)
+    return {
+        f"wait_p99_large_{name}_s": round(float(np.percentile(w, 99)), 1) if w else 0.0
+        for name, w in (("lowest", waits[True]), ("above", waits[False]))
+    }
 
 
 def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
