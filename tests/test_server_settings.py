@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from extender.core.reservations import Settings as ReservationSettings
+from extender.server import serve
 from extender.server.settings import Settings, SettingsError, add_arguments, settings_from
 
 
@@ -53,6 +55,16 @@ def test_flags_win_over_the_environment() -> None:
     assert not settings(TOPOGANG_LEADER_ELECT="false").leader_elect
 
 
+def test_the_reservation_slots_go_in_queue_order_unless_largest_is_asked_for() -> None:
+    assert not settings().reserve_largest_first
+    assert settings("--reserve-order=largest").reserve_largest_first
+    assert settings(TOPOGANG_RESERVE_ORDER="Largest").reserve_largest_first
+    assert not settings("--reserve-order=queue", TOPOGANG_RESERVE_ORDER="largest").reserve_largest_first
+    # ... and the scheduler the server builds from them gives its reservations that order
+    assert serve._scheduler(settings("--reserve-order=largest")).reserving.settings.largest_first
+    assert serve._scheduler(settings()).reserving.settings == ReservationSettings()
+
+
 def test_without_pod_name_the_identity_is_unique_per_process() -> None:
     assert settings().identity != settings().identity
 
@@ -69,8 +81,9 @@ def test_without_both_pod_variables_there_is_no_pod_to_label() -> None:
         (["--leader-elect=maybe"], "--leader-elect (TOPOGANG_LEADER_ELECT): expected true or false, got 'maybe'"),
         (["--lease-duration=5", "--lease-renew-deadline=5"], "expected duration > renew deadline > 1.2 x retry period"),
         (["--lease-retry-period=0"], "--lease-retry-period (TOPOGANG_LEASE_RETRY_PERIOD): expected a positive"),
+        (["--reserve-order=biggest"], "--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got"),
     ],
-    ids=["not-a-bool", "deadline-not-under-duration", "zero-retry"],
+    ids=["not-a-bool", "deadline-not-under-duration", "zero-retry", "unknown-reserve-order"],
 )
 def test_bad_values_are_refused_naming_the_flag(flags: list[str], message: str) -> None:
     with pytest.raises(SettingsError) as exc:

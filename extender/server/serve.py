@@ -133,7 +133,11 @@ def _scheduler(settings: Settings) -> GangScheduler:
         repair_timeout=settings.repair_timeout,
         nominate=settings.nominate,
         bind_ahead=settings.bind_ahead,
-        reservations=ReservationSettings(limit=settings.reservations, reserve_after=settings.reserve_after),
+        reservations=ReservationSettings(
+            limit=settings.reservations,
+            reserve_after=settings.reserve_after,
+            largest_first=settings.reserve_largest_first,
+        ),
     )
 
 

@@ -41,6 +41,11 @@ reservations        --reservations    TOPOGANG_RESERVATIONS   1 (gangs that may 
                                                               before it may hold some; the first
                                                               gang in queue order at each priority
                                                               may at once)
+                    --reserve-order   TOPOGANG_RESERVE_ORDER  queue (who of the gangs that may hold
+                                                              room gets the slots: queue order, or
+                                                              largest: those that need the coarsest
+                                                              domain first, for clusters whose jobs
+                                                              share one priority)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 request body limit  --max-body        TOPOGANG_MAX_BODY       64 (MiB; see server/limits.py)
 
@@ -88,6 +93,7 @@ from extender.server.tls import TlsFiles
 
 RESERVATION_DEFAULTS = ReservationSettings()
 MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
+RESERVE_ORDERS = ("queue", "largest")
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -110,6 +116,7 @@ class Settings:
     repair_timeout: float = 300.0
     reservations: int = RESERVATION_DEFAULTS.limit  # gangs holding room at once; 0: none
     reserve_after: float = RESERVATION_DEFAULTS.reserve_after
+    reserve_largest_first: bool = RESERVATION_DEFAULTS.largest_first  # --reserve-order largest
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     bind_ahead: bool = True  # bind a planned gang at once when kube-scheduler has nothing to add (core/binding.py)
     log_level: str = "info"
@@ -187,6 +194,13 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "SECONDS",
         f"how long a gang waits for room before it may hold some"
         f" (TOPOGANG_RESERVE_AFTER; {RESERVATION_DEFAULTS.reserve_after:g})",
+    ),
+    (
+        "--reserve-order",
+        "ORDER",
+        "who of the gangs that may hold room gets the slots: queue (queue order) or largest (those that need"
+        " the coarsest domain first, then the most pods; for clusters whose jobs share one priority)"
+        " (TOPOGANG_RESERVE_ORDER; queue)",
     ),
     ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
     ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
@@ -292,7 +306,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         raise SettingsError(f"--bind-ahead (TOPOGANG_BIND_AHEAD): expected true or false, got {ahead!r}")
     settings = replace(settings, bind_ahead=ahead.lower() in ("true", "1"))
     limit, after = _reservations(args, pick, seconds)
-    settings = replace(settings, reservations=limit, reserve_after=after)
+    order = (pick(args.reserve_order, "TOPOGANG_RESERVE_ORDER") or "queue").strip().lower()
+    if order not in RESERVE_ORDERS:
+        raise SettingsError(f"--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got {order!r}")
+    settings = replace(settings, reservations=limit, reserve_after=after, reserve_largest_first=order == "largest")
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
