@@ -261,7 +261,8 @@ def test_a_variant_names_settings_fields_with_their_types() -> None:
 
 
 def test_large_gangs_p99_is_split_at_the_lowest_priority() -> None:
-    """Two large gangs behind a full cluster: the one of priority 0 waits for the one of 100."""
+    """Behind a gang that fills the cluster, the gang of priority 100 starts first and the one of
+    priority 0 after it."""
     cluster = clusters.build(SHAPE)
     whole = cluster.capacity // 8  # every node, 8 GPUs each
     jobs = [

@@ -305,11 +305,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     if ahead.lower() not in ("true", "false", "1", "0"):
         raise SettingsError(f"--bind-ahead (TOPOGANG_BIND_AHEAD): expected true or false, got {ahead!r}")
     settings = replace(settings, bind_ahead=ahead.lower() in ("true", "1"))
-    limit, after = _reservations(args, pick, seconds)
-    order = (pick(args.reserve_order, "TOPOGANG_RESERVE_ORDER") or "queue").strip().lower()
-    if order not in RESERVE_ORDERS:
-        raise SettingsError(f"--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got {order!r}")
-    settings = replace(settings, reservations=limit, reserve_after=after, reserve_largest_first=order == "largest")
+    limit, after, largest = _reservations(args, pick, seconds)
+    settings = replace(settings, reservations=limit, reserve_after=after, reserve_largest_first=largest)
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
@@ -327,8 +324,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
 
 def _reservations(
     args: argparse.Namespace, pick: Callable[..., str | None], seconds: Callable[[str, str | None, str, float], float]
-) -> tuple[int, float]:
-    """--reservations (a whole number, bounded) and --reserve-after (seconds)."""
+) -> tuple[int, float, bool]:
+    """--reservations (a whole number, bounded), --reserve-after (seconds) and --reserve-order
+    (whether the slots go to the largest gangs first)."""
     text = pick(args.reservations, "TOPOGANG_RESERVATIONS")
     limit = RESERVATION_DEFAULTS.limit
     if text is not None:
@@ -339,7 +337,10 @@ def _reservations(
             )
         limit = int(text)
     after = seconds("--reserve-after", args.reserve_after, "TOPOGANG_RESERVE_AFTER", RESERVATION_DEFAULTS.reserve_after)
-    return limit, after
+    order = (pick(args.reserve_order, "TOPOGANG_RESERVE_ORDER") or "queue").strip().lower()
+    if order not in RESERVE_ORDERS:
+        raise SettingsError(f"--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got {order!r}")
+    return limit, after, order == "largest"
 
 
 def _address(name: str, text: str) -> tuple[str, int]:
