@@ -199,20 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"trace.py: {exc}", file=sys.stderr)
                     return 2
                 settings_runs.append((load, bounded, traces))
-    if args.sizes:
-        settings_runs = [
-            (ld, b, [[j for j in t if metrics.size_class(cluster, j) in args.sizes] for t in ts])
-            for ld, b, ts in settings_runs
-        ]
-    if args.relax:
-        settings_runs = [
-            (ld, b, [[dataclasses.replace(j, segment=0, segment_level="", job_level="") for j in t] for t in ts])
-            for ld, b, ts in settings_runs
-        ]
-    if args.one_priority:
-        settings_runs = [
-            (ld, b, [[dataclasses.replace(j, priority=0) for j in t] for t in ts]) for ld, b, ts in settings_runs
-        ]
+    settings_runs = [(ld, b, [_as_asked(t, cluster, args) for t in ts]) for ld, b, ts in settings_runs]
     if args.write_trace:
         workload.write_csv(settings_runs[0][2][0], args.write_trace)
     if not args.json:
@@ -258,6 +245,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_pictures:
         _pictures(cluster, every, pictured, args.pictures)
     return 0
+
+
+def _as_asked(jobs: list[workload.Job], cluster: clusters.Cluster, args: argparse.Namespace) -> list[workload.Job]:
+    """One trace as the flags ask: only the --sizes classes, without constraints (--relax), every
+    job at priority 0 (--one-priority)."""
+    if args.sizes:
+        jobs = [j for j in jobs if metrics.size_class(cluster, j) in args.sizes]
+    if args.relax:
+        jobs = [dataclasses.replace(j, segment=0, segment_level="", job_level="") for j in jobs]
+    if args.one_priority:
+        jobs = [dataclasses.replace(j, priority=0) for j in jobs]
+    return jobs
 
 
 def _trace(
