@@ -200,6 +200,15 @@ def main(argv: list[str] | None = None) -> int:
                     return 2
                 settings_runs.append((load, bounded, traces))
     settings_runs = [(ld, b, [_as_asked(t, cluster, args) for t in ts]) for ld, b, ts in settings_runs]
+    for _, _, ts in settings_runs:
+        for t in ts:
+            if not _measurable(t, args.warmup):
+                print(
+                    "trace.py: a trace (after --sizes) needs jobs arriving at two moments at least after its warm-up"
+                    f" share (--warmup {args.warmup:g}); the figures are measured between them",
+                    file=sys.stderr,
+                )
+                return 2
     if args.write_trace:
         workload.write_csv(settings_runs[0][2][0], args.write_trace)
     if not args.json:
@@ -257,6 +266,14 @@ def _as_asked(jobs: list[workload.Job], cluster: clusters.Cluster, args: argpars
     if args.one_priority:
         jobs = [dataclasses.replace(j, priority=0) for j in jobs]
     return jobs
+
+
+def _measurable(jobs: list[workload.Job], warmup: float) -> bool:
+    """Whether the measured window (workload.window) of JOBS has a length: the figures are means over it."""
+    if not jobs:
+        return False
+    start, end = workload.window(jobs, warmup)
+    return start < end
 
 
 def _trace(

@@ -297,3 +297,13 @@ def test_one_priority_replays_the_same_jobs_at_priority_zero(
     assert rows[False]["wait_p99_large_above_s"] == pytest.approx(98.0)  # priority 100 first
     assert rows[True]["wait_p99_large_above_s"] == 0.0
     assert rows[True]["wait_max_large_s"] == pytest.approx(148.0)  # the priority-100 one now last
+
+
+def test_a_trace_with_nothing_to_measure_is_refused_naming_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text("arrival,pods,gpus_per_pod,segment,levels,duration\n0,256,8,0,/zone,100\n1,4,8,4,rack/,50\n")
+    for sizes in ("large", "medium"):  # one job left; none left
+        assert _trace_bench().main(["--trace", str(csv), "--sizes", sizes, "--warmup", "0", "--no-pictures"]) == 2
+        assert "needs jobs arriving at two moments at least" in capsys.readouterr().err
