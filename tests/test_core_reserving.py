@@ -27,14 +27,14 @@ WALL = 1_000_000.0  # the wall clock when the scheduler's own clock reads 0
 ON = Settings()
 
 
-def setup(settings: Settings | None = ON) -> tuple[GangScheduler, list[str]]:
+def setup(settings: Settings | None = ON, level: str | None = None) -> tuple[GangScheduler, list[str]]:
     state = ClusterState()
     for n in grid(blocks=2, racks=2, nodes=2):
         state.upsert_node(n)
     state.set_topology("default", TOPO)
     big = podgroup({"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "block"}}}, name="big")
     state.set_podgroup("default/big", big)
-    scheduler = GangScheduler(state, reservations=settings)
+    scheduler = GangScheduler(state, reservations=settings, reserve_level=level)
     for n in NODES:
         bound = {"activeDeadlineSeconds": 60} if "-b1-" in n else {}
         scheduler.observe_pod(pod(f"run-{n}", node_name=n, spec=bound))
@@ -117,9 +117,9 @@ def test_another_gang_is_held_out_and_told_why() -> None:
     assert "nodes left out: 4 held for another gang" in scheduler.reasons.text("default/small")
 
 
-def _first_reserved(settings: Settings) -> list[str]:
+def _first_reserved(settings: Settings, level: str | None = None) -> list[str]:
     """Gang big (4 pods, a block) and gang a (2 pods, a rack; first in queue order) both wait."""
-    scheduler, keys = setup(settings)
+    scheduler, keys = setup(settings, level)
     scheduler.state.set_podgroup(
         "default/a",
         podgroup({"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="a"),
@@ -136,6 +136,16 @@ def _first_reserved(settings: Settings) -> list[str]:
 def test_largest_first_gives_the_one_reservation_to_the_gang_of_the_coarsest_level() -> None:
     assert _first_reserved(replace(ON, reserve_after=0.0)) == ["default/a"]
     assert _first_reserved(replace(ON, reserve_after=0.0, largest_first=True)) == ["default/big"]
+
+
+def test_a_reserve_level_keeps_reservations_for_gangs_of_that_level_or_coarser() -> None:
+    two = replace(ON, reserve_after=0.0, limit=2)
+    assert _first_reserved(two) == ["default/a", "default/big"]
+    assert _first_reserved(two, "block") == ["default/big"]  # a needs only a rack
+    assert _first_reserved(two, "zone") == []  # big needs only a block
+    assert _first_reserved(two, "rack") == ["default/a", "default/big"]
+    # a Topology without the level: any gang, as without one
+    assert _first_reserved(two, "example.com/island") == ["default/a", "default/big"]
 
 
 def test_without_reservations_the_freed_room_goes_to_whoever_asks() -> None:

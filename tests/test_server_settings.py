@@ -65,6 +65,14 @@ def test_the_reservation_slots_go_in_queue_order_unless_largest_is_asked_for() -
     assert serve._scheduler(settings()).reserving.settings == ReservationSettings()
 
 
+def test_any_gang_may_hold_room_unless_a_reserve_level_is_named() -> None:
+    assert settings().reserve_level is None
+    assert settings("--reserve-level=topology.kubernetes.io/zone").reserve_level == "topology.kubernetes.io/zone"
+    assert settings(TOPOGANG_RESERVE_LEVEL="block").reserve_level == "block"
+    assert serve._scheduler(settings("--reserve-level=zone")).reserving.level == "zone"
+    assert serve._scheduler(settings()).reserving.level is None
+
+
 def test_without_pod_name_the_identity_is_unique_per_process() -> None:
     assert settings().identity != settings().identity
 
@@ -82,8 +90,17 @@ def test_without_both_pod_variables_there_is_no_pod_to_label() -> None:
         (["--lease-duration=5", "--lease-renew-deadline=5"], "expected duration > renew deadline > 1.2 x retry period"),
         (["--lease-retry-period=0"], "--lease-retry-period (TOPOGANG_LEASE_RETRY_PERIOD): expected a positive"),
         (["--reserve-order=biggest"], "--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got"),
+        (["--reserve-level=zone one"], "--reserve-level (TOPOGANG_RESERVE_LEVEL): expected a topology level's node"),
+        (["--reserve-level="], "--reserve-level (TOPOGANG_RESERVE_LEVEL): expected a topology level's node label"),
     ],
-    ids=["not-a-bool", "deadline-not-under-duration", "zero-retry", "unknown-reserve-order"],
+    ids=[
+        "not-a-bool",
+        "deadline-not-under-duration",
+        "zero-retry",
+        "unknown-reserve-order",
+        "level-space",
+        "level-empty",
+    ],
 )
 def test_bad_values_are_refused_naming_the_flag(flags: list[str], message: str) -> None:
     with pytest.raises(SettingsError) as exc:

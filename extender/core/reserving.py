@@ -22,7 +22,7 @@ limit applies to all of them together, in queue order.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from extender.core.reservations import (
     reserve,
 )
 from extender.model.pod import PodInfo
+from extender.model.topology import LevelError, TopologySpec
 from extender.placement import Domain, Gang, NodeTable, Scope
 
 
@@ -88,10 +89,16 @@ def gang_demand(gang: Gang, columns: Sequence[str]) -> Demand:
 
 
 class Reserving:
-    def __init__(self, state: ClusterState, membership: Membership, settings: Settings) -> None:
+    def __init__(
+        self, state: ClusterState, membership: Membership, settings: Settings, level: str | None = None
+    ) -> None:
+        """LEVEL: only gangs that need a domain of this level (a node label, alias or short
+        name) or a coarser one get reservations, in each Topology that has it; in a Topology
+        without it, any gang may (settings.coarsest_only, by name rather than number)."""
         self._state = state
         self._membership = membership
         self.settings = settings
+        self.level = level
         self.current: tuple[Reservation, ...] = ()
         self._topology: dict[str, str] = {}  # reserved group -> the Topology its domain is of
         self._queued: dict[str, float] = {}  # group -> since (wall clock) it waits for room
@@ -284,7 +291,8 @@ class Reserving:
             ]
             free = np.maximum(layout.capacity - _used(self._state, columns), 0)
             mine = tuple(r for r in self.current if self._topology.get(r.key) == name)
-            for r in reserve(wall, queue, free, self._running(wall, columns), layout, mine, self.settings):
+            settings = self._settings_for(spec)
+            for r in reserve(wall, queue, free, self._running(wall, columns), layout, mine, settings):
                 found.append(r)
                 self._topology[r.key] = name
         rank = {g: i for i, g in enumerate(order)}
@@ -292,6 +300,15 @@ class Reserving:
         self._set(chosen)
         after = {r.key for r in chosen}
         return sorted(after - before), sorted(before - after)
+
+    def _settings_for(self, spec: TopologySpec) -> Settings:
+        """The settings for SPEC's gangs: with a level, only gangs of that level or coarser."""
+        if self.level is None:
+            return self.settings
+        try:
+            return replace(self.settings, coarsest_only=spec.level(self.level))
+        except LevelError:
+            return self.settings
 
     def _running(self, wall: float, columns: Sequence[str]) -> Running:
         """Running pods as arrays, their expected ends at WALL. What each pod contributes is kept

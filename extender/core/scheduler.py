@@ -92,11 +92,13 @@ class GangScheduler:
         repair_timeout: float = 300.0,
         nominate: bool = False,
         reservations: Settings | None = None,
+        reserve_level: str | None = None,
         bind_ahead: bool = False,
     ) -> None:
         """RESERVATIONS: who gets room held and how (None: no reservations, the default of the
-        core; the server and the simulator pass their settings). BIND_AHEAD: bind a gang whole as
-        it is planned when kube-scheduler has nothing to add (binding.BindGate.ahead)."""
+        core; the server and the simulator pass their settings); RESERVE_LEVEL: only gangs that
+        need a domain of this level or coarser get one (reserving.Reserving). BIND_AHEAD: bind a
+        gang whole as it is planned when kube-scheduler has nothing to add (binding.BindGate.ahead)."""
         self.state = state
         self.bind_ahead = bind_ahead
         self.membership = Membership(state)
@@ -108,7 +110,7 @@ class GangScheduler:
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
         self.repairs = Repairs(state, timeout=repair_timeout)
         self.lookup = Lookup(state, self.membership)
-        self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0))
+        self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
         self._status = Status(
             state, self.membership, self.plans, self.reasons, self.preempting, self.repairs, self.reserving
         )

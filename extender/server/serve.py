@@ -138,6 +138,7 @@ def _scheduler(settings: Settings) -> GangScheduler:
             reserve_after=settings.reserve_after,
             largest_first=settings.reserve_largest_first,
         ),
+        reserve_level=settings.reserve_level,
     )
 
 

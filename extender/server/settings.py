@@ -46,6 +46,9 @@ reservations        --reservations    TOPOGANG_RESERVATIONS   1 (gangs that may 
                                                               largest: those that need the coarsest
                                                               domain first, for clusters whose jobs
                                                               share one priority)
+                    --reserve-level   TOPOGANG_RESERVE_LEVEL  any (only gangs that need a domain of
+                                                              this level, e.g. topology.kubernetes.io/zone,
+                                                              or a coarser one may hold room)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 request body limit  --max-body        TOPOGANG_MAX_BODY       64 (MiB; see server/limits.py)
 
@@ -80,6 +83,7 @@ own pod             POD_NAME in POD_NAMESPACE (the downward API): the leader lab
 from __future__ import annotations
 
 import argparse
+import re
 import socket
 import uuid
 from collections.abc import Callable, Mapping
@@ -94,6 +98,9 @@ from extender.server.tls import TlsFiles
 RESERVATION_DEFAULTS = ReservationSettings()
 MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
 RESERVE_ORDERS = ("queue", "largest")
+# A node label key (an optional DNS-subdomain prefix and a name of up to 63 characters) or a
+# level's short name or alias: what TopologySpec.resolve accepts.
+LEVEL_NAME = re.compile(r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -117,6 +124,7 @@ class Settings:
     reservations: int = RESERVATION_DEFAULTS.limit  # gangs holding room at once; 0: none
     reserve_after: float = RESERVATION_DEFAULTS.reserve_after
     reserve_largest_first: bool = RESERVATION_DEFAULTS.largest_first  # --reserve-order largest
+    reserve_level: str | None = None  # --reserve-level: only gangs of this level or coarser hold room
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     bind_ahead: bool = True  # bind a planned gang at once when kube-scheduler has nothing to add (core/binding.py)
     log_level: str = "info"
@@ -201,6 +209,13 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "who of the gangs that may hold room gets the slots: queue (queue order) or largest (those that need"
         " the coarsest domain first, then the most pods; for clusters whose jobs share one priority)"
         " (TOPOGANG_RESERVE_ORDER; queue)",
+    ),
+    (
+        "--reserve-level",
+        "LEVEL",
+        "only gangs that need a domain of this topology level (a node label such as"
+        " topology.kubernetes.io/zone, or its short name) or a coarser one may hold room; a Topology"
+        " without it: any gang (TOPOGANG_RESERVE_LEVEL; any)",
     ),
     ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
     ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
@@ -305,8 +320,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     if ahead.lower() not in ("true", "false", "1", "0"):
         raise SettingsError(f"--bind-ahead (TOPOGANG_BIND_AHEAD): expected true or false, got {ahead!r}")
     settings = replace(settings, bind_ahead=ahead.lower() in ("true", "1"))
-    limit, after, largest = _reservations(args, pick, seconds)
-    settings = replace(settings, reservations=limit, reserve_after=after, reserve_largest_first=largest)
+    limit, after, largest, level = _reservations(args, pick, seconds)
+    settings = replace(
+        settings, reservations=limit, reserve_after=after, reserve_largest_first=largest, reserve_level=level
+    )
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
@@ -324,9 +341,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
 
 def _reservations(
     args: argparse.Namespace, pick: Callable[..., str | None], seconds: Callable[[str, str | None, str, float], float]
-) -> tuple[int, float, bool]:
-    """--reservations (a whole number, bounded), --reserve-after (seconds) and --reserve-order
-    (whether the slots go to the largest gangs first)."""
+) -> tuple[int, float, bool, str | None]:
+    """--reservations (a whole number, bounded), --reserve-after (seconds), --reserve-order
+    (whether the slots go to the largest gangs first) and --reserve-level (a level's name)."""
     text = pick(args.reservations, "TOPOGANG_RESERVATIONS")
     limit = RESERVATION_DEFAULTS.limit
     if text is not None:
@@ -340,7 +357,13 @@ def _reservations(
     order = (pick(args.reserve_order, "TOPOGANG_RESERVE_ORDER") or "queue").strip().lower()
     if order not in RESERVE_ORDERS:
         raise SettingsError(f"--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got {order!r}")
-    return limit, after, order == "largest"
+    level = pick(args.reserve_level, "TOPOGANG_RESERVE_LEVEL")
+    if level is not None and not LEVEL_NAME.fullmatch(level):
+        raise SettingsError(
+            "--reserve-level (TOPOGANG_RESERVE_LEVEL): expected a topology level's node label or short name"
+            f" such as topology.kubernetes.io/zone or zone, got {level!r}"
+        )
+    return limit, after, order == "largest", level
 
 
 def _address(name: str, text: str) -> tuple[str, int]:
