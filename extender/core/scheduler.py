@@ -95,10 +95,8 @@ class GangScheduler:
         reserve_level: str | None = None,
         bind_ahead: bool = False,
     ) -> None:
-        """RESERVATIONS: who gets room held and how (None: no reservations, the default of the
-        core; the server and the simulator pass their settings); RESERVE_LEVEL: only gangs that
-        need a domain of this level or coarser get one (reserving.Reserving). BIND_AHEAD: bind a
-        gang whole as it is planned when kube-scheduler has nothing to add (binding.BindGate.ahead)."""
+        """RESERVATIONS, RESERVE_LEVEL: who gets room held (reserving.Reserving; None: none).
+        BIND_AHEAD: bind a gang whole as it is planned when nothing is left to add (BindGate.ahead)."""
         self.state = state
         self.bind_ahead = bind_ahead
         self.membership = Membership(state)
