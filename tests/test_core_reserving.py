@@ -204,6 +204,16 @@ def test_explain_shows_the_room_held() -> None:
     assert "  Reservation: room held for it in block z1/b1" in render([found])
 
 
+def test_explain_says_why_a_gang_below_the_reserve_level_holds_no_room() -> None:
+    scheduler, keys = setup(replace(ON, limit=2), level="zone")
+    assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0).nodes == []
+    assert scheduler.refresh_reservations(0.0, WALL) == ([], [])
+    found = explain(scheduler, "default/big")  # it needs a block
+    assert found.reservation == (
+        "none: only gangs that need a domain of level zone or coarser may hold room (--reserve-level)"
+    )
+
+
 def test_explain_on_a_live_cluster_reads_the_room_the_leader_wrote() -> None:
     scheduler = GangScheduler(ClusterState())
     held = {

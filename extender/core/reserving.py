@@ -99,6 +99,7 @@ class Reserving:
         self._membership = membership
         self.settings = settings
         self.level = level
+        self._below: set[str] = set()  # queued gangs that need less than LEVEL: no reservation
         self.current: tuple[Reservation, ...] = ()
         self._topology: dict[str, str] = {}  # reserved group -> the Topology its domain is of
         self._queued: dict[str, float] = {}  # group -> since (wall clock) it waits for room
@@ -186,9 +187,16 @@ class Reserving:
             self._recorded[group] = text
 
     def text(self, group: str) -> str:
-        """The room held for GROUP: this replica's reservation, else what its PodGroup tells of."""
+        """The room held for GROUP: this replica's reservation, else what its PodGroup tells of,
+        else why it may hold none (it needs less than --reserve-level)."""
         room = self.of(group)
-        return room.render() if room is not None else self._recorded.get(group, "")
+        if room is not None:
+            return room.render()
+        if group in self._below and group in self._queued:
+            return (
+                f"none: only gangs that need a domain of level {self.level} or coarser may hold room (--reserve-level)"
+            )
+        return self._recorded.get(group, "")
 
     def held(self) -> list[tuple[str, ReservedRoom]]:
         return [(r.key, h) for r in self.current if (h := self.of(r.key)) is not None]
@@ -272,6 +280,7 @@ class Reserving:
         for g in order:
             by_topology.setdefault(ready[g].topology.name, []).append(g)
         found: list[Reservation] = []
+        self._below = set()
         for name, groups in by_topology.items():
             spec = self._state.topologies.get(name)
             if spec is None:
@@ -292,6 +301,8 @@ class Reserving:
             free = np.maximum(layout.capacity - _used(self._state, columns), 0)
             mine = tuple(r for r in self.current if self._topology.get(r.key) == name)
             settings = self._settings_for(spec)
+            if (cut := settings.coarsest_only) is not None:
+                self._below.update(w.key for w in queue if (lv := layout.level_for(w.demand)) is None or lv > cut)
             for r in reserve(wall, queue, free, self._running(wall, columns), layout, mine, settings):
                 found.append(r)
                 self._topology[r.key] = name
