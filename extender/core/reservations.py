@@ -291,6 +291,15 @@ def _fewest_children(
     return out
 
 
+def below_cut(layout: Layout, demand: Demand, settings: Settings) -> bool:
+    """Whether a gang of DEMAND is kept from reservations by `coarsest_only`: it needs a finer
+    domain than that level (or no domain of the layout holds it)."""
+    if settings.coarsest_only is None:
+        return False
+    level = layout.level_for(demand)
+    return level is None or level > settings.coarsest_only
+
+
 def _level_rank(layout: Layout, demand: Demand) -> int:
     level = layout.level_for(demand)
     return len(layout.domain_of) if level is None else level
@@ -314,9 +323,7 @@ def reserve(
     it, or another domain is expected to hold it clearly sooner)."""
     if not queue or settings.limit <= 0:
         return ()
-    if settings.coarsest_only is not None:
-        cut = settings.coarsest_only
-        queue = [w for w in queue if (lv := layout.level_for(w.demand)) is not None and lv <= cut]
+    queue = [w for w in queue if not below_cut(layout, w.demand, settings)]
     heads: set[str] = set()
     seen: set[int] = set()
     for w in queue if settings.heads else ():

@@ -42,6 +42,7 @@ from extender.core.reservations import (
     Settings,
     Waiting,
     admits,
+    below_cut,
     reserve,
 )
 from extender.model.pod import PodInfo
@@ -301,8 +302,7 @@ class Reserving:
             free = np.maximum(layout.capacity - _used(self._state, columns), 0)
             mine = tuple(r for r in self.current if self._topology.get(r.key) == name)
             settings = self._settings_for(spec)
-            if (cut := settings.coarsest_only) is not None:
-                self._below.update(w.key for w in queue if (lv := layout.level_for(w.demand)) is None or lv > cut)
+            self._below.update(w.key for w in queue if below_cut(layout, w.demand, settings))
             for r in reserve(wall, queue, free, self._running(wall, columns), layout, mine, settings):
                 found.append(r)
                 self._topology[r.key] = name
