@@ -11,7 +11,6 @@ from dataclasses import replace
 from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND, DONE, REJECT, WAIT
 from extender.core.gate import Gate
-from extender.core.recovery import Recovery
 from extender.core.scheduler import GangScheduler
 from tests.builders import TOPO, grid, pod, podgroup
 from tests.test_core_lifecycle import NODES
@@ -177,59 +176,6 @@ def test_a_member_held_only_by_topogangs_own_gate_is_present() -> None:
     scheduler.observe_pod(replace(pods[2], scheduling_gates=ours))
     assert scheduler.filter(state.pods["default/g-0"], NODES, 1.0).nodes
     assert set(scheduler.reserved("default/g")) == {"default/g-0", "default/g-1", "default/g-2"}
-
-
-def part_bound(nodes: int) -> tuple[GangScheduler, list[str]]:
-    """A gang of 3 required in one rack with g-0 bound (the process died after its bind) on a
-    cluster of rack r1 with NODES nodes."""
-    state = ClusterState()
-    for n in grid(racks=1, nodes=nodes):
-        state.upsert_node(n)
-    state.set_topology("default", TOPO)
-    spec = podgroup({"minMember": 3, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="g")
-    state.set_podgroup("default/g", spec)
-    scheduler = GangScheduler(state)
-    scheduler.observe_pod(pod("g-0", group="g", node_name="z1-b1-r1-n1"))
-    for i in (1, 2):
-        scheduler.observe_pod(pod(f"g-{i}", group="g"))
-    return scheduler, ["default/g-0", "default/g-1", "default/g-2"]
-
-
-def test_a_gang_found_part_bound_at_start_is_planned_and_finished_in_time() -> None:
-    scheduler, keys = part_bound(nodes=3)
-    recovery = Recovery(within=32.0)
-    events = recovery.start(scheduler, 0.0)
-    assert [e.outcome for e in events] == ["planned"]
-    plan = dict(scheduler.reserved("default/g"))
-    assert set(plan) == set(keys[1:])  # the bound pod keeps its node; the rest is held
-    for key in keys[1:]:
-        decision = scheduler.bind(key, plan[key], 1.0)
-    assert decision.action == BIND
-    for pod_key, node in decision.bind:
-        scheduler.observe_pod(replace(scheduler.state.pods[pod_key], node_name=node))
-    assert recovery.overdue(scheduler, 40.0) == {}
-    assert recovery.deadlines == {}
-
-
-def test_a_gang_found_part_bound_that_cannot_finish_gives_its_bound_pods_back() -> None:
-    scheduler, keys = part_bound(nodes=2)  # room for 2 of 3 in the rack
-    recovery = Recovery(within=32.0)
-    assert [e.outcome for e in recovery.start(scheduler, 0.0)] == ["pending"]
-    assert recovery.overdue(scheduler, 31.0) == {}
-    assert recovery.overdue(scheduler, 32.0) == {"default/g": [keys[0]]}
-    status = scheduler.status("default/g")
-    assert (status.phase, status.reason) == ("Pending", "PartialGangEvicted")
-    assert status.message == (
-        "evicted 1 bound pod(s): the gang was found below its minimum after a restart"
-        " and the rest could not be placed within 32s"
-    )
-    assert status.unschedulable
-
-
-def test_gangs_whole_or_with_finished_pods_are_not_recovered() -> None:
-    scheduler, keys = part_bound(nodes=3)
-    scheduler.observe_pod(replace(scheduler.state.pods[keys[0]], phase="Succeeded"))
-    assert Recovery(within=32.0).start(scheduler, 0.0) == []
 
 
 def test_a_pod_beyond_the_minimum_deleted_while_waiting_at_the_gate_is_not_bound_with_the_gang() -> None:

@@ -127,3 +127,16 @@ def test_a_quantity_text_parsed_again_comes_from_the_bounded_cache_and_bad_or_lo
     assert parse_quantity("1") == 1000
     assert parse_quantity("2") == 2000  # the cache is full (3): parsed, not kept
     assert set(quantity._PARSED) == {"500m", "16Gi", "1"}
+
+
+def test_the_bind_time_is_the_pod_scheduled_condition_once_true_and_never_an_error() -> None:
+    def scheduled(conditions: object) -> float | None:
+        return parse_pod({"metadata": {"name": "p"}, "status": {"conditions": conditions}}).scheduled_at
+
+    true = {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-27T10:00:01Z"}
+    assert scheduled([{"type": "Ready", "status": "True"}, true]) == 1795773601.0
+    assert scheduled([{**true, "status": "False", "reason": "Unschedulable"}]) is None
+    # Written by the API server; a malformed one costs the pod nothing but this time.
+    assert scheduled([{**true, "lastTransitionTime": "yesterday"}]) is None
+    assert scheduled("not a list") is None
+    assert scheduled(None) is None

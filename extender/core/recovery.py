@@ -1,21 +1,30 @@
-"""Gangs left part-bound by a crash: finish them, or take back what was bound.
+"""Gangs found below their minimum when a replica starts leading: cut off mid-bind, or degraded.
 
 A gate's binds go out together, but a process can die between two of them: the binds already
-sent land, the rest never do, and the gang runs below its minimum. When a replica starts leading
-it looks for every gang with some but not all of its minimum bound, plans the rest at once (so
-its room is held) and gives it a deadline (the bind timeout plus a grace). A gang whose minimum
-is bound by then is done; one still below it is given up: its bound members are to be evicted
-(the caller does the I/O) and its status says why. Gangs with finished pods are left alone: they
-ran, and a pod that ends is not a bind that was lost.
+sent land, the rest never do, and the gang runs below its minimum. A gang that ran whole and
+then lost a pod (a node failed, a repair is under way) is also below its minimum, and while one
+leader runs it is kept (its `on-unrepairable` policy decides, through the repair path). A new
+leader must not mistake the second for the first, or every rollout would evict degraded jobs.
+
+The pods tell them apart. A gate opens only once every pod of the minimum has reached it, so
+after a cut every member still unbound was created before the first of the bound ones was bound
+(its PodScheduled condition, which the API server's Binding sets). A degraded gang's missing
+members are replacements, created after the others were bound, or are not there at all. Only a
+gang cut off mid-bind is planned at once and given a deadline (the bind timeout plus a grace);
+one still below its minimum by then is given up: its bound members are to be evicted (the caller
+does the I/O) and its status says why. When the times are unknown the gang is kept: running work
+is never evicted on a guess. Gangs with finished pods are left alone: they ran.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from extender.core.decisions import R_PARTIAL_EVICTED, PlanEvent, Released
 from extender.core.scheduler import GangScheduler
-from extender.placement import meets_minimum
+from extender.model.pod import PodInfo
+from extender.placement import incomplete, meets_minimum
 
 
 def bound_below_minimum(scheduler: GangScheduler, group: str) -> list[str] | None:
@@ -33,22 +42,52 @@ def bound_below_minimum(scheduler: GangScheduler, group: str) -> list[str] | Non
     return sorted(bound)
 
 
+def cut_mid_bind(members: Sequence[PodInfo], complete: bool) -> bool:
+    """Whether MEMBERS (some bound, the gang below its minimum) are a gate cut off between two
+    binds: the minimum all present (COMPLETE), and every unbound member created no later than
+    the first bound one was bound (times have one-second steps, so equal counts as before)."""
+    if not complete:
+        return False  # members of the minimum are missing: it lost pods, it was not cut
+    bound_at = [p.scheduled_at if p.scheduled_at is not None else p.started for p in members if p.node_name]
+    created = [p.created for p in members if p.node_name is None]
+    if not bound_at or None in bound_at or None in created:
+        return False  # unknown: keep the running pods rather than evict on a guess
+    first = min(t for t in bound_at if t is not None)
+    return all(t is not None and t <= first for t in created)
+
+
+@dataclass
+class Found:
+    """What a new leader found: gangs cut off mid-bind (planned, on a deadline) and gangs that
+    ran whole and run below their minimum now (kept)."""
+
+    events: list[PlanEvent] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+
+
 @dataclass
 class Recovery:
     within: float  # seconds a part-bound gang has to reach its minimum
     deadlines: dict[str, float] = field(default_factory=dict)  # group -> when it is given up
 
-    def start(self, scheduler: GangScheduler, now: float) -> list[PlanEvent]:
-        """Find the part-bound gangs, plan the rest of each, start their clocks."""
-        events = []
+    def start(self, scheduler: GangScheduler, now: float) -> Found:
+        """Find the gangs below their minimum; plan the rest of each one cut off mid-bind and
+        start its clock. Degraded gangs are left to the repair path, as under one leader."""
+        found = Found()
         for group in scheduler.lookup.groups():
             if group in self.deadlines or bound_below_minimum(scheduler, group) is None:
+                continue
+            view = scheduler.lookup.view(group)
+            gang = view.built.gang if view.built is not None else None
+            members = [p for k in view.pods if (p := scheduler.lookup.pod(k)) is not None]
+            if gang is None or not cut_mid_bind(members, incomplete(gang) is None and not view.waiting):
+                found.degraded.append(group)
                 continue
             self.deadlines[group] = now + self.within
             event = scheduler.plan_group(group, now)
             if event is not None:
-                events.append(event)
-        return events
+                found.events.append(event)
+        return found
 
     def overdue(self, scheduler: GangScheduler, now: float) -> dict[str, list[str]]:
         """Gangs past their deadline still below the minimum -> their bound pods to evict. Gangs

@@ -66,6 +66,10 @@ class PodInfo:
     preemption_policy: str = ""  # spec.preemptionPolicy: "Never" keeps the pod from preempting
     created: float | None = None  # seconds since the epoch, when known
     started: float | None = None  # status.startTime: when the kubelet took the pod
+    # When it was bound: the PodScheduled condition's lastTransitionTime once True (the API
+    # server's Binding sets it), else None. A new leader reads it to tell a gang cut off
+    # between two of its binds from one that ran whole (core/recovery.py).
+    scheduled_at: float | None = None
     # The most seconds it runs (activeDeadlineSeconds or the runtime-bound annotation, the
     # smaller): what lets it backfill room held for a waiting gang (core/reservations.py).
     runtime_bound: float | None = None
@@ -178,6 +182,22 @@ def _timestamp(raw: object, field: str, errors: ErrorList) -> float | None:
         return None
 
 
+def _scheduled_at(raw: object) -> float | None:
+    """The PodScheduled condition's lastTransitionTime when it is True. Read leniently: the API
+    server writes it, and a pod must never become unusable over it."""
+    if not isinstance(raw, list):
+        return None
+    for cond in raw:
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+            when = cond.get("lastTransitionTime")
+            if isinstance(when, str):
+                try:
+                    return datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+                except ValueError:
+                    return None
+    return None
+
+
 def parse_owner_refs(raw: object, field: str, errors: ErrorList) -> tuple[OwnerRef, ...]:
     out = []
     for i, item in enumerate(seq(raw, field, errors)):
@@ -233,6 +253,7 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         preemption_policy=opt_str(spec.get("preemptionPolicy"), "spec.preemptionPolicy", errors) or "",
         created=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp", errors),
         started=_timestamp(status.get("startTime"), "status.startTime", errors),
+        scheduled_at=_scheduled_at(status.get("conditions")),
         owner_refs=parse_owner_refs(meta.get("ownerReferences"), "metadata.ownerReferences", errors),
         scheduler_name=opt_str(spec.get("schedulerName"), "spec.schedulerName", errors) or "default-scheduler",
         scheduling_gates=gates,

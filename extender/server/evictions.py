@@ -4,8 +4,9 @@
               tried again every EVICT_RETRY seconds while the room is held for the gang
   repair      the running pods of a gang's part that moves whole
   unrepairable  a gang no repair mended in time, when its workload asks to be evicted whole
-  recovery    a gang found part-bound when this replica started leading and not completed
-              within the bind timeout plus the grace: its bound pods
+  recovery    a gang found cut off between two binds when this replica started leading and
+              not completed within the bind timeout plus the grace: its bound pods (a gang
+              that ran whole and lost pods since is kept: core/recovery.py)
 
 Each says so with Events and one log line; the decisions are the core's.
 """
@@ -127,18 +128,26 @@ class Evictions:
                 await asyncio.sleep(EVICT_RETRY)
 
     def recover(self) -> None:
-        """This replica starts leading: plan the rest of every gang found part-bound (a crash
-        between a gate's binds) and give each the bind timeout plus a grace to reach its minimum."""
-        events = self.recovery.start(self.scheduler, time.monotonic())
-        for event in events:
+        """This replica starts leading: plan the rest of every gang found cut off between two
+        binds (a crash) and give each the bind timeout plus a grace to reach its minimum."""
+        found = self.recovery.start(self.scheduler, time.monotonic())
+        for event in found.events:
             self._report.decision(event, 0.0)
             self._report.changed(event.group)
         if self.recovery.deadlines:
             log.warning(
-                "gangs found below their minimum",
+                "gangs found cut off between two binds",
                 groups=sorted(self.recovery.deadlines)[:20],
                 count=len(self.recovery.deadlines),
                 within_s=self.recovery.within,
+                reason="bound members, the rest created before them and never bound: finished in time or evicted",
+            )
+        if found.degraded:
+            log.info(
+                "gangs found running below their minimum kept",
+                groups=sorted(found.degraded)[:20],
+                count=len(found.degraded),
+                reason="they ran whole and lost pods since: repaired as under one leader; on-unrepairable applies",
             )
 
     def evict_overdue(self) -> None:

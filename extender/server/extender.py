@@ -174,8 +174,9 @@ class Extender:
             self.wakeups.room_freed()
 
     def recover(self) -> None:
-        """This replica starts leading: plan the rest of every gang found part-bound (a crash
-        between a gate's binds) and give each the bind timeout plus a grace to reach its minimum."""
+        """This replica starts leading: plan the rest of every gang found cut off between two
+        binds and give each the bind timeout plus a grace to reach its minimum; gangs that ran
+        whole and lost pods since are kept (core/recovery.py)."""
         self.evictions.recover()
 
     def demote(self) -> None:
