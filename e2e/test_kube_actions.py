@@ -11,6 +11,7 @@ from e2e.controlplane.kube import wait_for
 from e2e.kube_support import NO_SCHEDULER
 from extender.kube import PLAN_GENERATION_ANNOTATION, ApiError, KubeActions, KubeClient
 from extender.kube.actions import BLOCKED, EVICTED
+from extender.kube.client import NotLeading
 from extender.kube.resources import PODS
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only, pytest.mark.asyncio(loop_scope="session")]
@@ -180,3 +181,34 @@ async def test_evict_removes_a_running_pod_and_a_budget_blocks_it(
     assert await actions.evict(namespace, "free", uids["free"]) == EVICTED  # already gone
     assert await actions.evict(namespace, "guarded", uids["guarded"]) == BLOCKED
     assert (await kube.get(PODS.object_path("v1", "guarded", namespace)))["metadata"].get("deletionTimestamp") is None
+
+
+async def test_a_fenced_client_sends_no_write_while_its_fence_is_down_and_reads_pass(
+    kube: KubeClient, kube_api: client.ApiClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    (node,) = await fake_gpu_nodes.create(FakeTopology(nodes_per_rack=1))
+    uid = await pending_pod(kube, kube_api, namespace, "held")
+    leader = True
+    fenced = kube.fenced(lambda: leader)
+    actions = KubeActions(fenced)
+    try:
+        await actions.wake([(namespace, "held")], 1)  # the fence is up: sent
+        leader = False
+        with pytest.raises(NotLeading) as refused:
+            await actions.bind(namespace, "held", uid, node)
+        assert "not the leader" in str(refused.value)
+        await actions.wake([(namespace, "held")], 2)  # best effort: dropped without a word
+        await actions.event({"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": "held"}, "R", "m")
+        with pytest.raises(NotLeading):
+            await actions.evict(namespace, "held", uid)
+        body = await fenced.get(PODS.object_path("v1", "held", namespace))  # reads pass
+        assert body["spec"].get("nodeName") is None  # no Binding reached the API server
+        assert body["metadata"]["annotations"][PLAN_GENERATION_ANNOTATION] == "1"  # nor the second wake
+        events = await kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+        assert [e for e in events["items"] if e.get("reason") == "R"] == []
+        leader = True
+        await actions.bind(namespace, "held", uid, node)  # leading again: sent
+        pod = await wait_pod_running(kube_api, namespace, "held")
+        assert pod.spec.node_name == node
+    finally:
+        await fenced.close()

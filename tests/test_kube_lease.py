@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -183,3 +184,17 @@ async def test_a_conflicting_write_loses() -> None:
 def test_timings_that_cannot_work_are_refused(timing: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be"):
         LeaseConfig("ns", "topogang", "me", **timing).check()
+
+
+async def test_writes_are_fenced_once_a_stall_outlasts_the_renew_deadline_before_the_loss_is_noticed() -> None:
+    store = Store()
+    async with candidates(store, "a") as (a,):
+        assert not a.elector.may_write()  # a candidate writes nothing
+        await until(a.elector.may_write, "a to lead and write")
+        # The event loop stalls longer than the renew deadline: no renewal could run, so the
+        # Lease may be another's by now; `leading` has not been told yet, the fence has.
+        time.sleep(FAST["renew_deadline"] * 1.5)  # noqa: ASYNC251 (the stall itself)
+        assert a.elector.leading
+        assert not a.elector.may_write()
+        # Nobody else wanted it: the next renewal (or, past its deadline, a new term) lifts the fence.
+        await until(a.elector.may_write, "a to renew and write again")

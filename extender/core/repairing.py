@@ -130,6 +130,14 @@ class Repairs:
         self.mended(group)
         self.last.pop(group, None)
 
+    def drop_all(self) -> None:
+        """This replica stops leading: the room of every repair under way is given back and no
+        gang counts as broken (a new term finds them again, with a clock of its own)."""
+        for group in list(self.underway):
+            self.settle(group)
+        self.broken.clear()
+        self._tried.clear()
+
     def given_up(self, now: float) -> list[str]:
         """Gangs broken for longer than the timeout (removed from the broken list), and repairs
         whose moved pods did not all leave in that time (their room given back)."""

@@ -152,6 +152,16 @@ class Reserving:
         self._set(tuple(r for r in self.current if r.key != group))
         return True
 
+    def drop_all(self) -> None:
+        """This replica stops leading: nothing is held and nobody queues (a new term starts
+        from what the cluster shows)."""
+        self._queued.clear()
+        self._tried.clear()
+        self._below = set()
+        self.told.clear()
+        self._set(())
+        self._freed = False
+
     def sweep(self, groups: set[str]) -> bool:
         self._recorded = {g: v for g, v in self._recorded.items() if g in groups}
         self._tried = {g: v for g, v in self._tried.items() if g in groups}

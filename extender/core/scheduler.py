@@ -5,10 +5,8 @@
               once; from then on each member is steered to its planned node. Members of an
               incomplete, invalid or unplaceable gang are refused with the reason.
   prioritize  the planned node gets the top score.
-  bind        the gate: a member of the minimum waits until every pod of the minimum has
-              reached bind, then all are bound together; pods beyond the minimum bind once
-              the minimum has. A plan whose members do not all arrive is released (the caller
-              decides when: the server on its bind timeout, `expire` on a plan's age).
+  bind        the gate: the minimum's members wait until all of it has reached bind, then
+              all bind together; a plan whose members do not all arrive is released.
 
 Reservations are dropped when a pod binds, is deleted or binds elsewhere; a plan whose node no
 longer fits (another scheduler took the space) is planned again for the pods not yet bound.
@@ -386,8 +384,7 @@ class GangScheduler:
         return replace(decision, error=f"topogang: {why.render()}; planned again", event=event)
 
     def gate_timeout(self, group: str, seconds: float) -> list[str]:
-        """Close GROUP's gate: no new member reached bind for SECONDS; returns the pods that
-        were waiting (their plan and reservations are released)."""
+        """Close GROUP's gate (no new member for SECONDS); the pods that were waiting."""
         why = self.gates.closing(group, seconds)
         return self._release(group, why) if why is not None else []
 
@@ -408,10 +405,13 @@ class GangScheduler:
         self._release(group, why)
         self.reasons.record(group, why)
 
-    def release_all(self, why: Released) -> None:
-        """Drop every plan (this replica stopped leading)."""
+    def step_down(self, why: Released) -> None:
+        """This replica stopped leading: drop every plan, nomination, repair and held room."""
         for group in self.plans:
             self._release(group, why)
+        self.preempting.drop_all()
+        self.repairs.drop_all()
+        self.reserving.drop_all()
 
     # -- the sweep -----------------------------------------------------------------------------
 

@@ -1,8 +1,13 @@
-"""KubeActions: the writes the extender makes, each bounded by one semaphore.
+"""KubeActions: the writes the extender makes, in two lanes of bounded concurrency.
+
+Bindings have a lane of their own: a gang's Bindings never queue behind best-effort writes
+(wake-ups, nominations, Events, evictions), which share the other. Every write goes through a
+client fenced by leadership (kube/lease.py `may_write`): one that may no longer be the
+leader's is not sent (NotLeading), and the best-effort ones drop it without a word.
 
 bind    POST pods/{name}/binding with the pod's uid as a precondition, as kube-scheduler's
-        default binder does; any failure (409 already bound, 409 uid mismatch, 404) raises
-        ApiError with the API's message.
+        default binder does; any failure (409 already bound, 409 uid mismatch, 404, not the
+        leader) raises ApiError with the API's message.
 wake    merge-patch `scheduling.topogang.io/plan-generation: "<n>"` onto each pod: an update
         to the pod itself moves a parked pod back to kube-scheduler's active queue. Best
         effort: a pod gone (404) is skipped, other failures are logged, nothing raises.
@@ -31,7 +36,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from extender.kube.client import ApiError, KubeClient
+from extender.kube.client import ApiError, KubeClient, NotLeading
 from extender.kube.resources import EVENTS, PODS
 from extender.model.pod import PLAN_GENERATION_ANNOTATION
 
@@ -71,7 +76,8 @@ class KubeActions:
         self.log = log or structlog.get_logger("topogang.kube")
         self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
         self.series_interval = series_interval
-        self._writes = asyncio.Semaphore(concurrency)
+        self._writes = asyncio.Semaphore(concurrency)  # wake-ups, nominations, Events, evictions
+        self._binds = asyncio.Semaphore(concurrency)  # Bindings: never behind the others
         self._series: OrderedDict[tuple[str, ...], _Series] = OrderedDict()
 
     async def _write(self, call: Awaitable[T]) -> T:
@@ -87,7 +93,8 @@ class KubeActions:
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self._write(self.client.post(PODS.object_path("v1", name, namespace, "binding"), body))
+        async with self._binds:
+            await self.client.post(PODS.object_path("v1", name, namespace, "binding"), body)
 
     # -- wake ------------------------------------------------------------------------------------------
 
@@ -98,7 +105,7 @@ class KubeActions:
             try:
                 await self._write(self.client.patch(PODS.object_path("v1", name, namespace), patch))
             except ApiError as exc:
-                if exc.status != 404:
+                if not _moot(exc):
                     self.log.warning("wake failed", pod=f"{namespace}/{name}", error=str(exc))
 
         await asyncio.gather(*(one(ns, name) for ns, name in pods))
@@ -124,7 +131,7 @@ class KubeActions:
                 try:
                     await self.client.patch(PODS.object_path("v1", name, namespace, "status"), patch)
                 except ApiError as exc:
-                    if exc.status != 404:
+                    if not _moot(exc):
                         self.log.warning("nominate failed", pod=f"{namespace}/{name}", node=node, error=str(exc))
 
         await asyncio.gather(*(one(ns, name) for ns, name in pods))
@@ -168,6 +175,8 @@ class KubeActions:
             async with series.lock:
                 try:
                     await self._write(self.client.post(EVENTS.collection_path("v1", namespace), body))
+                except NotLeading:
+                    self._series.pop(key, None)  # the new leader tells it, if it still holds
                 except BaseException:
                     self._series.pop(key, None)
                     raise
@@ -187,6 +196,8 @@ class KubeActions:
             try:
                 await self._write(self.client.patch(path, patch))
             except ApiError as exc:
+                if isinstance(exc, NotLeading):
+                    return
                 if exc.status != 404:
                     raise
                 self._series.pop(key, None)  # deleted (events expire after an hour): start anew
@@ -213,6 +224,12 @@ class KubeActions:
             "type": type,
             "regarding": regarding,
         }
+
+
+def _moot(exc: ApiError) -> bool:
+    """A best-effort write that failed for nothing worth a word: the pod is gone, or this
+    replica is no longer the leader (the new one writes what is still needed)."""
+    return exc.status == 404 or isinstance(exc, NotLeading)
 
 
 def _event_name(obj: str) -> str:

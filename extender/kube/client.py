@@ -20,7 +20,7 @@ import contextlib
 import os
 import time
 import urllib.request
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,15 @@ class ApiError(Exception):
         return cls(code, text or "no message", method=method, path=path)
 
 
+class NotLeading(ApiError):
+    """A write refused before it was sent: this replica is not the leader, or may no longer be
+    (kube/lease.py `may_write`)."""
+
+    def __init__(self, method: str, path: str) -> None:
+        message = "this replica is not the leader (or its Lease may have moved): the write was not sent"
+        super().__init__(0, message, reason="NotLeader", method=method, path=path)
+
+
 async def make_api_client(kubeconfig: str | Path | None = None, *, context: str | None = None) -> k8s.ApiClient:
     """An ApiClient for KUBECONFIG (its current context, or CONTEXT), or the in-cluster config
     (the pod's ServiceAccount token, refreshed as it rotates) when KUBECONFIG is None."""
@@ -115,10 +124,19 @@ def _expand(path: str | Path) -> str:
 class KubeClient:
     """get, list, watch, post, put, patch, apply and delete of raw JSON; one per ApiClient."""
 
-    def __init__(self, api: k8s.ApiClient, *, timeout: float = 30.0, trouble: Trouble | None = None) -> None:
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        *,
+        timeout: float = 30.0,
+        trouble: Trouble | None = None,
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
         self.api = api
         self.timeout = timeout  # seconds for a request that is not a watch
         self.trouble = trouble or Trouble()  # throttling, outages and slowness seen, per kind
+        self.fence = fence  # asked before each write is sent (each try): False raises NotLeading
+        self._owns_api = fence is None
         self._host = str(api.configuration.host).rstrip("/")
         self._session: aiohttp.ClientSession | None = None
         self._proxy: str | None = None  # "": none
@@ -127,10 +145,16 @@ class KubeClient:
     async def connect(cls, kubeconfig: str | Path | None = None, *, context: str | None = None) -> KubeClient:
         return cls(await make_api_client(kubeconfig, context=context))
 
+    def fenced(self, fence: Callable[[], bool]) -> KubeClient:
+        """A client on the same connection whose writes are sent only while FENCE says so (the
+        leader's writes); reads pass. The Lease and the leader label keep this unfenced one."""
+        return KubeClient(self.api, timeout=self.timeout, trouble=self.trouble, fence=fence)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()  # not the connector: the ApiClient's session owns it
-        await self.api.close()
+        if self._owns_api:
+            await self.api.close()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -240,6 +264,8 @@ class KubeClient:
         limits = aiohttp.ClientTimeout(total=self.timeout)
         attempt = 0
         while True:
+            if self.fence is not None and method != "GET" and not self.fence():
+                raise NotLeading(method, path)
             started = time.monotonic()
             response, raw = await self._exchange(method, path, params, data, content_type, limits)
             message = _brief(raw) if response.status >= 400 else ""  # a good body is decoded once, below

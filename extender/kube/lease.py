@@ -11,7 +11,11 @@
                 next retry instead of after the lease duration.
 
 `leading` is flipped before the callbacks run, so callers that check it stop planning in the
-same step of the event loop. kubernetes-asyncio's `leaderelection` is not used: it goes through
+same step of the event loop. `may_write` is the fence every write of the leader checks as it is
+sent: leading, and the last successful renewal started less than the renew deadline ago. No
+other replica can take the Lease before `lease_duration` has passed since it saw that renewal,
+so a write queued before the event loop stalled is not sent once the Lease may have moved, even
+before this loop has noticed the loss. kubernetes-asyncio's `leaderelection` is not used: it goes through
 the generated models, uses the wall clock and local time for the renew deadline, cannot release
 on shutdown and runs only one term; this is the loop we need on our own client, in ~150 lines.
 """
@@ -94,7 +98,12 @@ class LeaderElector:
         self._record: tuple[object, ...] | None = None  # the Lease spec last seen
         self._seen_at = 0.0  # when it last changed, by our clock
         self._said = ""
+        self._valid_until = -math.inf  # by our clock: writes are fenced after this (may_write)
         self.path = LEASES.object_path("v1", config.name, config.namespace)
+
+    def may_write(self) -> bool:
+        """Whether this replica may write now, as the leader (see the module's docstring)."""
+        return self.leading and self.clock() < self._valid_until
 
     # -- one attempt ----------------------------------------------------------------------------
 
@@ -157,7 +166,9 @@ class LeaderElector:
         return True
 
     async def _attempt(self, seconds: float) -> bool:
-        """A round bounded by SECONDS; a failed request is False (said once per distinct error)."""
+        """A round bounded by SECONDS; a failed request is False (said once per distinct error).
+        A round won moves the write fence to its start plus the renew deadline."""
+        started = self.clock()
         try:
             async with asyncio.timeout(max(seconds, 0.001)):
                 won = await self.try_acquire_or_renew()
@@ -170,6 +181,8 @@ class LeaderElector:
                 self.log.warning("lease request failed", lease=self._lease(), error=problem)
             return False
         self._said = ""
+        if won:
+            self._valid_until = started + self.config.renew_deadline
         return won
 
     # -- terms ----------------------------------------------------------------------------------

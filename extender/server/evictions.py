@@ -127,6 +127,11 @@ class Evictions:
                 log.info("eviction blocked", group=group, pods=[p.key for p in left][:10], retry_s=EVICT_RETRY)
                 await asyncio.sleep(EVICT_RETRY)
 
+    def clear(self) -> None:
+        """This replica stopped leading: no recovery deadline runs (evictions in flight are the
+        extender's tasks, cancelled with the rest)."""
+        self.recovery.deadlines.clear()
+
     def recover(self) -> None:
         """This replica starts leading: plan the rest of every gang found cut off between two
         binds (a crash) and give each the bind timeout plus a grace to reach its minimum."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -45,8 +46,11 @@ class Extender:
         call_budget: float = 20.0,
         recovery_grace: float = 30.0,
         metrics: Metrics | None = None,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
+        """LEADING: whether this replica leads now; a follower's sweep decides nothing."""
         self.scheduler = scheduler
+        self.leading = leading
         self.lookup = scheduler.lookup
         self.metrics = metrics if metrics is not None else Metrics()
         self.tasks = Tasks()
@@ -127,7 +131,10 @@ class Extender:
     # -- housekeeping ---------------------------------------------------------------------------
 
     def expire(self) -> None:
-        """The periodic sweep: plans that stopped progressing, and memory of pods and gangs gone."""
+        """The periodic sweep: plans that stopped progressing, and memory of pods and gangs gone.
+        Only the leader's: a follower holds nothing (demote dropped it) and writes nothing."""
+        if not self.leading():
+            return
         now = time.monotonic()
         for group, waiting in self.scheduler.expire(now).items():
             reason = self.scheduler.reasons.text(group)
@@ -180,15 +187,17 @@ class Extender:
         self.evictions.recover()
 
     def demote(self) -> None:
-        """This replica stopped being the leader: drop every plan and reservation at once (the
-        new leader plans again from what the API server shows) and fail the binds waiting."""
+        """This replica stopped being the leader: drop every plan, nomination, repair and held
+        room at once (the new leader plans again from what the API server shows), fail the
+        binds waiting, and cancel every write not sent yet: evictions, wake-ups, nominations,
+        Events. A write already on its way is fenced at the client (kube/lease.py)."""
         self.binds.stop_timers()
-        self.scheduler.release_all(Released(R_NOT_LEADER))
-        self.scheduler.preempting.drop_all()
+        self.scheduler.step_down(Released(R_NOT_LEADER))
         self.binds.demote()
         self.report.clear()
         self.wakeups.clear()
-        self.evictions.recovery.deadlines.clear()
+        self.evictions.clear()
+        self.tasks.cancel()
 
     async def close(self) -> None:
         self.binds.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -34,6 +35,7 @@ from extender.server.app import Answer, Routes
 log = structlog.get_logger("topogang")
 
 ALPN = ["h2", "http/1.1"]
+GOAWAY_GRACE = 5.0  # seconds a connection told to go away has to finish the calls it has open
 
 
 class H2Protocol(asyncio.Protocol):
@@ -47,6 +49,7 @@ class H2Protocol(asyncio.Protocol):
         self.windows: dict[int, asyncio.Event] = {}  # stream -> set when the peer opens its window
         self.tasks: set[asyncio.Task[None]] = set()
         self.flushing = False  # a flush is scheduled for the end of this loop iteration
+        self.going_away = False  # GOAWAY sent: close once the open calls are answered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -80,6 +83,7 @@ class H2Protocol(asyncio.Protocol):
             if request is not None and not self._answer_now(event.stream_id, *request):
                 _, path, body = request  # bind: a POST whose answer waits on I/O
                 self._spawn(self._answer_later(event.stream_id, path, body))
+            self._close_if_gone()
         elif isinstance(event, h2.events.StreamReset):
             self.requests.pop(event.stream_id, None)
             self._opened(event.stream_id)
@@ -134,7 +138,33 @@ class H2Protocol(asyncio.Protocol):
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._close_if_gone()
+
+    def go_away(self) -> None:
+        """Tell the client to make its next calls on a new connection (GOAWAY, no error): the
+        calls it has open here are still answered, then the connection closes (at the latest
+        after GOAWAY_GRACE). A Go client retries what it had not sent on a new connection."""
+        if self.going_away or self.transport is None or self.transport.is_closing():
+            return
+        self.going_away = True
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self.conn.close_connection()
+        self._flush()
+        asyncio.get_running_loop().call_later(GOAWAY_GRACE, self._close)
+        self._close_if_gone()
+
+    def _close_if_gone(self) -> None:
+        if self.going_away and not self.tasks and not self.requests:
+            asyncio.get_running_loop().call_soon(self._close)  # after this iteration's answers are flushed
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self._flush()
+            self.transport.close()
 
     @staticmethod
     def _headers(answer: Answer) -> list[tuple[str, str]]:
@@ -191,17 +221,45 @@ class H2Protocol(asyncio.Protocol):
             event.set()
 
 
+class Clients:
+    """The connections callers hold to the extender port. When this replica stops leading they
+    are closed gracefully (`close`): kube-scheduler keeps one connection and would go on calling
+    a follower on it, since a Service (the leader label) routes only new connections; its next
+    call opens a connection, which reaches the new leader."""
+
+    def __init__(self) -> None:
+        self.h2: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+        self.http1: Any = None  # aiohttp's web.Server (its `connections`), once serving
+
+    def close(self) -> int:
+        """GOAWAY on every HTTP/2 connection, "close after this request" on every HTTP/1.1
+        one; returns how many were told."""
+        told = 0
+        for h2_conn in list(self.h2):
+            h2_conn.go_away()
+            told += 1
+        for handler in list(getattr(self.http1, "connections", ())):
+            handler.close()  # aiohttp: no new request on it; closed once the current one is answered
+            told += 1
+        return told
+
+
 class _Negotiated(asyncio.Protocol):
     """Waits for the TLS handshake, then hands the connection to the protocol ALPN chose."""
 
-    def __init__(self, http1: Callable[[], asyncio.BaseProtocol], routes: Routes) -> None:
-        self.http1, self.routes = http1, routes
+    def __init__(self, http1: Callable[[], asyncio.BaseProtocol], routes: Routes, clients: Clients) -> None:
+        self.http1, self.routes, self.clients = http1, routes, clients
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         ssl_object: ssl.SSLObject | None = transport.get_extra_info("ssl_object")
         chosen = (ssl_object.selected_alpn_protocol() if ssl_object is not None else None) or "http/1.1"
         self.routes.metrics.connections.labels(chosen).inc()
-        protocol = H2Protocol(self.routes) if chosen == "h2" else self.http1()
+        protocol: asyncio.BaseProtocol
+        if chosen == "h2":
+            protocol = H2Protocol(self.routes)
+            self.clients.h2.add(protocol)
+        else:
+            protocol = self.http1()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
 
@@ -212,9 +270,12 @@ async def serve_tls(
     context: ssl.SSLContext,
     http1: Callable[[], Any],
     routes: Routes,
+    clients: Clients | None = None,
 ) -> asyncio.Server:
     """Listen on HOST:PORT with CONTEXT: HTTP/2 when the client offers it, else HTTP1 (aiohttp's
-    protocol factory)."""
+    protocol factory). CLIENTS: where the connections are kept, to be closed on demotion."""
     context.set_alpn_protocols(ALPN)
+    clients = clients if clients is not None else Clients()
+    clients.http1 = http1
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: _Negotiated(http1, routes), host, port, ssl=context)
+    return await loop.create_server(lambda: _Negotiated(http1, routes, clients), host, port, ssl=context)

@@ -18,6 +18,7 @@ import signal
 import ssl
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
@@ -37,7 +38,7 @@ from extender.server.app import LEADING, METRICS, ROUTES, create_app, create_hea
 from extender.server.extender import Extender
 from extender.server.gates import GatesMode
 from extender.server.gates_settings import GatesSettings, gates_settings_from
-from extender.server.http2 import serve_tls
+from extender.server.http2 import Clients, serve_tls
 from extender.server.settings import Settings, SettingsError, settings_from
 from extender.server.tls import TlsError, reload_on_change, server_context
 
@@ -46,37 +47,32 @@ STOP_DUMP_AFTER = 15.0  # seconds after SIGTERM before a still-running server du
 EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progress
 
 
-async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple[web.Application, ClusterCache]:
+async def build(
+    settings: Settings, gates: GatesSettings | None = None, clients: Clients | None = None
+) -> tuple[web.Application, ClusterCache]:
     """The application, wired to the cluster; its cleanup context runs the cache and sweeps (and
-    the webhook's listener with GATES: its mode and webhook)."""
+    the webhook's listener with GATES: its mode and webhook). CLIENTS: the extender port's
+    connections, closed when this replica stops leading."""
     client = await KubeClient.connect(settings.kubeconfig)
     scheduler = _scheduler(settings)
     cache = ClusterCache(client, scheduler)
-    actions = KubeActions(client)
-    extender = _extender(settings, scheduler, actions)
-    writer = PodGroupWriter(client, scheduler, actions)
-    extender.report.changed = writer.touch
-    label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
-    webhook = GatesMode(gates, client, scheduler, extender, lambda: cache.ready) if gates and gates.webhook else None
-
-    async def started() -> None:
-        label.want(True)  # patched in the background: planning never waits for it
-        writer.start()
-        extender.recover()
-        if webhook is not None:
-            await webhook.lead()
-
-    async def stopped() -> None:
-        extender.demote()  # first, in the same step as `leading` turned false
-        label.want(False)
-        await writer.stop()
-        if webhook is not None:
-            await webhook.unlead()
-
-    elector = _elector(client, settings, started, stopped)
+    elector: LeaderElector | None = None
 
     def leading() -> bool:
         return elector.leading if elector is not None else True
+
+    # Every write of the leader is fenced: not sent once the Lease may have moved. The Lease and
+    # the leader label keep the unfenced client: a follower removes its own label.
+    fenced = client.fenced(lambda: elector.may_write() if elector is not None else True)
+    actions = KubeActions(fenced)
+    extender = _extender(settings, scheduler, actions, leading)
+    writer = PodGroupWriter(fenced, scheduler, actions)
+    extender.report.changed = writer.touch
+    label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
+    webhook = GatesMode(gates, fenced, scheduler, extender, lambda: cache.ready) if gates and gates.webhook else None
+
+    term = _Term(extender, writer, label, webhook, clients)
+    elector = _elector(client, settings, term.started, term.stopped)
 
     app = create_app(extender, lambda: cache.ready, settings.prefix, leading=leading, max_body=settings.max_body)
     _watch(extender, scheduler, writer, cache, client, elector, leading)
@@ -86,7 +82,7 @@ async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple
         if elector is not None:
             await elector.run()
         else:
-            await started()
+            await term.started()
 
     async def running(_: web.Application) -> AsyncIterator[None]:
         label.start()
@@ -119,10 +115,38 @@ async def build(settings: Settings, gates: GatesSettings | None = None) -> tuple
                 await webhook.close()
             await extender.close()
             await cache.stop()
+            await fenced.close()
             await client.close()
 
     app.cleanup_ctx.append(running)
     return app, cache
+
+
+@dataclass
+class _Term:
+    """What starts and stops with this replica's leadership."""
+
+    extender: Extender
+    writer: PodGroupWriter
+    label: LeaderLabel
+    webhook: GatesMode | None
+    clients: Clients | None
+
+    async def started(self) -> None:
+        self.label.want(True)  # patched in the background: planning never waits for it
+        self.writer.start()
+        self.extender.recover()
+        if self.webhook is not None:
+            await self.webhook.lead()
+
+    async def stopped(self) -> None:
+        self.extender.demote()  # first, in the same step as `leading` turned false
+        if self.clients is not None and (told := self.clients.close()):
+            log.info("connections closed", count=told, reason="no longer the leader: callers reconnect to the new one")
+        self.label.want(False)
+        await self.writer.stop()
+        if self.webhook is not None:
+            await self.webhook.unlead()
 
 
 def _scheduler(settings: Settings) -> GangScheduler:
@@ -142,13 +166,16 @@ def _scheduler(settings: Settings) -> GangScheduler:
     )
 
 
-def _extender(settings: Settings, scheduler: GangScheduler, actions: KubeActions) -> Extender:
+def _extender(
+    settings: Settings, scheduler: GangScheduler, actions: KubeActions, leading: Callable[[], bool]
+) -> Extender:
     return Extender(
         scheduler,
         actions,
         bind_timeout=settings.bind_timeout,
         call_budget=settings.bind_call_budget,
         recovery_grace=settings.recovery_grace,
+        leading=leading,
     )
 
 
@@ -204,14 +231,16 @@ async def serve(
 ) -> None:
     """Serve until SIGINT or SIGTERM: mTLS with CONTEXT, plain HTTP without (--insecure-http);
     gates mode's webhook too with GATES."""
-    app, cache = await build(settings, gates)
+    clients = Clients()
+    app, cache = await build(settings, gates, clients)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     listener = None
     if context is not None:  # mTLS: HTTP/2 or HTTP/1.1, as the client negotiates (http2.py)
         assert runner.server is not None
-        listener = await serve_tls(settings.host, settings.port, context, runner.server, app[ROUTES])
+        listener = await serve_tls(settings.host, settings.port, context, runner.server, app[ROUTES], clients)
     else:
+        clients.http1 = runner.server
         await web.TCPSite(runner, settings.host, settings.port).start()
     health = None
     if settings.health is not None:

@@ -204,4 +204,10 @@ class Wakeups:
             del self._refreshed[group]
 
     def clear(self) -> None:
+        """This replica stopped leading: nobody is parked with it any more, nothing to wake."""
         self._refreshed.clear()
+        self.refused.clear()
+        self._wake_soon = False
+        if self._room_wake is not None:
+            self._room_wake.cancel()
+            self._room_wake = None
