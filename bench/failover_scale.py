@@ -5,20 +5,24 @@ blocks: 1,024 nodes), optionally BACKGROUND bound pods (1 cpu each, spread over 
 that many pods), two `topogang serve` replicas with leader election (the shipped Lease timings)
 behind one address that reaches the leader (e2e/failover.py: what the Service does in a
 cluster), and kube-scheduler from scheduler-config/extender.yaml calling that address. Then it
-creates one gang of GANG pods of 8 GPUs (required in one zone), kills the leader (SIGKILL) KILL
-seconds after the leader planned the gang (while members reach the gate or Bindings are posted),
-and reports:
+creates one gang of GANG pods of 8 GPUs (required in one zone) and, KILL seconds after the leader
+planned the gang (while members reach the gate or Bindings are posted), loses the leader: kills
+it (SIGKILL), or with --demote gives its Lease to the standby while it stays up (it must stop
+writing and close kube-scheduler's connection, so that the calls reach the new leader). Reports:
 
-  lease_expiry_after_kill_s   when the dead leader's Lease expired, after the kill
-  led_after_expiry_s          the standby became the leader, after that expiry
-  served_after_expiry_s       the standby answered its first call for the gang (planned, refused
-                              or bound it), after that expiry: the target is 10 s
+  lease_free_after_loss_s     when the Lease was free for the standby, after the loss (a dead
+                              leader's Lease expires; a demoted one's is given at once)
+  led_after_free_s            the standby became the leader, after that
+  served_after_free_s         the standby answered its first call for the gang (planned, refused
+                              or bound it), after that: the target is 10 s
   whole                       every pod of the gang bound (no partial gang)
-  bound_after_kill_s          the last pod bound, after the kill
+  bound_after_loss_s          the last pod bound, after the loss
   reservations_left           topogang_reservations of the new leader once all are bound
+  old_leader_writes           with --demote: log lines of writes (binds, evictions, room held)
+                              by the old leader after it lost the Lease: the target is 0
 
     python bench/failover_scale.py                              # 5,000 nodes, 1,024 pods
-    python bench/failover_scale.py --nodes 1000 --gang 256 --json
+    python bench/failover_scale.py --nodes 1000 --gang 256 --demote --json
 
 Needs the control-plane binaries (`make controlplane`).
 """
@@ -117,15 +121,16 @@ async def run(plane: ControlPlane, kube: KubeClient, pair: Replicas, args: argpa
             raise TimeoutError("the leader never planned the gang")
         await asyncio.sleep(0.2)
     await asyncio.sleep(args.kill)
-    bound_at_kill = await bound_count(kube)
-    kill = await pair.kill_leader()
-    print(f"killed {kill.name} with {bound_at_kill}/{args.gang} bound", file=sys.stderr)
+    bound_at_loss = await bound_count(kube)
+    loss = await (pair.hand_over() if args.demote else pair.kill_leader())
+    how = "demoted" if args.demote else "killed"
+    print(f"{how} {loss.name} with {bound_at_loss}/{args.gang} bound", file=sys.stderr)
     while (bound := await bound_count(kube)) < args.gang:
         if time.monotonic() > deadline:
             break
         await asyncio.sleep(2)
-    bound_after = time.time() - kill.killed_at
-    figures = pair.takeover(kill)
+    bound_after = time.time() - loss.at
+    figures = pair.takeover(loss)
     new = pair.replicas.get(figures.get("new_leader") or "")
     reservations = None
     if new is not None:
@@ -135,12 +140,24 @@ async def run(plane: ControlPlane, kube: KubeClient, pair: Replicas, args: argpa
                 reservations = float(line.split()[1])
     return {
         **figures,
-        "bound_at_kill": bound_at_kill,
+        "lost": how,
+        "bound_at_loss": bound_at_loss,
         "whole": bound == args.gang,
         "bound": bound,
-        "bound_after_kill_s": round(bound_after, 1),
+        "bound_after_loss_s": round(bound_after, 1),
         "reservations_left": reservations,
+        **({"old_leader_writes": writes_after_loss(pair.replicas[loss.name].log_path)} if args.demote else {}),
     }
+
+
+WRITES = ("bound", "evicted", "gang preempting", "gang repairing", "room held")
+
+
+def writes_after_loss(path: Path) -> int:
+    """Log lines of writes a replica made after it logged losing the Lease."""
+    entries = log_entries(path)
+    lost = next((i for i, e in enumerate(entries) if e.get("event") == "lost leadership"), len(entries))
+    return sum(1 for e in entries[lost:] if e.get("event") in WRITES)
 
 
 async def bound_count(kube: KubeClient) -> int:
@@ -176,7 +193,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "background_pods": args.background,
             "background_create_s": round(bg_seconds, 1),
             "gang": args.gang,
-            "kill_after_plan_s": args.kill,
+            "loss_after_plan_s": args.kill,
             "replicas_synced_s": round(both_synced, 1),
             "load_average_at_start": [round(x, 2) for x in load],
             "cores": os.cpu_count(),
@@ -191,7 +208,8 @@ def main() -> None:
     parser.add_argument("--gang", type=int, default=1_024, help="pods of 8 GPUs in the gang (default 1,024)")
     parser.add_argument("--zone-blocks", type=int, default=8, help="blocks of 4 racks of 32 nodes per zone (8)")
     parser.add_argument("--background", type=int, default=0, help="bound pods made before (default 0)")
-    parser.add_argument("--kill", type=float, default=3.0, help="seconds after the plan to kill the leader")
+    parser.add_argument("--kill", type=float, default=3.0, help="seconds after the plan to lose the leader")
+    parser.add_argument("--demote", action="store_true", help="give the live leader's Lease away instead of killing it")
     parser.add_argument("--timeout", type=float, default=600, help="seconds the gang may take (default 600)")
     parser.add_argument("--json", action="store_true")
     add_plane_arguments(parser)

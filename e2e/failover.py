@@ -3,8 +3,9 @@
     async with Replicas.start(kubeconfig, logs, lease=("default", "topogang")) as pair:
         config = scheduler_config(pair.url, pair.tls)        # kube-scheduler calls pair.url
         leader = await pair.leader()                        # the replica that answers /readyz 200
-        took = await pair.kill_leader()                     # SIGKILL; the Lease's expiry noted
-        figures = await pair.takeover(took, within=60)      # when the other one led and served
+        lost = await pair.kill_leader()                     # SIGKILL; the Lease's expiry noted
+        lost = await pair.hand_over()                       # or: the Lease given to the other, the leader alive
+        figures = pair.takeover(lost)                       # when the other one led and served
 
 `LeaderService` stands for the Kubernetes Service in front of the Deployment (which selects the
 pod carrying the leader label): a TCP forwarder that sends each new connection to the replica
@@ -85,12 +86,13 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 @dataclass
-class Kill:
-    """A leader killed: who, when (wall clock), and when its Lease expires for the others."""
+class Loss:
+    """A leader lost (killed, or its Lease taken while it lives): who, when (wall clock), and
+    when the Lease is free for the others (its expiry after a kill; at once after a hand-over)."""
 
     name: str
-    killed_at: float
-    lease_expires_at: float
+    at: float
+    lease_free_at: float
 
 
 class Replicas:
@@ -155,26 +157,49 @@ class Replicas:
                     raise TimeoutError(f"a replica had not synced after {within:.0f}s")
                 await asyncio.sleep(0.2)
 
-    async def kill_leader(self) -> Kill:
+    async def kill_leader(self) -> Loss:
         """SIGKILL the leader (it neither releases its Lease nor answers again)."""
         name = await self.leader()
         process = self.replicas[name].process
         process.send_signal(signal.SIGKILL)
         killed_at = time.time()
         await process.wait()
-        spec = (await self.kube.get(LEASE_PATH.format(ns=self.lease[0], name=self.lease[1])))["spec"]
+        spec = (await self.kube.get(self._lease_path()))["spec"]
         renewed = _parse_time(str(spec["renewTime"]))
-        return Kill(name, killed_at, renewed + float(spec["leaseDurationSeconds"]))
+        return Loss(name, killed_at, renewed + float(spec["leaseDurationSeconds"]))
 
-    def takeover(self, kill: Kill) -> dict[str, Any]:
+    async def hand_over(self) -> Loss:
+        """Take the Lease from the live leader and give it to another replica, as a second
+        holder would (a conditional write of the Lease): the leader stays up and learns it at
+        its next renewal; the other finds itself the holder at its next retry."""
+        name = await self.leader()
+        other = next(n for n in self.replicas if n != name)
+        identity = next(
+            str(e["identity"]) for e in log_entries(self.replicas[other].log_path) if e.get("event") == "serving"
+        )
+        lease = await self.kube.get(self._lease_path())
+        now = datetime.datetime.now(datetime.UTC)
+        lease["spec"] = {
+            **lease["spec"],
+            "holderIdentity": identity,
+            "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "leaseTransitions": int(lease["spec"].get("leaseTransitions") or 0) + 1,
+        }
+        await self.kube.put(self._lease_path(), lease)  # carries the resourceVersion: conditional
+        return Loss(name, now.timestamp(), now.timestamp())
+
+    def _lease_path(self) -> str:
+        return LEASE_PATH.format(ns=self.lease[0], name=self.lease[1])
+
+    def takeover(self, loss: Loss) -> dict[str, Any]:
         """From the new leader's log: when it became the leader and first served a call
-        (planned, refused or bound a gang), in seconds after the Lease expired."""
-        others = [(n, r) for n, r in self.replicas.items() if n != kill.name]
+        (planned, refused or bound a gang), in seconds after the Lease was free."""
+        others = [(n, r) for n, r in self.replicas.items() if n != loss.name]
         for name, replica in others:
             led = served = None
             for entry in log_entries(replica.log_path):
                 at = _parse_time(str(entry.get("timestamp", "")))
-                if at < kill.killed_at:
+                if at < loss.at:
                     continue
                 if led is None and entry.get("event") == "became the leader":
                     led = at
@@ -184,9 +209,9 @@ class Replicas:
             if led is not None:
                 return {
                     "new_leader": name,
-                    "lease_expiry_after_kill_s": round(kill.lease_expires_at - kill.killed_at, 2),
-                    "led_after_expiry_s": round(led - kill.lease_expires_at, 2),
-                    "served_after_expiry_s": round(served - kill.lease_expires_at, 2) if served else None,
+                    "lease_free_after_loss_s": round(loss.lease_free_at - loss.at, 2),
+                    "led_after_free_s": round(led - loss.lease_free_at, 2),
+                    "served_after_free_s": round(served - loss.lease_free_at, 2) if served else None,
                 }
         return {"new_leader": None}
 

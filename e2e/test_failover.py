@@ -1,27 +1,31 @@
 """Leader failover while a gang binds, on the real control plane: two `topogang serve` replicas
 with leader election (the shipped Lease timings: 15 s duration, 10 s renew deadline, 2 s retry)
-behind one address that, like the Service of the Deployment, reaches the leader
-(e2e/failover.py). kube-scheduler calls that address, with a test-side extender after topogang
-pacing the members (0.2 s per pod, from test_reliability) so the gang is in flight for seconds.
+behind one address that, like the Service of the Deployment, reaches the leader with each new
+connection (e2e/failover.py). kube-scheduler calls that address, with a test-side extender after
+topogang pacing the members (0.2 s per pod, from test_reliability) so the gang is in flight for
+seconds.
 
-The leader is killed (SIGKILL: no Lease released, no label removed) when the tenth member of a
-24-pod gang is steered. The standby, whose cache is warm from its own watch, must lead and serve
-within 10 s of the Lease expiring, and the gang must end whole with nothing left reserved.
-bench/failover_scale.py does the same at scale.
+When the tenth member of a 24-pod gang is steered, the leader is lost, two ways:
+- killed (SIGKILL: no Lease released, no label removed): kube-scheduler's connection breaks;
+- demoted alive: the Lease is given to the standby. kube-scheduler keeps its HTTP/2 connection
+  to the old leader, which must close it (GOAWAY) so that the next call reaches the new one.
+Either way the standby, whose cache is warm from its own watch, must lead and serve within 10 s
+of the Lease being free, the gang must end whole with nothing left reserved, and the old leader
+must write nothing after losing the Lease. bench/failover_scale.py does the same at scale.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes
-from e2e.failover import Kill, Replicas
+from e2e.failover import Loss, Replicas, log_entries
 from e2e.scenario import create, create_podgroup, eventually, gpu_pod, install, wait_all_bound
 from e2e.test_extender import TOPOLOGY
 from e2e.test_operations import metrics, podgroup
@@ -32,8 +36,9 @@ from extender.kube.client import KubeClient
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane, pytest.mark.controlplane_only]
 
 GANG = 24
-KILL_AT = 10
-TAKEOVER_WITHIN = 10.0  # seconds after the Lease expired: the new leader has served a call
+LOSE_AT = 10
+TAKEOVER_WITHIN = 10.0  # seconds after the Lease was free: the new leader has served a call
+WRITES = ("bound", "evicted", "gang preempting", "gang repairing", "room held")  # log lines of writes
 
 
 @pytest_asyncio.fixture(loop_scope="session", scope="module")
@@ -42,14 +47,17 @@ async def slow() -> AsyncIterator[Slow]:
         yield extender
 
 
-async def test_the_standby_takes_over_a_gang_in_flight_and_binds_it_whole(
+async def failover(
     kubeconfig: Path,
     control_plane: ControlPlane,
     kube: KubeClient,
     namespace: str,
     fake_gpu_nodes: FakeGpuNodes,
     slow: Slow,
-) -> None:
+    lose: Callable[[Replicas], Awaitable[Loss]],
+) -> tuple[Replicas, Loss, dict[str, object]]:
+    """The gang in flight, the leader lost by LOSE at member LOSE_AT; returns once the gang is
+    whole, nothing is reserved and the PodGroup says so (with the takeover's figures)."""
     await install(kube, CRDS, TOPOLOGY)
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=GANG)
     lease = (namespace, f"topogang-{uuid.uuid4().hex[:6]}")
@@ -62,30 +70,30 @@ async def test_the_standby_takes_over_a_gang_in_flight_and_binds_it_whole(
         )
         await control_plane.restart_scheduler_async(config)
         try:
-            kills: list[asyncio.Task[Kill]] = []
+            losses: list[asyncio.Task[Loss]] = []
 
-            async def kill_the_leader() -> None:
-                kills.append(asyncio.create_task(pair.kill_leader()))
+            async def lose_the_leader() -> None:
+                losses.append(asyncio.create_task(lose(pair)))
 
             slow.delay[namespace] = 0.2
-            slow.hold[namespace] = (KILL_AT, 0.0, kill_the_leader)
+            slow.hold[namespace] = (LOSE_AT, 0.0, lose_the_leader)
             await create_podgroup(kube, namespace, "g", {"minMember": GANG})
             for i in range(GANG):
                 await create(kube, gpu_pod(f"g-{i}", annotations={"pod-group-name": "g"}), namespace)
 
-            async def killed() -> bool:
-                return bool(kills)
+            async def lost() -> bool:
+                return bool(losses)
 
-            await eventually(killed, within=60, what=f"the leader to be killed at member {KILL_AT}")
-            kill = await kills[0]
+            await eventually(lost, within=60, what=f"the leader to be lost at member {LOSE_AT}")
+            loss = await losses[0]
             placed = await wait_all_bound(kube, namespace, GANG, within=120)
             assert len(set(placed.values())) == GANG
-            figures = pair.takeover(kill)
+            figures = pair.takeover(loss)
             print(f"failover: {figures}")
             assert figures["new_leader"] is not None, figures
-            assert figures["served_after_expiry_s"] is not None, figures
-            assert figures["served_after_expiry_s"] <= TAKEOVER_WITHIN, figures
-            leader = pair.replicas[figures["new_leader"]]
+            assert figures["served_after_free_s"] is not None, figures
+            assert figures["served_after_free_s"] <= TAKEOVER_WITHIN, figures
+            leader = pair.replicas[str(figures["new_leader"])]
 
             async def nothing_reserved() -> bool:
                 pg = await podgroup(kube, namespace, "g")
@@ -99,5 +107,39 @@ async def test_the_standby_takes_over_a_gang_in_flight_and_binds_it_whole(
 
             await eventually(nothing_reserved, within=30, what="nothing reserved, PodGroup g showing all bound")
             assert (await metrics(leader))[("topogang_leader_transitions_total", ())] == 1
+            return pair, loss, figures
         finally:
             await control_plane.restart_scheduler_async(None)
+
+
+async def test_the_standby_takes_over_a_gang_in_flight_when_the_leader_is_killed(
+    kubeconfig: Path,
+    control_plane: ControlPlane,
+    kube: KubeClient,
+    namespace: str,
+    fake_gpu_nodes: FakeGpuNodes,
+    slow: Slow,
+) -> None:
+    await failover(kubeconfig, control_plane, kube, namespace, fake_gpu_nodes, slow, Replicas.kill_leader)
+
+
+async def test_a_leader_demoted_alive_hands_kube_schedulers_calls_to_the_new_leader(
+    kubeconfig: Path,
+    control_plane: ControlPlane,
+    kube: KubeClient,
+    namespace: str,
+    fake_gpu_nodes: FakeGpuNodes,
+    slow: Slow,
+) -> None:
+    pair, loss, figures = await failover(
+        kubeconfig, control_plane, kube, namespace, fake_gpu_nodes, slow, Replicas.hand_over
+    )
+    old = pair.replicas[loss.name]
+    assert old.process.returncode is None  # it stayed up all along
+    entries = log_entries(old.log_path)
+    events = [e.get("event") for e in entries]
+    lost_at = events.index("lost leadership")
+    assert "connections closed" in events[lost_at:], events[lost_at:]
+    wrote = [e for e in entries[lost_at:] if e.get("event") in WRITES]
+    assert wrote == [], wrote  # a follower binds, evicts and holds nothing
+    assert pair.service.routed[str(figures["new_leader"])] >= 1  # kube-scheduler reconnected there
