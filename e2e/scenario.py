@@ -18,6 +18,7 @@ CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 PATHS = {  # (apiVersion, kind) -> (path prefix, plural, namespaced)
     ("v1", "Pod"): ("/api/v1", "pods", True),
+    ("v1", "ConfigMap"): ("/api/v1", "configmaps", True),
     ("batch/v1", "Job"): ("/apis/batch/v1", "jobs", True),
     ("kubeflow.org/v1", "TFJob"): ("/apis/kubeflow.org/v1", "tfjobs", True),
     ("kubeflow.org/v1", "PyTorchJob"): ("/apis/kubeflow.org/v1", "pytorchjobs", True),

@@ -208,6 +208,7 @@ async def test_a_new_leader_keeps_a_gang_that_ran_whole_and_evicts_one_cut_off_m
             # would have been too.
             await eventually(lambda: evicted(("c-0",)), within=60, what="c-0, of the gang cut off, to be evicted")
             kept = {p["metadata"]["name"]: p for p in await pods(kube, namespace)}
+            assert {"d-0", "d-1"} <= kept.keys(), sorted(kept)  # the degraded gang's pods: not evicted
             assert all(kept[n]["metadata"].get("deletionTimestamp") is None for n in ("d-0", "d-1")), kept.keys()
             assert {kept[n]["spec"].get("nodeName") for n in ("d-0", "d-1")} == set(r0)
             lines = [
