@@ -17,6 +17,7 @@ must write nothing after losing the Lease. bench/failover_scale.py does the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -47,6 +48,7 @@ async def slow() -> AsyncIterator[Slow]:
         yield extender
 
 
+@contextlib.asynccontextmanager
 async def failover(
     kubeconfig: Path,
     control_plane: ControlPlane,
@@ -55,9 +57,10 @@ async def failover(
     fake_gpu_nodes: FakeGpuNodes,
     slow: Slow,
     lose: Callable[[Replicas], Awaitable[Loss]],
-) -> tuple[Replicas, Loss, dict[str, object]]:
-    """The gang in flight, the leader lost by LOSE at member LOSE_AT; returns once the gang is
-    whole, nothing is reserved and the PodGroup says so (with the takeover's figures)."""
+) -> AsyncIterator[tuple[Replicas, Loss, dict[str, object]]]:
+    """The gang in flight, the leader lost by LOSE at member LOSE_AT; yields once the gang is
+    whole, nothing is reserved and the PodGroup says so (with the takeover's figures), while
+    both replicas still run."""
     await install(kube, CRDS, TOPOLOGY)
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=GANG)
     lease = (namespace, f"topogang-{uuid.uuid4().hex[:6]}")
@@ -107,7 +110,7 @@ async def failover(
 
             await eventually(nothing_reserved, within=30, what="nothing reserved, PodGroup g showing all bound")
             assert (await metrics(leader))[("topogang_leader_transitions_total", ())] == 1
-            return pair, loss, figures
+            yield pair, loss, figures
         finally:
             await control_plane.restart_scheduler_async(None)
 
@@ -120,7 +123,8 @@ async def test_the_standby_takes_over_a_gang_in_flight_when_the_leader_is_killed
     fake_gpu_nodes: FakeGpuNodes,
     slow: Slow,
 ) -> None:
-    await failover(kubeconfig, control_plane, kube, namespace, fake_gpu_nodes, slow, Replicas.kill_leader)
+    async with failover(kubeconfig, control_plane, kube, namespace, fake_gpu_nodes, slow, Replicas.kill_leader):
+        pass
 
 
 async def test_a_leader_demoted_alive_hands_kube_schedulers_calls_to_the_new_leader(
@@ -131,15 +135,14 @@ async def test_a_leader_demoted_alive_hands_kube_schedulers_calls_to_the_new_lea
     fake_gpu_nodes: FakeGpuNodes,
     slow: Slow,
 ) -> None:
-    pair, loss, figures = await failover(
-        kubeconfig, control_plane, kube, namespace, fake_gpu_nodes, slow, Replicas.hand_over
-    )
-    old = pair.replicas[loss.name]
-    assert old.process.returncode is None  # it stayed up all along
-    entries = log_entries(old.log_path)
-    events = [e.get("event") for e in entries]
-    lost_at = events.index("lost leadership")
-    assert "connections closed" in events[lost_at:], events[lost_at:]
-    wrote = [e for e in entries[lost_at:] if e.get("event") in WRITES]
-    assert wrote == [], wrote  # a follower binds, evicts and holds nothing
-    assert pair.service.routed[str(figures["new_leader"])] >= 1  # kube-scheduler reconnected there
+    scene = failover(kubeconfig, control_plane, kube, namespace, fake_gpu_nodes, slow, Replicas.hand_over)
+    async with scene as (pair, loss, figures):
+        old = pair.replicas[loss.name]
+        assert old.process.returncode is None  # it stayed up all along
+        entries = log_entries(old.log_path)
+        events = [e.get("event") for e in entries]
+        lost_at = events.index("lost leadership")
+        assert "connections closed" in events[lost_at:], events[lost_at:]
+        wrote = [e for e in entries[lost_at:] if e.get("event") in WRITES]
+        assert wrote == [], wrote  # a follower binds, evicts and holds nothing
+        assert pair.service.routed[str(figures["new_leader"])] >= 1  # kube-scheduler reconnected there
