@@ -143,3 +143,30 @@ def test_a_member_whose_nomination_went_out_before_it_traded_is_nominated_again_
     again = scheduler.filter(scheduler.state.pods[keys[0]], [plan[keys[0]]], 2.0)
     assert again.nodes == [plan[keys[0]]]
     assert again.steer is None
+
+
+def test_a_member_whose_binding_is_in_flight_keeps_its_node_when_the_plan_is_extended() -> None:
+    # A gang of minimum 2 (g-0, g-1) required on one rack; its gate opens and their Bindings are
+    # posted. Before they land, g-2 (beyond the minimum) comes; its call offers only g-0's node.
+    # Trading with g-0 would send g-2 to the node g-0's Binding targets: both would land there.
+    scheduler, _ = steering()
+    state = scheduler.state
+    state.set_podgroup(
+        "default/g",
+        podgroup({"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="g"),
+    )
+    scheduler.delete_pod("default/g-2")
+    scheduler.filter(state.pods["default/g-0"], NODES, 0.0)
+    plan = planned(scheduler)
+    assert set(plan) == {"default/g-0", "default/g-1"}
+    scheduler.bind("default/g-0", plan["default/g-0"], 1.0)
+    opened = scheduler.bind("default/g-1", plan["default/g-1"], 1.0)
+    assert sorted(opened.bind) == sorted(plan.items())  # the Bindings go out; not landed yet
+    late = pod("g-2", group="g")
+    scheduler.observe_pod(late)
+    result = scheduler.filter(late, [plan["default/g-0"]], 2.0)
+    assert result.event is not None
+    assert result.event.outcome == "extended"
+    assert result.nodes == []  # not g-0's node: nominated to its own
+    assert result.steer == planned(scheduler)[late.key] != plan["default/g-0"]
+    assert {k: planned(scheduler)[k] for k in plan} == plan  # the in-flight ones keep their nodes

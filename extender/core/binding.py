@@ -63,6 +63,7 @@ class BindGate:
             return BindDecision(REJECT, error=f"topogang: the pod is planned on {planned}, not {node}")
         gp.touched = now
         if gp.gate.opened:
+            gp.gate.binding.add(pod_key)
             return BindDecision(BIND, ((pod_key, node),))
         gp.gate.arrive(pod_key, node, now)
         if not gp.gate.complete(gp.reserved):

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 class Gate:
     minimum: frozenset[str]  # the pods that must all reach bind before any binds
     arrived: dict[str, str] = field(default_factory=dict)  # pod -> node: reached bind, not bound yet
+    # Handed out to bind (its Binding posted or about to be) and not let go yet: until the pod
+    # shows up bound, its node is what the Binding names, so it must never be traded.
+    binding: set[str] = field(default_factory=set)
     last_arrival: float | None = None  # when a member reached bind for the first time (monotonic)
     opened: bool = False  # the minimum went through
     ahead: bool = False  # opened as planned: every planned pod is being bound (core/binding.py)
@@ -30,6 +33,10 @@ class Gate:
         if new:
             self.last_arrival = now
         return new
+
+    def fixed(self, pod: str) -> bool:
+        """Whether POD's planned node may no longer change: it reached bind, or is being bound."""
+        return pod in self.arrived or pod in self.binding
 
     def missing(self, reserved: Collection[str]) -> list[str]:
         """Pods of the minimum still to come (a pod bound already is not waited for)."""
@@ -44,6 +51,7 @@ class Gate:
         """Let the minimum through: every arrived pod, with its node, to bind now."""
         self.opened = True
         batch = tuple(sorted(self.arrived.items()))
+        self.binding.update(self.arrived)
         self.arrived.clear()
         return batch
 
@@ -52,6 +60,7 @@ class Gate:
         kube-scheduler's calls: core/binding.py)."""
         self.opened = self.ahead = True
         self.arrived.clear()
+        self.binding.update(reserved)
         return tuple(sorted(reserved.items()))
 
     def silence_left(self, now: float, timeout: float) -> float | None:

@@ -127,7 +127,9 @@ class Plans:
         return new, "extended"
 
     def swap(self, gp: GroupPlan, pod: str, mate: str) -> None:
-        """POD and MATE (interchangeable members of one plan) trade their planned nodes."""
+        """POD and MATE (interchangeable members of one plan) trade their planned nodes; never
+        one whose node is fixed (at the gate, or being bound there)."""
+        assert not gp.gate.fixed(pod) and not gp.gate.fixed(mate), "a fixed node is never traded"
         mine, theirs = gp.reserved[pod], gp.reserved[mate]
         gp.reserved[pod], gp.reserved[mate] = theirs, mine
         self._state.reserve(pod, theirs, self._state.pods[pod].requests)
@@ -139,6 +141,7 @@ class Plans:
         beyond the minimum deleted while it waited there would be bound after its deletion)."""
         del gp.reserved[pod]
         gp.gate.arrived.pop(pod, None)
+        gp.gate.binding.discard(pod)
         self._state.unreserve(pod)
 
     def release(self, group: str) -> GroupPlan | None:

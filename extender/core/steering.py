@@ -116,14 +116,14 @@ class Steering:
             if self.enabled:
                 noms.unsent.update(wake)
                 noms.order = wake
-            if node not in nodes:
-                waiting = [p for p in gp.reserved if p not in gp.gate.arrived]
+            if node not in nodes:  # (mates at the gate or being bound keep their nodes)
+                waiting = [p for p in gp.reserved if not gp.gate.fixed(p)]
                 node = self._trade(group, gp, noms, pod_key, nodes, waiting)
         elif node not in nodes and self.enabled and nominated is None:
             # Taken before its nomination landed (kube-scheduler outpaced the writes): a mate whose
             # nomination is not sent yet gives its node, and that nomination goes out for this one's.
             # The one kube-scheduler takes last first; lazily: the first mate offered ends the search.
-            mates = (p for p in reversed(noms.order) if p in noms.unsent and p not in gp.gate.arrived)
+            mates = (p for p in reversed(noms.order) if p in noms.unsent and not gp.gate.fixed(p))
             node = self._trade(group, gp, noms, pod_key, nodes, mates)
         if node not in nodes:
             # Left out of kube-scheduler's sample of the nodes: nominate the pod there; its next
@@ -142,7 +142,10 @@ class Steering:
         self, group: str, gp: GroupPlan, noms: _Nominations, pod_key: str, nodes: Sequence[str], mates: Iterable[str]
     ) -> str:
         """POD_KEY's node was not offered: trade nodes with one of MATES, interchangeable with it,
-        whose node was; POD_KEY's node after."""
+        whose node was; POD_KEY's node after (its own, when it is fixed: a retry after its
+        Binding failed)."""
+        if gp.gate.fixed(pod_key):
+            return gp.reserved[pod_key]
         if noms.kinds is None:
             built = self._membership.view(group).built
             if built is None or built.gang is None:
