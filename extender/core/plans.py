@@ -129,7 +129,8 @@ class Plans:
     def swap(self, gp: GroupPlan, pod: str, mate: str) -> None:
         """POD and MATE (interchangeable members of one plan) trade their planned nodes; never
         one whose node is fixed (at the gate, or being bound there)."""
-        assert not gp.gate.fixed(pod) and not gp.gate.fixed(mate), "a fixed node is never traded"
+        assert not gp.gate.fixed(pod), "a fixed node is never traded"
+        assert not gp.gate.fixed(mate), "a fixed node is never traded"
         mine, theirs = gp.reserved[pod], gp.reserved[mate]
         gp.reserved[pod], gp.reserved[mate] = theirs, mine
         self._state.reserve(pod, theirs, self._state.pods[pod].requests)
