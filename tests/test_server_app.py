@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ from extender.core.scheduler import GangScheduler
 from extender.server.app import EXTENDER, create_app
 from extender.server.extender import Extender
 from tests.builders import TOPO, grid, pod, podgroup
+from tests.kube_fakes import until
 
 NODES = [n.name for n in grid(nodes=4)]
 
@@ -371,3 +373,30 @@ async def test_with_nomination_a_plan_nominates_every_member_and_steers_one_left
     assert sorted(recorder.nominated) == sorted(
         ("default", k.split("/")[1], n) for k, n in plan.items() if k != pods[0].key
     ) + ([] if first["NodeNames"] else [("default", "g-0", plan[pods[0].key])])
+
+
+async def test_room_freed_wakes_only_the_gangs_parked_for_room_that_it_could_serve(
+    setup: Any, monkeypatch: Any
+) -> None:
+    """The gang of 4 x 8 GPUs needs the whole rack; n3 holds two plain pods of 4 GPUs and n4
+    one of 8. A pod that ends where no member of the gang would fit frees nothing for it: its
+    parked members are not woken (each wake-up is a pods write and a new plan in kube-scheduler)."""
+    monkeypatch.setattr("extender.server.wakeups.ROOM_WAKE_DELAY", 0.01)
+    client, scheduler, recorder = await setup()
+    wakeups = client.app[EXTENDER].wakeups
+    for name, gpus, node in (("a", 4, "z1-b1-r1-n3"), ("b", 4, "z1-b1-r1-n3"), ("big", 8, "z1-b1-r1-n4")):
+        scheduler.observe_pod(pod(name, gpus=gpus, node_name=node))
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    for p in pods:
+        assert (await call(client, "filter", args(p)))["NodeNames"] == []
+    scheduler.delete_pod("default/a")  # n3 has 4 GPUs free: no member fits there
+    scheduler.observe_pod(pod("c", gpus=4))  # a plain pod that never bound, deleted: frees nothing
+    scheduler.delete_pod("default/c")
+    assert wakeups.room_wake_pending
+    await until(lambda: not wakeups.room_wake_pending, "the room wake-up pass")
+    assert recorder.woken == []
+    scheduler.observe_pod(replace(scheduler.state.pods["default/big"], phase="Succeeded"))  # n4 is free
+    await until(lambda: bool(recorder.woken), "the members to be woken for n4")
+    assert sorted(recorder.woken) == [("default", f"g-{i}") for i in range(4)]

@@ -47,6 +47,8 @@ class ClusterState:
         # own watch saw them, so members nominated in this order meet it at the head of its queue.
         self.arrival: dict[str, int] = {}
         self._arrivals = 0
+        # nodes where bound pods gave room back (left, finished, shrank); its reader empties it
+        self.freed: set[str] = set()
         self.podgroups: dict[str, PodGroupSpec] = {}
         self.invalid_podgroups: dict[str, tuple[FieldError, ...]] = {}
         self.topologies: dict[str, TopologySpec] = {}
@@ -153,6 +155,10 @@ class ClusterState:
         old = self.pods.get(pod.key)
         if old == pod:
             return old
+        if old is not None and old.uses_capacity and old.node_name is not None:
+            there = pod.uses_capacity and pod.node_name == old.node_name
+            if not there or any(pod.requests.get(r, 0) < v for r, v in old.requests.items()):
+                self.freed.add(old.node_name)
         if self._bound is not None:
             if old is not None and old.uses_capacity and old.node_name:
                 self._bound.add(old.node_name, old.requests, -1)
@@ -174,8 +180,10 @@ class ClusterState:
         self.arrival.pop(key, None)
         if old is not None:
             self._remember_deleted(old.uid)
-            if self._bound is not None and old.uses_capacity and old.node_name:
-                self._bound.add(old.node_name, old.requests, -1)
+            if old.uses_capacity and old.node_name:
+                self.freed.add(old.node_name)
+                if self._bound is not None:
+                    self._bound.add(old.node_name, old.requests, -1)
             self._notify("pod", key)
         return old
 

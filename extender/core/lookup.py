@@ -6,7 +6,7 @@ state and the membership; they never reach into either directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from extender.core.cluster import ClusterState, object_key
@@ -78,6 +78,37 @@ class Lookup:
     def subscribe(self, callback: Callable[[str, object], None]) -> None:
         """Be told of every change to the cluster state (kind, key)."""
         self._state.subscribe(callback)
+
+    def take_freed(self) -> set[str]:
+        """The nodes where bound pods gave room back since the last call (ClusterState.freed)."""
+        freed = set(self._state.freed)
+        self._state.freed.clear()
+        return freed
+
+    def could_use(self, group: str, nodes: Collection[str]) -> bool:
+        """Whether room on NODES could serve GROUP now: one of its unbound members would pass
+        there (eligible, and the node's free room holds its requests). A gang parked for room
+        is worth waking only then; anything less changes nothing for it."""
+        state = self._state
+        table = state.table
+        at = [i for n in nodes if (i := table.index.get(n)) is not None]
+        if not at:
+            return False
+        tried: set[tuple[object, ...]] = set()
+        for key in self._membership.view(group).pods:
+            pod = state.pods.get(key)
+            if pod is None or pod.node_name is not None:
+                continue
+            shape = (pod.placement, tuple(sorted(pod.requests.items())))
+            if shape in tried:
+                continue
+            tried.add(shape)
+            eligible = table.eligibility(pod.placement).mask
+            for i in at:
+                node = table.nodes[i].name
+                if eligible[i] and all(state.free_on(node, r) >= v for r, v in pod.requests.items()):
+                    return True
+        return False
 
     def reservation_count(self) -> int:
         return len(self._state.reservations)

@@ -5,7 +5,9 @@ it back; an update to the pod itself moves it to the active queue at once. So th
 members (`Actions.wake`: the plan-generation annotation) when there is something new for them: a
 plan made (with nomination on, the same write names each one's planned node), victims gone,
 room freed, a queue appeared, or their gang's refusal changed. It remembers the last reason
-each pod was refused, which says who is parked and why.
+each pod was refused, which says who is parked and why. Room freed wakes only the gangs parked
+for room that it could serve (a member would fit on a node where room came back): a pod ending
+anywhere must not re-plan every waiting gang.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class Wakeups:
         self._refreshed: dict[str, str] = {}  # group -> the refusal its parked members were woken to see
         self._wake_soon = False
         self._room_wake: asyncio.TimerHandle | None = None
+        self._room_nodes: set[str] = set()  # nodes that came or changed since the last room wake
+        self._room_anywhere = False  # room came back where no node is named (held room, devices)
         self._lookup.subscribe(self._changed_object)
         self._lookup.subscribe(self._state_changed)
 
@@ -94,8 +98,13 @@ class Wakeups:
         """A victim pod changed or went: wake its gang's members soon if it was the last. A node
         came or changed, or a pod went: wake the members parked for want of room (at most once a
         second)."""
-        if kind in ("node", "devices") or (kind == "pod" and isinstance(key, str) and self._lookup.pod(key) is None):
-            self._room_changed()  # a node, device or claim came or changed, or a pod went: there may be room
+        if kind in ("node", "devices") or (kind == "pod" and isinstance(key, str) and self._gave_room(key)):
+            # a node, device or claim came or changed, or a pod went or ended: there may be room
+            if kind == "node" and isinstance(key, str):
+                self._room_nodes.add(key)
+            elif kind == "devices":
+                self._room_anywhere = True
+            self._room_changed()
             if kind != "pod":
                 return
         if (
@@ -120,8 +129,18 @@ class Wakeups:
             self._report.changed(group)
             self.wake_members(group)
 
+    @property
+    def room_wake_pending(self) -> bool:
+        """Whether a wake-up of the members parked for room is due (room came back meanwhile)."""
+        return self._room_wake is not None
+
+    def _gave_room(self, key: str) -> bool:
+        pod = self._lookup.pod(key)
+        return pod is None or pod.terminal
+
     def room_freed(self) -> None:
         """Room a reservation held was let go: kube-scheduler has no event for that."""
+        self._room_anywhere = True
         self._room_changed()
 
     def _room_changed(self) -> None:
@@ -135,7 +154,16 @@ class Wakeups:
 
     def _wake_parked(self) -> None:
         self._room_wake = None
-        short = [p for p in self.refused if (g := self._lookup.group_of(p)) is not None and self._wants_room(g)]
+        nodes, anywhere = self._room_nodes | self._lookup.take_freed(), self._room_anywhere
+        self._room_nodes, self._room_anywhere = set(), False
+        served: dict[str, bool] = {}  # group -> whether the room that came back could serve it
+
+        def serves(group: str) -> bool:
+            if group not in served:
+                served[group] = self._wants_room(group) and (anywhere or self._lookup.could_use(group, nodes))
+            return served[group]
+
+        short = [p for p in self.refused if (g := self._lookup.group_of(p)) is not None and serves(g)]
         for p in short:
             self.refused.pop(p, None)
         if short:
@@ -208,6 +236,7 @@ class Wakeups:
         self._refreshed.clear()
         self.refused.clear()
         self._wake_soon = False
+        self._room_nodes, self._room_anywhere = set(), False
         if self._room_wake is not None:
             self._room_wake.cancel()
             self._room_wake = None
