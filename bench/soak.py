@@ -12,8 +12,11 @@ For MINUTES it creates workloads of mixed shapes, each deleted again after a ran
 while a seeded chaos loop, every few seconds, does one of: SIGKILL topogang (restarted at once),
 SIGTERM topogang, restart kube-scheduler, cordon a node (uncordoned later), delete a node and
 add it back, delete a random pending gang pod (its "controller" here, or the Job's, makes a new
-one), or makes trouble between topogang and the API server (`--faults`; topogang reaches the API
-server only through the fault proxy of e2e/faultproxy.py):
+one), roll topogang out while a gang runs degraded (a bound pod of a running PodGroup gang
+deleted, its replacement held back for --replace-after seconds as a controller in backoff would,
+then topogang restarted gracefully: the new leader meets a gang below its minimum that ran
+whole), or makes trouble between topogang and the API server (`--faults`; topogang reaches the
+API server only through the fault proxy of e2e/faultproxy.py):
 
   apiserver   kube-apiserver restarted (every client sees it go and come back)
   etcd        etcd restarted, down 2 s
@@ -34,6 +37,9 @@ Every second it samples the API server and counts:
   stuck_pods             pods still pending after the chaos stopped and --settle seconds
                          passed, whose gang topogang's own engine could place right then
   gangs_completed        gangs that had their whole minimum bound at some point
+  kept_evicted           gangs that ran whole which topogang then evicted as "found below its
+                         minimum" (PartialGangEvicted), though their policy (Keep) keeps them:
+                         the target is 0
   fault_bind_window_s    the longest partial episode that began during an API-server fault or
                          within --crash-grace seconds of its end (Bindings that failed while the
                          API server was away are retried by kube-scheduler once it is back)
@@ -47,6 +53,7 @@ controller replaces the pod; repairing that is a separate matter).
     python bench/soak.py                       # 10 minutes on 200 nodes
     python bench/soak.py --minutes 1 --json    # the short version make test runs
     python bench/soak.py --nodes 1000 --arrival 0.5 --json   # the 1,000-node size
+    python bench/soak.py --minutes 5 --chaos rollout --faults ''   # rollouts while gangs run degraded
 
 Needs the control-plane binaries (`make controlplane`).
 """
@@ -56,6 +63,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import random
 import signal
 import sys
@@ -85,7 +93,7 @@ NS = "soak"
 TOPOLOGY = "soak-dc"
 LEVEL = "topology.topogang.io/{}"
 SEGMENT = "kai.scheduler/segment-size"
-TOPOGANG_CHAOS = ("kill", "term", "scheduler", "cordon", "node", "pod")
+TOPOGANG_CHAOS = ("kill", "term", "scheduler", "cordon", "node", "pod", "rollout")
 API_FAULTS = ("apiserver", "etcd", "relist", "throttle", "slow")
 # What topogang should count for each fault (topogang_api_trouble_total{kind}); an etcd restart
 # shows as either, depending on whether the API server answers 5xx or holds the requests.
@@ -110,8 +118,10 @@ class Gang:
     scopes: dict[str, tuple[str, list[str]]]  # scope -> (level, its pods)
     ends: float  # when the soak deletes it
     completed: bool = False
+    completed_at: float = 0.0  # wall clock: when its whole minimum was first seen bound
     ending: bool = False
     damaged: bool = False  # chaos removed a bound pod or its node
+    held_until: float = 0.0  # its missing members are not made again before (monotonic)
 
 
 @dataclass
@@ -130,6 +140,8 @@ class Counts:
     leaked_reservations: int = 0
     stuck_pods: int = 0
     gangs_completed: int = 0
+    kept_evicted: int = 0
+    degraded_rollouts: int = 0
     fault_bind_window_s: float = 0.0
     gangs_created: int = 0
     plain_pods: int = 0
@@ -137,6 +149,7 @@ class Counts:
     faults: dict[str, dict[str, float]] = field(default_factory=dict)
     broken: list[str] = field(default_factory=list)
     partial: list[str] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)  # the kept_evicted gangs
 
 
 class Soak:
@@ -176,7 +189,8 @@ class Soak:
             bind_timeout=self.args.bind_timeout,
             ready_within=self.args.ready_within,
             port=self.port,
-            args=["--reservations", "0"],
+            # A short grace: a gang cut off mid-bind is finished or evicted within the soak.
+            args=["--reservations", "0", "--recovery-grace", str(self.args.recovery_grace)],
         ) as server:
             self.server = server
             yield server
@@ -277,7 +291,7 @@ class Soak:
         """The PodGroup gangs' "controller": a member that is gone is created again."""
         present = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
         for gang in self.gangs.values():
-            if gang.kind != "podgroup" or gang.ending:
+            if gang.kind != "podgroup" or gang.ending or gang.held_until > time.monotonic():
                 continue
             for scope, (level, names) in gang.scopes.items():
                 if level != "rack":
@@ -289,7 +303,7 @@ class Soak:
     # -- chaos --------------------------------------------------------------------------------
 
     async def chaos(self, stop: asyncio.Event, restarted: asyncio.Queue[float]) -> None:
-        actions = [*TOPOGANG_CHAOS, *self.args.faults]
+        actions = [*self.args.chaos, *self.args.faults]
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.chaos_rng.uniform(*self.args.chaos_every))
@@ -412,6 +426,35 @@ class Soak:
             self._damage(pod)
         await self._delete(f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}")
 
+    async def _chaos_rollout(self, restarted: asyncio.Queue[float]) -> None:
+        """A gang that ran whole loses a bound pod (its replacement held back), then topogang is
+        restarted gracefully, as a rollout replaces it: the new leader must keep the gang."""
+        running = sorted(g.name for g in self.gangs.values() if g.kind == "podgroup" and g.completed and not g.ending)
+        bound = [p for p in await self._pods() if p["spec"].get("nodeName")]
+        mine = {name: [p for p in bound if p["metadata"]["labels"].get("soak/gang") == name] for name in running}
+        candidates = [name for name in running if mine[name]]
+        if candidates:
+            gang = self.gangs[self.chaos_rng.choice(candidates)]
+            pod = self.chaos_rng.choice(mine[gang.name])
+            self._damage(pod)
+            gang.held_until = time.monotonic() + self.args.replace_after
+            await self._delete(f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}")
+            self.counts.degraded_rollouts += 1
+        await self._chaos_kill(restarted, signal.SIGTERM)
+
+    async def count_kept_evicted(self) -> None:
+        """Gangs that ran whole, evicted afterwards as found below their minimum (the Events
+        topogang wrote on their PodGroups)."""
+        listing = await self.kube.get(f"/apis/events.k8s.io/v1/namespaces/{NS}/events")
+        for event in listing.get("items", []):
+            gang = self.gangs.get(str((event.get("regarding") or {}).get("name", "")))
+            if event.get("reason") != "PartialGangEvicted" or gang is None or not gang.completed:
+                continue
+            when = str((event.get("series") or {}).get("lastObservedTime") or event.get("eventTime") or "")
+            if when and _wall(when) > gang.completed_at:
+                self.counts.kept_evicted += 1
+                self.counts.evicted.append(gang.name)
+
     def _damage(self, pod: Mapping[str, Any]) -> None:
         gang = self.gangs.get(pod["metadata"].get("labels", {}).get("soak/gang", ""))
         if gang is not None:
@@ -443,7 +486,7 @@ class Soak:
         for name, gang in self.gangs.items():
             bound = [p for p in by_gang.get(name, []) if p["spec"].get("nodeName")]
             if len(bound) >= gang.minimum and not gang.completed:
-                gang.completed = True
+                gang.completed, gang.completed_at = True, time.time()
                 self.counts.gangs_completed += 1
                 await self._check_constraints(gang, bound)
             partial = 0 < len(bound) < gang.minimum and not gang.ending and not gang.damaged
@@ -513,6 +556,10 @@ async def _through_outage(call: Any, within: float = 120.0) -> Any:
             if (isinstance(exc, ApiError) and exc.status < 500) or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(0.5)
+
+
+def _wall(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _job_scopes(node_of: Mapping[str, str]) -> dict[str, tuple[str, list[str]]]:
@@ -629,6 +676,7 @@ async def soak(
     for episode in list(run.episodes.values()):
         run._close(episode)
     run.counts.stuck_pods = len(await stuck_pods(kube, await run._pods()))
+    await run.count_kept_evicted()
     # Drain: delete everything, then topogang must hold nothing.
     for gang in run.gangs.values():
         gang.ends = 0
@@ -680,6 +728,7 @@ def report(counts: Counts, as_json: bool) -> str:
         "leaked_reservations",
         "stuck_pods",
         "gangs_completed",
+        "kept_evicted",
         "crash_bind_window_s",
         "fault_bind_window_s",
     ]
@@ -703,7 +752,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--settle", type=float, default=60.0, help="seconds without chaos before counting stuck pods")
     p.add_argument("--crash-grace", type=float, default=30.0, help="seconds after a restart that a crash explains")
     p.add_argument("--bind-timeout", type=float, default=25.0)
+    p.add_argument("--recovery-grace", type=float, default=5.0, help="topogang's --recovery-grace (seconds; default 5)")
+    p.add_argument(
+        "--replace-after",
+        type=float,
+        default=45.0,
+        help="seconds a degraded gang's missing pod is held back before it is made again (default 45:"
+        " past the bind timeout plus the recovery grace, when a gang cut off mid-bind is evicted)",
+    )
     p.add_argument("--ready-within", type=float, default=120.0, help="seconds topogang may take to start and sync")
+    p.add_argument(
+        "--chaos",
+        type=lambda text: [c for c in text.split(",") if c],
+        default=list(TOPOGANG_CHAOS),
+        help=f"chaos besides the API-server faults, comma-separated (default {','.join(TOPOGANG_CHAOS)})",
+    )
     p.add_argument(
         "--faults",
         type=lambda text: [f for f in text.split(",") if f],

@@ -1,10 +1,11 @@
 """The chaos soak of bench/soak.py, one minute of it: gangs of mixed shapes arrive while
-topogang is killed (SIGKILL and SIGTERM) and restarted, kube-scheduler restarts, nodes are
-cordoned, deleted and added back, pods deleted, and topogang's API server is restarted (etcd
-too), throttled, slowed or its pod watch expired; no gang may run below its minimum beyond a
-crash's or a fault's bind window, no required constraint may break, nothing may stay reserved
-after the drain and nothing that fits may stay pending. `python bench/soak.py` runs the
-ten-minute version.
+topogang is killed (SIGKILL and SIGTERM) and restarted, rolled out while a gang runs degraded,
+kube-scheduler restarts, nodes are cordoned, deleted and added back, pods deleted, and topogang's
+API server is restarted (etcd too), throttled, slowed or its pod watch expired; no gang may run
+below its minimum beyond a crash's or a fault's bind window, no gang that ran whole may be
+evicted by a new leader, no required constraint may break, nothing may stay reserved after the
+drain and nothing that fits may stay pending. `python bench/soak.py` runs the ten-minute
+version.
 
 It starts a control plane of its own (the soak restarts kube-scheduler and owns every node)."""
 
@@ -28,6 +29,7 @@ def test_a_minute_of_chaos_leaves_no_partial_gang_no_leak_and_nothing_stuck() ->
     # An API-server restart or a topogang restart can take 10-25 s of the minute on a loaded machine.
     assert sum(counts.chaos.values()) >= 2, counts.chaos
     assert counts.partial_gang_seconds == 0, counts.partial
+    assert counts.kept_evicted == 0, counts.evicted
     assert counts.broken_constraints == 0, counts.broken
     assert counts.leaked_reservations == 0, counts
     assert counts.stuck_pods == 0, counts
