@@ -252,12 +252,13 @@ class GangScheduler:
                 found = self._repair(group, gang, now) or (None if extend else self._preempt(group, now))
                 if found is not None:
                     return found
-            self.reasons.record(group, result.reason)
+            why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            self.reasons.record(group, why)
             if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
-            return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
+            return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
         self.repairs.mended(group)
@@ -386,8 +387,7 @@ class GangScheduler:
         return replace(decision, error=f"topogang: {why.render()}; planned again", event=event)
 
     def gate_timeout(self, group: str, seconds: float) -> list[str]:
-        """Close GROUP's gate: no new member reached bind for SECONDS; returns the pods that
-        were waiting (their plan and reservations are released)."""
+        """Close GROUP's gate, no new member at it for SECONDS: its plan goes; the pods that waited."""
         why = self.gates.closing(group, seconds)
         return self._release(group, why) if why is not None else []
 
