@@ -24,7 +24,7 @@ class BudgetTable:
         self.budgets = tuple(budgets)
         self.size = len(units)
         self.allowed: IntArray = np.fromiter((max(0, b.allowed) for b in budgets), np.int64, len(budgets))
-        rank_of = units.unit_of_pods()
+        rank_of = units.unit_of_pods() if budgets else {}  # (a pass over every victim pod)
         pairs = [(j, rank_of[key]) for j, b in enumerate(budgets) for key in b.pods if key in rank_of]
         b_of: IntArray = np.fromiter((j for j, _ in pairs), np.int64, len(pairs))
         r_of: IntArray = np.fromiter((r for _, r in pairs), np.int64, len(pairs))

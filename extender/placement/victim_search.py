@@ -22,7 +22,8 @@ set could never be evicted whole. Units that alone overrun a budget are left out
 a set that still overruns one (its units only break it together) is searched again without that
 budget's units but the cheapest that fit, at most MAX_ROUNDS times. When no round finds a set
 within the budgets, nothing is chosen: the answer is a NoPreemption that names the budgets the
-cheapest set (searched with every unit) would overrun, and by how many pods.
+first set found overruns, and by how many pods (the cheapest set without the units that break
+a budget alone; when there is none, the cheapest with every unit).
 
 The engine calls per search, every round together, are bounded by MAX_PLANS; everything else is
 numpy over the victims' pods, so the search stays bounded on 10,000 nodes.
