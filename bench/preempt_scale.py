@@ -9,6 +9,11 @@ and the whole gang in one zone: it needs 256 whole nodes that only evictions can
 
     python bench/preempt_scale.py                      # 5,000 and 10,000 nodes
     python bench/preempt_scale.py --nodes 10000 --json
+    python bench/preempt_scale.py --nodes 10000 --protect 0.3   # 30% of the gangs under a budget
+
+With --protect F, each running gang is under a PodDisruptionBudget that allows no disruption
+with the chance F: the search leaves their units out, and the victims it finds must overrun no
+budget (`over_budget` is 0).
 
 Each case prints the median and p95 of `find_victims` over repeated runs on a node table that is
 already built (as in the server); the victim units are sorted on every run. `plan_ms` is one
@@ -36,7 +41,7 @@ from extender.model.node import NodeInfo
 from extender.placement import ClusterSnapshot, NodeTable, Plan, build_gang, plan
 from extender.placement.snapshot import DictUsage
 from extender.placement.victim_search import find_victims
-from extender.placement.victims import Preemption, RunningPod, Workload
+from extender.placement.victims import Budget, Preemption, RunningPod, Workload
 
 GANGS = 1_000
 FULL = 0.9
@@ -72,15 +77,26 @@ def workloads_of(nodes: list[NodeInfo], seed: int) -> list[Workload]:
     return out
 
 
+def budgets_of(workloads: list[Workload], fraction: float, seed: int) -> list[Budget]:
+    """Each gang under a budget that lets none of its pods go, with the chance FRACTION."""
+    rng = random.Random(seed)
+    return [
+        Budget(f"run/pdb-{w.key[4:]}", 0, frozenset(p.key for p in w.pods))
+        for w in workloads
+        if rng.random() < fraction
+    ]
+
+
 def _skip(rng: random.Random, demand: int, free: list[int], cursor: int) -> bool:
     """Leave this empty node free?"""
     room = 8 * (len(free) - cursor)
     return free[cursor] == 8 and rng.random() < max(0.0, 1 - demand / room)
 
 
-def run_case(nodes_n: int, repeat: int) -> dict[str, object]:
+def run_case(nodes_n: int, repeat: int, protect: float = 0.0) -> dict[str, object]:
     nodes = nodes_of(nodes_n, 7)
     workloads = workloads_of(nodes, 11)
+    budgets = budgets_of(workloads, protect, 13) if protect else []
     table = NodeTable(nodes)
     usage = DictUsage(table)
     for w in workloads:
@@ -94,7 +110,7 @@ def run_case(nodes_n: int, repeat: int) -> dict[str, object]:
     times, result = [], None
     for _ in range(repeat + 1):
         start = time.perf_counter()
-        result = find_victims(snapshot, built.gang, PREEMPTOR, workloads)
+        result = find_victims(snapshot, built.gang, PREEMPTOR, workloads, budgets)
         times.append((time.perf_counter() - start) * 1000)
     assert isinstance(result, Preemption), result
     assert len(result.plan.assignments) == 256
@@ -128,7 +144,15 @@ def run_case(nodes_n: int, repeat: int) -> dict[str, object]:
         "plans": result.plans,
         "gangs": len(workloads),
         "held": round(held, 3),
+        "budgets": len(budgets),
+        "over_budget": _over(result, budgets),
     }
+
+
+def _over(result: Preemption, budgets: list[Budget]) -> int:
+    """Victim pods beyond what the budgets allow (counted here, whatever the search says)."""
+    gone = set(result.pods)
+    return sum(max(0, len(b.pods & gone) - b.allowed) for b in budgets)
 
 
 def main() -> None:
@@ -136,9 +160,12 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, help="run only this cluster size")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs per case (default 10)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line per case")
+    parser.add_argument("--protect", type=float, default=0.0, help="share of the gangs under a budget (default 0)")
     args = parser.parse_args()
+    if not 0.0 <= args.protect <= 1.0:
+        parser.error(f"--protect: expected a share between 0 and 1, got {args.protect}")
     for n in [args.nodes] if args.nodes else [5_000, 10_000]:
-        row = run_case(n, args.repeat)
+        row = run_case(n, args.repeat, args.protect)
         if args.json:
             sys.stdout.write(orjson.dumps(row).decode() + "\n")
         else:
@@ -148,6 +175,11 @@ def main() -> None:
                 f"{row['victim_pods']} victim pods in {row['victim_gangs']} gangs + {row['elastic_pods']} elastic, "
                 f"priority <= {row['top_priority']}, {row['domain']}, {row['plans']} engine calls "
                 f"({row['gangs']} running gangs hold {row['held']:.0%})"
+                + (
+                    f"; {row['budgets']} budgets, {row['over_budget']} victim pods beyond them"
+                    if row["budgets"]
+                    else ""
+                )
             )
         sys.stdout.flush()
 

@@ -9,7 +9,7 @@ from extender.placement.victims import Cost, Preemption
 
 
 def preemption(group: str = "ml/urgent", pods: tuple[str, ...] = ("lo/a-0", "lo/a-1")) -> Preemption:
-    cost = Cost(10, 1, len(pods), (16000,), 0.0, 0)
+    cost = Cost(budgets=0, top_priority=10, workloads=1, pods=len(pods), taken=(16000,), recency=0.0)
     plan = Plan(group, {"ml/u-0": "n1", "ml/u-1": "n2"}, {})
     return Preemption(group, "rack z1/b1/r3", ("lo/a",), {}, pods, cost, plan, ("nvidia.com/gpu",))
 

@@ -323,3 +323,38 @@ def test_disruption_budget_selectors() -> None:
     assert "PodDisruptionBudget default/bad: spec.selector.matchExpressions[0].operator: expected one of In" in str(
         caught.value
     )
+
+
+def test_a_gang_only_protected_victims_could_make_room_for_waits_and_evicts_nothing() -> None:
+    sched = twin_racks()
+    apply_object(sched, pdb("keep-a", {"matchLabels": {"app": "a"}}))
+    apply_object(sched, pdb("keep-b", {"matchLabels": {"app": "b"}}))
+    first = sched.filter(sched.state.pods["default/urgent-0"], NODES, 0.0)
+    assert first.event is not None
+    assert (first.event.outcome, first.event.preemption) == ("pending", None)
+    assert first.event.fields()["disruption_budgets"] == {"default/keep-a": {"allowed": 0, "over": 4}}
+    assert sched.preempting.nomination("default/urgent") is None
+    assert sched.state.reservations == {}  # no room held, no victim to evict
+    status = sched.status("default/urgent")
+    assert (status.phase, status.reason, status.unschedulable) == ("Pending", "DisruptionBudget", True)
+    said = "preempting would overrun PodDisruptionBudget default/keep-a by 4 pod(s) (it allows 0 now)"
+    assert said in status.message
+    assert said in first.reason  # what the members are refused with
+    text = render([explain(sched, "default/urgent")])
+    assert f"Preemption: would evict nothing: {said}" in text
+    # The disruption controller writes the same allowance again: nobody is told, nothing searched.
+    version = sched.state.version
+    apply_object(sched, pdb("keep-a", {"matchLabels": {"app": "a"}}))
+    assert sched.state.version == version
+    again = sched.filter(sched.state.pods["default/urgent-1"], NODES, 1.0)
+    assert again.event is not None
+    assert again.event.outcome == "pending"
+    # b's budget now allows its four pods to go: the next member searches again at once.
+    apply_object(sched, pdb("keep-b", {"matchLabels": {"app": "b"}}, allowed=4))
+    after = sched.filter(sched.state.pods["default/urgent-2"], NODES, 2.0)
+    assert after.event is not None
+    assert after.event.outcome == "preempting"
+    assert after.event.preemption is not None
+    assert after.event.preemption.victims == ("default/b",)
+    assert after.event.preemption.guarded == tuple(f"default/b-{i}" for i in range(4))
+    assert sched.status("default/urgent").reason == "Preempting"

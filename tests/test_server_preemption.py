@@ -10,29 +10,33 @@ racks r1 and r2, `one` on rack r3, both priority 10; `urgent`, priority 1000, ne
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
 import pytest
 
+from extender.core.apply import apply_object
 from extender.core.scheduler import GangScheduler
 from extender.server.app import create_app
 from extender.server.extender import Extender
 from tests.builders import pod
-from tests.test_core_preemption import cluster
-from tests.test_server_app import Recorder, call
+from tests.test_core_preemption import NODES, cluster, pdb, twin_racks
+from tests.test_server_app import Recorder, args, call
 
 
 class Evictions(Recorder):
     def __init__(self, blocked: set[str] | None = None) -> None:
         super().__init__()
         self.evicted: list[str] = []
+        self.refused: list[str] = []
         self.blocked = blocked or set()
 
     async def evict(self, namespace: str, name: str, uid: str) -> str:
         key = f"{namespace}/{name}"
         if key in self.blocked:
+            self.refused.append(key)
             return "blocked"
         self.evicted.append(key)
         return "evicted"
@@ -118,3 +122,85 @@ async def test_a_member_unknown_to_the_cache_yet_gets_no_pod_by_pod_victims(aioh
     }
     body = orjson.dumps({"Pod": unknown_group, "NodeNameToMetaVictims": victims})
     assert await call(client, "preempt", body) == {"NodeNameToMetaVictims": {}}  # a gang-to-be
+
+
+async def serve(aiohttp_client: Any, scheduler: GangScheduler, actions: Evictions) -> tuple[Any, Extender]:
+    extender = Extender(scheduler, actions, bind_timeout=5)
+    return await aiohttp_client(create_app(extender, lambda: True, "/topogang")), extender
+
+
+async def until(check: Callable[[], bool], what: str, within: float = 10.0) -> None:
+    """Wait until CHECK holds: evictions and retries run as tasks and timers of their own."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not check():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+async def blocked_by_budgets(aiohttp_client: Any, actions: Evictions) -> tuple[Any, GangScheduler, Extender]:
+    """twin_racks with a budget on each of a and b that lets none go; kube-scheduler, its own
+    filters failing on a full cluster, asks whom to preempt for urgent: nobody."""
+    scheduler = twin_racks()
+    apply_object(scheduler, pdb("keep-a", {"matchLabels": {"app": "a"}}))
+    apply_object(scheduler, pdb("keep-b", {"matchLabels": {"app": "b"}}))
+    client, extender = await serve(aiohttp_client, scheduler, actions)
+    assert await call(client, "preempt", preempt_args("urgent-0")) == {"NodeNameToMetaVictims": {}}
+    assert "PodDisruptionBudget default/keep-a by 4 pod(s)" in scheduler.reasons.text("default/urgent")
+    assert scheduler.preempting.nomination("default/urgent") is None  # so nothing is evicted
+    return client, scheduler, extender
+
+
+@pytest.mark.asyncio
+async def test_a_gang_only_budgets_kept_from_preempting_preempts_when_a_budget_changes(
+    aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its members are parked in kube-scheduler's own resource filter, where an update of theirs
+    does not requeue them: topogang searches again by itself when a budget changes."""
+    monkeypatch.setattr("extender.server.extender.BUDGET_RETRY_DELAY", 0.01)
+    actions = Evictions()
+    client, scheduler, _ = await blocked_by_budgets(aiohttp_client, actions)
+    member = scheduler.state.pods["default/urgent-1"]
+    reply = await call(client, "filter", args(member, NODES))  # a member asked about says why
+    assert scheduler.reasons.text("default/urgent") in str(reply["FailedAndUnresolvableNodes"])
+    apply_object(scheduler, pdb("keep-b", {"matchLabels": {"app": "b"}}, allowed=4))
+    await until(lambda: len(actions.evicted) == 4, "b's pods to be evicted")
+    assert sorted(actions.evicted) == [f"default/b-{i}" for i in range(4)]
+    assert scheduler.status("default/urgent").reason == "Preempting"
+
+
+@pytest.mark.asyncio
+async def test_a_replica_that_stopped_leading_never_preempts_when_a_budget_changes(
+    aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("extender.server.extender.BUDGET_RETRY_DELAY", 0.0)
+    actions = Evictions()
+    _, scheduler, extender = await blocked_by_budgets(aiohttp_client, actions)
+    extender.demote()
+    apply_object(scheduler, pdb("keep-b", {"matchLabels": {"app": "b"}}, allowed=4))
+    extender.retry_blocked()  # what the timer would run
+    assert scheduler.preempting.nomination("default/urgent") is None
+    assert actions.evicted == []
+
+
+@pytest.mark.asyncio
+async def test_victims_a_budget_covers_are_evicted_before_the_others(
+    aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search read that the budget allows two of a's pods to go; another eviction spent one
+    since, so the Eviction API refuses a-0 for now: a-2 and a-3 are not evicted until it goes."""
+    monkeypatch.setattr("extender.server.evictions.EVICT_RETRY", 0.01)
+    scheduler = twin_racks()
+    for i in (0, 1):  # two of a's pods are under a budget that allows two to go
+        a = scheduler.state.pods[f"default/a-{i}"]
+        scheduler.observe_pod(replace(a, labels={**a.labels, "guard": "yes"}))
+    apply_object(scheduler, pdb("keep-some", {"matchLabels": {"guard": "yes"}}, allowed=2))
+    actions = Evictions(blocked={"default/a-0"})
+    client, _ = await serve(aiohttp_client, scheduler, actions)
+    await call(client, "preempt", preempt_args("urgent-0"))
+    await until(lambda: actions.refused.count("default/a-0") >= 3, "a-0 to be refused and tried again")
+    assert actions.evicted == ["default/a-1"]
+    actions.blocked.clear()
+    await until(lambda: len(actions.evicted) == 4, "every victim to be evicted")
+    assert actions.evicted[:2] == ["default/a-1", "default/a-0"]
+    assert sorted(actions.evicted[2:]) == ["default/a-2", "default/a-3"]

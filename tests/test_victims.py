@@ -12,13 +12,16 @@ a node, and the preemptor is a gang of priority 1000 asking for 8-GPU pods:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from extender.model.node import NodeInfo
 from extender.model.pod import PodInfo
 from extender.placement import ClusterSnapshot, Gang, build_gang
-from extender.placement.victim_search import find_victims
-from extender.placement.victims import Budget, NoPreemption, Preemption, RunningPod, Workload
+from extender.placement.victim_search import MAX_PLANS, find_victims
+from extender.placement.victims import Budget, NoPreemption, Overrun, Preemption, RunningPod, Workload
 from tests.builders import GPU, TOPO, grid, pod, podgroup
 
 CLUSTER = grid(zones=1, blocks=1, racks=3, nodes=4)
@@ -227,12 +230,118 @@ def test_a_pdb_breaks_a_tie() -> None:
     assert found.cost.budgets == 0
 
 
-def test_a_pdb_does_not_outweigh_priority() -> None:
-    ws = [running("a", rack(1), priority=1), running("b", rack(2), priority=2), running("x", rack(3), 500)]
-    guard_a = Budget("pdb-a", 0, frozenset(p.key for p in ws[0].pods))
-    found = choose(preemptor(4, {"requiredTopologyLevel": "rack"}), ws, [guard_a])
-    assert found.victims == ("a",)
-    assert found.cost.budgets == 4
+def guard(name: str, allowed: int, *keys: str) -> Budget:
+    """A budget over the pods of the workloads (or the pods) named."""
+    return Budget(name, allowed, frozenset(keys))
+
+
+def pods_of(*ws: Workload) -> list[str]:
+    return [p.key for w in ws for p in w.pods]
+
+
+@dataclass(frozen=True)
+class BudgetCase:
+    workloads: list[Workload]
+    budgets: list[Budget]
+    gang: Gang
+    victims: tuple[str, ...] = ()  # the workloads evicted (whole)
+    overruns: tuple[Overrun, ...] = ()  # or: nothing is evicted, and these budgets are why
+
+
+def _budget_cases() -> dict[str, BudgetCase]:
+    rack_gang = preemptor(4, {"requiredTopologyLevel": "rack"})
+    a, b, x = running("a", rack(1), priority=1), running("b", rack(2), priority=2), running("x", rack(3), 500)
+    plains = [plain(f"p{i}", n, priority=1) for i, n in enumerate(rack(2))]
+    same_a = running("a", rack(1), priority=1)
+    # one 8-GPU pod a node; p1 and p2 (priority 1) under one budget, q1 and q2 (priority 2) not
+    pair = [plain("p1", "z1-b1-r1-n1", 1), plain("p2", "z1-b1-r2-n1", 1)]
+    pair += [plain("q1", "z1-b1-r1-n2", 2), plain("q2", "z1-b1-r2-n2", 2)]
+    pair += [running("full", rack(1, 3, 4) + rack(2, 3, 4) + rack(3), 500)]
+    lone = [plain(f"p{i}", n, priority=1) for i, n in enumerate(rack(1), 1)]
+    lone += [running("top", rack(2) + rack(3), priority=2000)]
+    top = running("x", rack(3), 2000)
+    return {
+        "the protected cheapest set loses to a higher priority": BudgetCase(
+            [a, b, x], [guard("pdb-a", 0, *pods_of(a))], rack_gang, victims=("b",)
+        ),
+        "the protected cheapest set loses to four workloads": BudgetCase(
+            [same_a, *plains, x], [guard("pdb-a", 0, *pods_of(same_a))], rack_gang, victims=("p0", "p1", "p2", "p3")
+        ),
+        "a budget allowing fewer than a gang's pods keeps it whole": BudgetCase(
+            [a, b, x], [guard("pdb-a", 3, *pods_of(a))], rack_gang, victims=("b",)
+        ),
+        "a budget allowing all of them lets them go": BudgetCase(
+            [a, b, x], [guard("pdb-a", 4, *pods_of(a))], rack_gang, victims=("a",)
+        ),
+        "two units break a budget together: the one it allows goes": BudgetCase(
+            pair, [guard("pdb-p", 1, "p1-0", "p2-0")], preemptor(2), victims=("p1", "q1")
+        ),
+        "two units within what the budget allows both go": BudgetCase(
+            pair, [guard("pdb-p", 2, "p1-0", "p2-0")], preemptor(2), victims=("p1", "p2")
+        ),
+        "every set overruns: the cheapest one's budget is named": BudgetCase(
+            [a, b, top],
+            [guard("ns/pdb-a", 0, *pods_of(a)), guard("ns/pdb-b", 1, *pods_of(b))],
+            rack_gang,
+            overruns=(Overrun("ns/pdb-a", 0, 4),),
+        ),
+        "units that only break a budget together, and no other way": BudgetCase(
+            lone, [guard("ns/pdb-p", 1, "p1-0", "p2-0")], rack_gang, overruns=(Overrun("ns/pdb-p", 1, 1),)
+        ),
+    }
+
+
+BUDGET_CASES = _budget_cases()
+
+
+@pytest.mark.parametrize("name", list(BUDGET_CASES))
+def test_no_victim_set_overruns_a_disruption_budget_while_another_would_do(name: str) -> None:
+    case = BUDGET_CASES[name]
+    found = find_victims(snapshot(case.workloads), case.gang, HIGH, case.workloads, case.budgets)
+    assert found.plans <= MAX_PLANS
+    if case.overruns:
+        assert isinstance(found, NoPreemption), found
+        assert found.overruns == case.overruns
+        return
+    assert isinstance(found, Preemption), found
+    assert found.victims == case.victims
+    assert found.cost.budgets == 0
+    assert_fits(found, case.workloads)
+
+
+def test_a_refusal_names_each_budget_and_its_overrun() -> None:
+    a, b, x = running("a", rack(1), priority=1), running("b", rack(2), priority=2), running("x", rack(3), 2000)
+    budgets = [guard("ns/keep-a", 0, *pods_of(a)), guard("ns/keep-b", 2, *pods_of(b))]
+    found = find_victims(snapshot([a, b, x]), preemptor(4, {"requiredTopologyLevel": "rack"}), HIGH, [a, b, x], budgets)
+    assert isinstance(found, NoPreemption)
+    assert "beyond what PodDisruptionBudgets allow" in found.reason
+    assert "the cheapest, in rack z1/b1/r1, would overrun PodDisruptionBudget ns/keep-a by 4 pod(s)" in found.reason
+    assert "(it allows 0 now)" in found.reason
+
+
+def test_budgets_are_not_named_when_evicting_would_not_help_anyway() -> None:
+    ws = [running("low", rack(1, 1, 2), priority=1), running("top", rack(1, 3, 4) + rack(2) + rack(3), priority=2000)]
+    budgets = [guard("ns/keep-low", 0, *pods_of(ws[0]))]
+    found = find_victims(snapshot(ws), preemptor(4, {"requiredTopologyLevel": "rack"}), HIGH, ws, budgets)
+    assert isinstance(found, NoPreemption)
+    assert found.overruns == ()
+    assert "would not free room for the minimum in any rack" in found.reason
+
+
+def test_elastic_pods_under_a_budget_go_only_as_far_as_it_allows() -> None:
+    # Gang e: 8 pods of 4 GPUs on rack r1 (two a node), its last 4 beyond its minimum and under
+    # a budget that allows 2: the two it allows free one node, the preemptor needs two.
+    e = running("e", [n for n in rack(1) for _ in range(2)], gpus=4, elastic=4)
+    ws = [e, running("r2", rack(2)), running("r3", rack(3), priority=500)]
+    budgets = [guard("ns/keep-e", 2, *sorted(e.elastic))]
+    found = choose(preemptor(2, {"requiredTopologyLevel": "rack"}), ws, budgets)
+    assert found.victims == ("r2",)
+    assert found.elastic == {}
+    assert found.guarded == ()
+    with_room = [guard("ns/keep-e", 4, *sorted(e.elastic))]
+    found = choose(preemptor(2, {"requiredTopologyLevel": "rack"}), ws, with_room)
+    assert found.elastic == {"e": ("e-4", "e-5", "e-6", "e-7")}
+    assert found.guarded == ("e-4", "e-5", "e-6", "e-7")  # evicted before the others
 
 
 # -- segments and pinned domains ----------------------------------------------------------------------

@@ -82,8 +82,8 @@ class ClusterState:
 
     def subscribe(self, listener: Callable[[str, object], None]) -> None:
         """Call `listener(kind, key)` on every change: kind is pod, node (added or changed),
-        podgroup, topology, object, resource_interface or priority_class; key is what the API
-        server keys it by."""
+        podgroup, topology, object, resource_interface, priority_class or budget; key is what
+        the API server keys it by."""
         self._listeners.append(listener)
 
     def _notify(self, kind: str, key: object) -> None:
@@ -288,11 +288,16 @@ class ClusterState:
         self._notify("resource_interface", name)
 
     def set_budget(self, key: str, budget: DisruptionBudget | None) -> None:
-        """A PodDisruptionBudget; only preemption reads them, so nothing is notified."""
+        """A PodDisruptionBudget; only preemption reads them. Listeners hear of it only when what
+        preemption reads changed (its selector, how many pods may go): the disruption controller
+        writes its status far more often than that."""
+        if self.budgets.get(key) == budget:
+            return
         if budget is None:
             self.budgets.pop(key, None)
         else:
             self.budgets[key] = budget
+        self._notify("budget", key)
 
     def set_priority_class(self, name: str, value: int | None, global_default: bool = False) -> None:
         self.global_default.pop(name, None)

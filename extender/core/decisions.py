@@ -16,6 +16,7 @@ from extender.placement import (
     NO_DOMAIN,
     SEARCH_LIMIT,
     DomainRef,
+    Overrun,
     Plan,
     Preemption,
     Repair,
@@ -43,6 +44,7 @@ R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans
 R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does not have
 R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
 R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
+R_DISRUPTION_BUDGET = "DisruptionBudget"  # only victims beyond what PodDisruptionBudgets allow would help
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
 R_REPAIRING = "Repairing"  # a broken part of a running gang is moving whole; its room is held
 R_UNREPAIRABLE = "Unrepairable"  # a running gang lost pods and no part of it could move in time
@@ -58,6 +60,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_MEMBER_GONE,
         R_QUEUE_NOT_FOUND,
         R_PREEMPTION_TIMEOUT,
+        R_DISRUPTION_BUDGET,
         R_PARTIAL_EVICTED,
         R_UNREPAIRABLE,
     }
@@ -157,6 +160,25 @@ class PreemptionTimedOut:
 
 
 @dataclass(frozen=True)
+class BudgetBlocked:
+    """The gang does not fit, and every victim set that would make room evicts pods beyond what
+    PodDisruptionBudgets allow (the Eviction API would refuse them): nothing is evicted, and the
+    search runs again when a budget changes."""
+
+    shortfall: Shortfall  # why it does not fit as the cluster is
+    overruns: tuple[Overrun, ...]  # what the cheapest victim set would overrun
+    kind: str = R_DISRUPTION_BUDGET
+
+    def refusal(self) -> str:
+        shown = ", ".join(o.render() for o in self.overruns[:5])
+        more = f" and {len(self.overruns) - 5} more" if len(self.overruns) > 5 else ""
+        return f"preempting would overrun {shown}{more}: nothing is evicted until a PodDisruptionBudget allows it"
+
+    def render(self) -> str:
+        return f"{self.shortfall.render()}; {self.refusal()}"
+
+
+@dataclass(frozen=True)
 class Repairing:
     """A broken part of the running gang moves whole: its running pods are being evicted, the
     room where it goes is held."""
@@ -194,7 +216,9 @@ class Unrepairable:
 
 # Why a group is where it is: a plan refused (Shortfall), a plan dropped, pods left over, a
 # preemption or a repair under way or given up.
-Reason = Shortfall | Released | BeyondMinimum | Preempting | PreemptionTimedOut | Repairing | Unrepairable
+Reason = (
+    Shortfall | Released | BeyondMinimum | Preempting | PreemptionTimedOut | BudgetBlocked | Repairing | Unrepairable
+)
 
 
 @dataclass(frozen=True)
@@ -252,6 +276,13 @@ class PlanEvent:
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
     preemption: Preemption | None = None  # outcome "preempting": the victims and the room they free
     repair: Repair | None = None  # outcome "repairing": the scopes moved and the pods evicted for it
+    overruns: tuple[Overrun, ...] = ()  # outcome "pending": the budgets that keep it from preempting
+
+    @classmethod
+    def refused(cls, group: str, why: Shortfall | BudgetBlocked, attempts: int) -> PlanEvent:
+        """A plan refused: the pods it needed, and why (with the budgets that keep it from preempting)."""
+        shortfall, overruns = (why.shortfall, why.overruns) if isinstance(why, BudgetBlocked) else (why, ())
+        return cls(group, "pending", shortfall.pods, reason=why.render(), attempts=attempts, overruns=overruns)
 
     @classmethod
     def of(
@@ -289,6 +320,8 @@ class PlanEvent:
                 "top_priority": p.cost.top_priority,
                 "plans": p.plans,
             }
+        if self.overruns:
+            out["disruption_budgets"] = {o.budget: {"allowed": o.allowed, "over": o.over} for o in self.overruns}
         if self.repair is not None:
             r = self.repair
             out["repair"] = {

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING, Headline
+from extender.core.decisions import R_WAITING, BudgetBlocked, Headline
 from extender.core.explain_devices import device_lines
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
@@ -122,7 +122,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
         give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
     snapshot = state.snapshot(give_back)
     result = plan(snapshot, gang)
-    preemption = _preemption(scheduler, group, dry_run=not isinstance(result, Plan))
+    preemption = _preemption(scheduler, group, None if isinstance(result, Plan) else result)
     if isinstance(result, Plan):
         levels = "; ".join(f"{lv} {', '.join(d)}" for lv, d in result.levels.items() if d)
         extra = f"; {len(result.unplaced)} optional pod(s) would not fit" if result.unplaced else ""
@@ -141,14 +141,16 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     return replace(base, message=message, outcome=outcome, left_out=left, preemption=preemption, devices=devices)
 
 
-def _preemption(scheduler: GangScheduler, group: str, dry_run: bool) -> tuple[str, ...]:
-    """The preemption under way for GROUP; else, when it does not fit, what one would do now."""
+def _preemption(scheduler: GangScheduler, group: str, refused: Unplaceable | None) -> tuple[str, ...]:
+    """The preemption under way for GROUP; else, when it does not fit (REFUSED), what one would do now."""
     nom = scheduler.preempting.nomination(group)
     if nom is not None:
         return (f"under way: {nom.describe()}", *_victims(nom.preemption))
-    if not dry_run:
+    if refused is None:
         return ()
     found = scheduler.preempting.dry_run(group)
+    if isinstance(found, NoPreemption) and found.overruns:
+        return (f"would evict nothing: {BudgetBlocked(refused.reason, found.overruns).refusal()}", found.reason)
     if isinstance(found, NoPreemption):
         return (f"would not help: {found.reason}",)
     return (f"would evict in {found.domain}:", *_victims(found))
@@ -162,9 +164,10 @@ def _victims(p: Preemption) -> tuple[str, ...]:
     for workload, pods in sorted(p.elastic.items()):
         out.append(f"{len(pods)} pod(s) beyond the minimum of {workload}: {', '.join(pods[:8])}")
     out.append(
-        f"why these: the least costly in {p.domain} ({p.cost.describe(p.resources)}); compared by highest "
-        f"priority, then workloads, pods, {', '.join(p.resources) or 'resources'} taken, start time, "
-        f"PodDisruptionBudgets; {p.domains_checked} domain(s) checked with {p.plans} plan(s)"
+        f"why these: the least costly in {p.domain} ({p.cost.describe(p.resources)}); never beyond what "
+        f"PodDisruptionBudgets allow, then compared by highest priority, workloads, pods, "
+        f"{', '.join(p.resources) or 'resources'} taken, start time; {p.domains_checked} domain(s) checked "
+        f"with {p.plans} plan(s)"
     )
     return tuple(out)
 

@@ -149,8 +149,8 @@ class Membership:
         elif kind == "resource_interface":
             self._all_dirty = True
             self._short.clear()
-        elif kind not in ("node", "devices"):  # topologies, priority classes: every tree or priority may change
-            # (devices change pods' requests: those come as pod events)
+        elif kind not in ("node", "devices", "budget"):  # topologies, priority classes: every tree or priority
+            # may change (devices change pods' requests: those come as pod events; budgets no gang)
             self._views.clear()  # (a node changes no tree: gangs are built from specs and topologies)
             self._short.clear()
 

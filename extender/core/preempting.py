@@ -4,6 +4,8 @@ attempt   search for victims (`find_preemption`), at most once per `retry` secon
           only when the cluster changed since a search that found nothing; on success the
           plan's pods are reserved on their nodes at once (the nomination) and the victims are
           the caller's to evict.
+blocked   why a gang waits when only victims beyond what PodDisruptionBudgets allow would make
+          room (a budget that changes lets its search run again at once).
 gone      a pod left: when it was a gang's last victim, the gang is ready to be planned.
 settle    a ready gang's reservations are given back just before it is planned for real,
           into the room its victims left.
@@ -16,10 +18,11 @@ The server and `explain` read the nominations through it too (`nomination`, `is_
 from __future__ import annotations
 
 from extender.core.cluster import ClusterState
+from extender.core.decisions import BudgetBlocked
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination, Nominations
 from extender.core.preemption import find_preemption
-from extender.placement import NoPreemption, Preemption, PreemptionResult
+from extender.placement import INCOMPLETE, NoPreemption, Preemption, PreemptionResult, Shortfall
 
 RETRY = 5.0  # seconds between two searches for one gang that found nothing
 
@@ -32,6 +35,26 @@ class Preempting:
         self.retry = retry
         self._tried: dict[str, tuple[int, float]] = {}  # group -> (state version, when) of a fruitless search
         self.last: dict[str, NoPreemption] = {}  # group -> why its last search found no victims
+        state.subscribe(self._changed)
+
+    def _changed(self, kind: str, key: object) -> None:
+        """A PodDisruptionBudget changed: the gangs only budgets kept from preempting may search
+        again at once (their fruitless search is forgotten, however recent)."""
+        if kind == "budget":
+            for group in self.budget_blocked():
+                self._tried.pop(group, None)
+
+    def budget_blocked(self) -> list[str]:
+        """The gangs whose last search found victims only beyond what PodDisruptionBudgets allow."""
+        return [g for g, why in self.last.items() if why.overruns]
+
+    def blocked(self, group: str, shortfall: Shortfall) -> Shortfall | BudgetBlocked:
+        """Why GROUP waits, its plan refused with SHORTFALL: the PodDisruptionBudgets its last
+        search met, when only victims beyond them would have made room."""
+        last = self.last.get(group)
+        if last is None or not last.overruns or shortfall.kind == INCOMPLETE:
+            return shortfall
+        return BudgetBlocked(shortfall, last.overruns)
 
     def attempt(self, group: str, now: float) -> Nomination | NoPreemption | None:
         """Search victims for GROUP; None when a recent search already found none."""
@@ -80,9 +103,12 @@ class Preempting:
         self.last.pop(group, None)
 
     def drop_all(self) -> None:
-        """Give back the room held for every preempting gang (this replica stops leading)."""
+        """Give back the room held for every preempting gang, and forget every search (this
+        replica stops leading: nothing it remembers may start a preemption)."""
         for nom in self.nominations:
             self.settle(nom.group)
+        self._tried.clear()
+        self.last.clear()
 
     def nomination(self, group: str) -> Nomination | None:
         """The preemption under way for GROUP, if any."""

@@ -108,8 +108,13 @@ def budgets_of(state: ClusterState, workloads: list[Workload]) -> tuple[Budget, 
     if not state.budgets:
         return ()
     out = []
-    candidates = [state.pods[p.key] for w in workloads for p in w.pods if p.key in state.pods]
+    by_namespace: dict[str, list[PodInfo]] = {}  # a budget selects pods of its own namespace only
+    for w in workloads:
+        for p in w.pods:
+            if (pod := state.pods.get(p.key)) is not None:
+                by_namespace.setdefault(pod.namespace, []).append(pod)
     for budget in state.budgets.values():
+        candidates = by_namespace.get(budget.namespace, ())
         guarded = frozenset(p.key for p in candidates if budget.selects(p.namespace, p.labels))
         if guarded:
             out.append(Budget(budget.key, budget.allowed, guarded))

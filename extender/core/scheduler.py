@@ -8,8 +8,7 @@
   bind        the gate: the minimum's members wait until all of it has reached bind, then
               all bind together; a plan whose members do not all arrive is released.
 
-Reservations are dropped when a pod binds, is deleted or binds elsewhere; a plan whose node no
-longer fits (another scheduler took the space) is planned again for the pods not yet bound.
+Reservations go when a pod binds or leaves; a plan whose node stopped fitting is planned again.
 
 This class only coordinates; each concern is a part that owns its state (kube-scheduler's
 framework and Kueue's scheduler are the models):
@@ -250,12 +249,13 @@ class GangScheduler:
                 found = self._repair(group, gang, now) or (None if extend else self._preempt(group, now))
                 if found is not None:
                     return found
-            self.reasons.record(group, result.reason)
+            why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            self.reasons.record(group, why)
             if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
-            return PlanEvent(group, "pending", result.reason.pods, reason=result.message, attempts=result.attempts)
+            return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
         self.repairs.mended(group)

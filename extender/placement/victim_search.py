@@ -13,10 +13,19 @@ Pure, like `plan()`: same snapshot, gang and workloads, same answer; no I/O, no 
      evicted (if even that fails, nothing here helps), then bisects between the two.
   4  reprieve: with the plan's minimum fixed, every victim whose pods fit back next to it is
      spared, the most expensive first (kube-scheduler's reprieve, by node capacity instead of
-     by new engine calls); a gang's elastic pods are only spared when its core is.
+     by new engine calls); a gang's elastic pods are only spared when its core is. Victims that
+     break a PodDisruptionBudget are offered back before the others (as kube-scheduler does).
   5  the verified domain whose victims cost least wins (`victims.Cost`).
 
-The engine calls per search are bounded by MAX_DOMAINS * (2 + MAX_BISECT); everything else is
+PodDisruptionBudgets: the Eviction API refuses a budget's pods beyond what it allows, so such a
+set could never be evicted whole. Units that alone overrun a budget are left out of the search;
+a set that still overruns one (its units only break it together) is searched again without that
+budget's units but the cheapest that fit, at most MAX_ROUNDS times. When no round finds a set
+within the budgets, nothing is chosen: the answer is a NoPreemption that names the budgets the
+first set found overruns, and by how many pods (the cheapest set without the units that break
+a budget alone; when there is none, the cheapest with every unit).
+
+The engine calls per search, every round together, are bounded by MAX_PLANS; everything else is
 numpy over the victims' pods, so the search stays bounded on 10,000 nodes.
 """
 
@@ -33,6 +42,7 @@ from extender.placement.gang import Gang, Scope
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.tree import BoolArray, IntArray, TopologyTree
+from extender.placement.victim_budgets import BudgetTable
 from extender.placement.victim_domains import Candidate, rank_domains, rank_nested
 from extender.placement.victim_units import UnitTable
 from extender.placement.victims import (
@@ -47,7 +57,8 @@ from extender.placement.victims import (
 
 MAX_DOMAINS = 2  # candidate domains verified with the engine per priority tier
 MAX_BISECT = 3  # engine calls spent narrowing one domain's prefix
-MAX_PLANS = 20  # engine calls per search, in all
+MAX_PLANS = 20  # engine calls per search, in all (every round together)
+MAX_ROUNDS = 3  # searches within the budgets, each without the units of those the last overran
 
 
 def find_victims(
@@ -59,50 +70,44 @@ def find_victims(
     *,
     max_domains: int = MAX_DOMAINS,
 ) -> PreemptionResult:
-    """Victims among `workloads` (strictly below `priority`) that make `gang`'s minimum fit."""
+    """Victims among `workloads` (strictly below `priority`) that make `gang`'s minimum fit,
+    never more of a budget's pods than it allows."""
     lower = [w for w in workloads if w.priority < priority and w.pods]
     missing = incomplete(gang)
     if missing is not None:
         return NoPreemption(gang.key, missing.render())
     if not lower:
         return NoPreemption(gang.key, f"no running workload has a priority below {priority}")
-    tree = snapshot.table.tree(gang.topology)
-    rule = gang.root.rule
-    level = rule.required if rule is not None and rule.required is not None else 0
-    resources = sorted({r for s in gang.shapes for r, v in s.requests if v > 0})
-    measured = measured_resources(s.requests for s in gang.shapes)
-    units = UnitTable(snapshot.table, lower, resources, measured, budgets)
-    eligible = _eligible(snapshot, gang)
-    only = _pinned(snapshot, tree, gang, level)
-    chunk = _chunk(gang, level)
-    needed = _needed(gang)
-    search = _Search(snapshot, tree, gang, units, measured, budgets)
-
-    ranked: dict[int, list[Candidate]] = {}
-
-    def rank(tier: int) -> list[Candidate]:
-        if tier not in ranked:
-            allowed: BoolArray = units.priority <= tier
-            if chunk is None:
-                ranked[tier] = rank_domains(snapshot, tree, level, units, needed, eligible, allowed, only)
-            else:
-                ranked[tier] = rank_nested(snapshot, tree, level, units, chunk, eligible, allowed, only)
-        return ranked[tier]
-
-    tiers = [int(t) for t in np.unique(units.priority)]
-    first = _first_tier(tiers, rank)
-    if first is None:
-        where = "the cluster" if level == 0 else f"any {tree.level_name(level)}"
-        why = f"evicting every workload below priority {priority} would not free room for the minimum in {where}"
-        return NoPreemption(gang.key, why)
-    for tier in tiers[first:]:  # the lowest top priority that works wins
-        best = search.best_of(rank(tier), max_domains)
-        if best is not None:
-            return dataclasses.replace(best, domains_checked=search.verified, plans=search.plans)
+    search = _Search(snapshot, gang, priority, lower, budgets, max_domains)
+    guard = search.guard
+    if not guard:
+        return search.answer(search.run(None))
+    excluded = guard.breaking()
+    cheapest: _Found | None = None  # the first set found that overruns a budget
+    for _ in range(MAX_ROUNDS):
+        found = search.run(excluded)
+        if isinstance(found, NoPreemption):
+            break
+        if not found.preemption.cost.budgets:
+            return search.answer(found)
+        cheapest = cheapest or found
+        excluded = excluded | guard.beyond(found.chosen)
         if search.plans >= MAX_PLANS:
             break
-    why = search.failure or f"the search stopped after {search.plans} plans"
-    return NoPreemption(gang.key, f"evicting lower-priority workloads would not help: {why}", search.plans)
+    if cheapest is None:
+        # Every set within the budgets needs a unit that breaks one alone: what would the
+        # cheapest set be with every unit? (If even that finds nothing, budgets are not why.)
+        found = search.run(None) if excluded.any() else found
+        if isinstance(found, NoPreemption) or not found.preemption.cost.budgets:
+            return search.answer(found)
+        cheapest = found
+    return search.refused(cheapest)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    preemption: Preemption
+    chosen: BoolArray  # the victim units, closed
 
 
 def _first_tier(tiers: Sequence[int], rank: Callable[[int], list[Candidate]]) -> int | None:
@@ -126,18 +131,85 @@ class _Search:
     def __init__(
         self,
         snapshot: ClusterSnapshot,
-        tree: TopologyTree,
         gang: Gang,
-        units: UnitTable,
-        measured: tuple[str, ...],
+        priority: int,
+        lower: Sequence[Workload],
         budgets: Sequence[Budget],
+        max_domains: int,
     ) -> None:
-        self.snapshot, self.tree, self.gang, self.units = snapshot, tree, gang, units
-        self.measured, self.budgets = measured, budgets
+        self.snapshot, self.gang, self.priority, self.max_domains = snapshot, gang, priority, max_domains
+        self.tree = snapshot.table.tree(gang.topology)
+        rule = gang.root.rule
+        self.level = rule.required if rule is not None and rule.required is not None else 0
+        resources = sorted({r for s in gang.shapes for r, v in s.requests if v > 0})
+        self.measured = measured_resources(s.requests for s in gang.shapes)
+        self.units = UnitTable(snapshot.table, lower, resources, self.measured, budgets)
+        self.budgets = budgets
+        self.guard = BudgetTable(self.units, budgets)
+        self.covered = frozenset(p for b in budgets for p in b.pods)
+        self.eligible = _eligible(snapshot, gang)
+        self.only = _pinned(snapshot, self.tree, gang, self.level)
+        self.chunk = _chunk(gang, self.level)
+        self.needed = _needed(gang)
         self.shape_of = {m.key: m.shape for m in gang.members()}
         self.verified = 0
         self.plans = 0
         self.failure = ""
+
+    def run(self, excluded: BoolArray | None) -> _Found | NoPreemption:
+        """One search over the units not `excluded`: the lowest priority tier that works, and its
+        best verified domain."""
+        self.failure = ""
+        units = self.units
+        ranked: dict[int, list[Candidate]] = {}
+
+        def rank(tier: int) -> list[Candidate]:
+            if tier not in ranked:
+                allowed: BoolArray = units.priority <= tier
+                if excluded is not None:
+                    allowed &= ~excluded
+                ranked[tier] = self._rank(allowed)
+            return ranked[tier]
+
+        pool = units.priority if excluded is None else units.priority[~excluded]
+        tiers = [int(t) for t in np.unique(pool)]
+        first = _first_tier(tiers, rank) if tiers else None
+        if first is None:
+            where = "the cluster" if self.level == 0 else f"any {self.tree.level_name(self.level)}"
+            below = f"every workload below priority {self.priority}"
+            why = f"evicting {below} would not free room for the minimum in {where}"
+            return NoPreemption(self.gang.key, why, self.plans)
+        for tier in tiers[first:]:  # the lowest top priority that works wins
+            best = self.best_of(rank(tier), self.max_domains)
+            if best is not None:
+                return best
+            if self.plans >= MAX_PLANS:
+                break
+        why = self.failure or f"the search stopped after {self.plans} plans"
+        return NoPreemption(self.gang.key, f"evicting lower-priority workloads would not help: {why}", self.plans)
+
+    def _rank(self, allowed: BoolArray) -> list[Candidate]:
+        snapshot, tree, level, units = self.snapshot, self.tree, self.level, self.units
+        if self.chunk is None:
+            return rank_domains(snapshot, tree, level, units, self.needed, self.eligible, allowed, self.only)
+        return rank_nested(snapshot, tree, level, units, self.chunk, self.eligible, allowed, self.only)
+
+    def answer(self, found: _Found | NoPreemption) -> PreemptionResult:
+        if isinstance(found, NoPreemption):
+            return dataclasses.replace(found, plans=self.plans)
+        return dataclasses.replace(found.preemption, domains_checked=self.verified, plans=self.plans)
+
+    def refused(self, cheapest: _Found) -> NoPreemption:
+        """No set within the budgets: nothing is evicted; which budgets the cheapest set overruns."""
+        overruns = self.guard.overruns(cheapest.chosen)
+        shown = ", ".join(o.render() for o in overruns[:5]) + (
+            f" and {len(overruns) - 5} more" if len(overruns) > 5 else ""
+        )
+        why = (
+            "every victim set found evicts pods beyond what PodDisruptionBudgets allow (the Eviction API "
+            f"would refuse them): the cheapest, in {cheapest.preemption.domain}, would overrun {shown}"
+        )
+        return NoPreemption(self.gang.key, why, self.plans, overruns)
 
     def attempt(self, cand: Candidate, k: int, blocked: BoolArray | None) -> tuple[BoolArray, PlanResult]:
         chosen = self.units.closed(cand.units[:k])
@@ -145,17 +217,17 @@ class _Search:
         self.plans += 1
         return chosen, plan(ClusterSnapshot(self.snapshot.table, usage, blocked, self.snapshot.busy), self.gang)
 
-    def best_of(self, candidates: Sequence[Candidate], limit: int) -> Preemption | None:
-        best: Preemption | None = None
+    def best_of(self, candidates: Sequence[Candidate], limit: int) -> _Found | None:
+        best: _Found | None = None
         for checked, cand in enumerate(candidates):
             if checked >= limit or self.plans >= MAX_PLANS:
                 break
             found = self.verify(cand)
-            if found is not None and (best is None or found.cost < best.cost):
+            if found is not None and (best is None or found.preemption.cost < best.preemption.cost):
                 best = found
         return best
 
-    def verify(self, cand: Candidate) -> Preemption | None:
+    def verify(self, cand: Candidate) -> _Found | None:
         self.verified += 1
         found = self._shortest(cand, self._outside(cand))
         if found is None:
@@ -166,7 +238,7 @@ class _Search:
         victims = self.units.victim_set(chosen)
         cost, pods = cost_of(self.units.workloads, victims, self.measured, self.budgets)
         workloads = self.units.workloads
-        return Preemption(
+        preemption = Preemption(
             gang=self.gang.key,
             domain=self.tree.ref(cand.domain),
             victims=tuple(sorted(workloads[w].key for w in victims.whole)),
@@ -177,7 +249,9 @@ class _Search:
             cost=cost,
             plan=minimum,
             resources=self.measured,
+            guarded=tuple(p for p in pods if p in self.covered),
         )
+        return _Found(preemption, chosen)
 
     def _shortest(self, cand: Candidate, blocked: BoolArray | None) -> tuple[BoolArray, Plan] | None:
         """A short prefix of the domain's units after which the gang fits: the estimate, else
@@ -233,7 +307,11 @@ class _Search:
             for r in units.resources:
                 slack[r][index[node]] -= requests.get(r, 0)
         chosen = chosen.copy()
-        for rank in np.flatnonzero(chosen)[::-1].tolist():
+        order = np.flatnonzero(chosen)[::-1]
+        if self.guard:  # those that break a budget are offered back first (kube-scheduler's order)
+            breaking = self.guard.touching(chosen)[order]
+            order = np.concatenate([order[breaking], order[~breaking]])
+        for rank in order.tolist():
             whole = bool(units.whole[rank])
             if not whole and chosen[units.core_of[int(units.workload_of[rank])]]:
                 continue  # its gang goes whole: its elastic pods go along

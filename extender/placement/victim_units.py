@@ -116,6 +116,11 @@ class UnitTable:
             removed[r] = arr
         return _Without(base, removed)
 
+    def unit_of_pods(self) -> dict[str, int]:
+        """Pod key -> the rank of its unit."""
+        keys = (self._pods[i].key for i in self._by_rank.tolist())
+        return dict(zip(keys, self.pod_unit.tolist(), strict=True))
+
     def victim_set(self, chosen: BoolArray) -> VictimSet:
         out = VictimSet()
         for rank in np.flatnonzero(chosen).tolist():

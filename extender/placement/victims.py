@@ -2,10 +2,11 @@
 
 A *workload* is what may be evicted: a running gang (all its bound pods; the pods beyond its
 minimum, `elastic`, may also go alone) or a plain pod. A victim set is compared with another by
-`Cost`, field by field: the highest victim priority (lower is better), then the workloads evicted
-whole, then the pods, then the resources the preemptor asks for taken from victims, then how
-recently the oldest victim started (later is better: less work lost), and last the
-PodDisruptionBudgets the set would overrun (best effort, as kube-scheduler).
+`Cost`, field by field: first the pods it would evict beyond what PodDisruptionBudgets allow (as
+kube-scheduler: fewest violations first; the search never returns a set with any, since the
+Eviction API would refuse it), then the highest victim priority (lower is better), the workloads
+evicted whole, the pods, the resources the preemptor asks for taken from victims, and how
+recently the oldest victim started (later is better: less work lost).
 """
 
 from __future__ import annotations
@@ -47,14 +48,27 @@ class Budget:
     pods: frozenset[str]
 
 
+@dataclass(frozen=True)
+class Overrun:
+    """A PodDisruptionBudget a victim set would break: the Eviction API refuses its pods beyond
+    `allowed`."""
+
+    budget: str  # namespace/name
+    allowed: int  # its status.disruptionsAllowed
+    over: int  # victim pods beyond that
+
+    def render(self) -> str:
+        return f"PodDisruptionBudget {self.budget} by {self.over} pod(s) (it allows {self.allowed} now)"
+
+
 @dataclass(frozen=True, order=True)
 class Cost:
+    budgets: int  # pods beyond what PodDisruptionBudgets allow: the Eviction API would refuse them
     top_priority: int  # the highest priority among the victims
     workloads: int  # gangs and plain pods evicted whole
     pods: int
     taken: tuple[int, ...]  # per measured resource (milli-units), the preemptor's scarcest first
     recency: float  # minus the earliest start among the victims: younger victims cost less
-    budgets: int  # pods beyond what PodDisruptionBudgets allow
 
     def describe(self, resources: Sequence[str]) -> str:
         taken = ", ".join(f"{r} {v / 1000:g}" for r, v in zip(resources, self.taken, strict=False) if v)
@@ -79,6 +93,7 @@ class Preemption:
     resources: tuple[str, ...]  # what Cost.taken measures
     domains_checked: int = 0  # candidate domains verified with the engine
     plans: int = 0  # engine calls
+    guarded: tuple[str, ...] = ()  # victim pods some PodDisruptionBudget covers (evicted first)
 
     def describe(self) -> str:
         return f"evict {self.cost.describe(self.resources)} in {self.domain}"
@@ -89,6 +104,9 @@ class NoPreemption:
     gang: str
     reason: str
     plans: int = 0
+    # Victims would make room, but every set found evicts pods beyond what these budgets allow
+    # (the cheapest set's overruns): nothing is evicted.
+    overruns: tuple[Overrun, ...] = ()
 
 
 PreemptionResult = Preemption | NoPreemption
@@ -130,4 +148,4 @@ def cost_of(
     gone = set(evicted)
     over = sum(max(0, len(b.pods & gone) - b.allowed) for b in budgets)
     earliest = min((p.started for p in pods), default=0.0)
-    return Cost(top if top is not None else 0, len(chosen.whole), len(pods), taken, -earliest, over), evicted
+    return Cost(over, top if top is not None else 0, len(chosen.whole), len(pods), taken, -earliest), evicted

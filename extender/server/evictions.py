@@ -1,7 +1,8 @@
 """Evictions, through the Eviction API (so PodDisruptionBudgets apply), and what they are for.
 
-  preemption  a gang's victims, once its preemption plan is made; those a budget protects are
-              tried again every EVICT_RETRY seconds while the room is held for the gang
+  preemption  a gang's victims, once its preemption plan is made: those a PodDisruptionBudget
+              covers first, the others once they are gone; one a budget refuses is tried again
+              every EVICT_RETRY seconds while the room is held for the gang
   repair      the running pods of a gang's part that moves whole
   unrepairable  a gang no repair mended in time, when its workload asks to be evicted whole
   recovery    a gang found cut off between two binds when this replica started leading and
@@ -68,7 +69,22 @@ class Evictions:
         for pod in victims:
             self._report.emit(pod, "Preempted", f"Preempted by {event.group} for {p.domain}", "Normal")
         self._report.emit_unbound(event.group, "Preempting", event.reason)
-        self._tasks.spawn(self._evict_all(event.group, victims, self._nominated_victim(event.group)), "eviction")
+        covered = set(p.guarded)
+        first, rest = [v for v in victims if v.key in covered], [v for v in victims if v.key not in covered]
+        self._tasks.spawn(
+            self._evict_in_turn(event.group, first, rest, self._nominated_victim(event.group)), "eviction"
+        )
+
+    async def _evict_in_turn(
+        self, group: str, first: Sequence[PodInfo], rest: Sequence[PodInfo], wanted: Callable[[str], bool]
+    ) -> None:
+        """The victims a PodDisruptionBudget covers go first, the others once those are evicted:
+        should a budget refuse one until the room is released (the search read an allowance
+        that another eviction spent since), nobody else was evicted for nothing."""
+        await self._evict_all(group, first, wanted)
+        left = [p for p in rest if wanted(p.key)]
+        if left:
+            await self._evict_all(group, left, wanted)
 
     def _nominated_victim(self, group: str) -> Callable[[str], bool]:
         def wanted(key: str) -> bool:

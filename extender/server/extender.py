@@ -10,10 +10,16 @@ and runs the sweep; the I/O is split along what it is for, each part with its ow
   evictions  evictions.Evictions  victims, repairs, unrepairable and part-bound gangs evicted
   report     reporting.Reporter   Events, one log line per decision, the PodGroup writer's nudge
   tasks      tasks.Tasks          the background API calls, cancelled at shutdown
+
+A PodDisruptionBudget that changes may let a gang preempt that only budgets kept from it: its
+search runs again here (BUDGET_RETRY_DELAY after the change, once for a burst), as kube-scheduler's
+preempt call would run it. kube-scheduler parks such members in its own resource filter (the
+cluster is full), where only a pod's deletion or its 5-minute flush requeues them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable
@@ -29,11 +35,12 @@ from extender.server.actions import Actions
 from extender.server.binds import BindCalls
 from extender.server.evictions import Evictions
 from extender.server.metrics import BIND_PLAN_RELEASED, Metrics
-from extender.server.reporting import Reporter
+from extender.server.reporting import Reporter, unbound_members
 from extender.server.tasks import Tasks
 from extender.server.wakeups import Wakeups
 
 log = structlog.get_logger("topogang")
+BUDGET_RETRY_DELAY = 1.0  # seconds: budgets change in bursts (a rollout); blocked gangs search once
 
 
 class Extender:
@@ -62,6 +69,8 @@ class Extender:
         self.evictions = Evictions(
             scheduler, actions, self.tasks, self.report, self.metrics, recovery_within=bind_timeout + recovery_grace
         )
+        self._budget_retry: asyncio.TimerHandle | None = None
+        self.lookup.subscribe(self._changed)
 
     # -- the verbs -------------------------------------------------------------------------------
 
@@ -107,13 +116,34 @@ class Extender:
         if self.lookup.group_of(key) is None:
             # a pod naming a gang that cannot be resolved yet is no plain pod either
             return wire.encode_victims({} if self.lookup.waiting(key) is not None else args.victims)
+        self._preempt_for(key)
+        return wire.encode_victims({})
+
+    def _preempt_for(self, key: str) -> None:
+        """The gang of member KEY preempts for itself now, if it should (GangScheduler.preempt)."""
         start = time.perf_counter()
         event = self.scheduler.preempt(key, time.monotonic())
         if event is not None:
             self._decided(event, time.perf_counter() - start)
             if event.outcome == "planned":  # room was there after all: the members come to take it
                 self.wakeups.wake_members(event.group)
-        return wire.encode_victims({})
+
+    def _changed(self, kind: str, key: object) -> None:
+        if kind != "budget" or self._budget_retry is not None:
+            return
+        with contextlib.suppress(RuntimeError):  # no running loop (a test of the core alone)
+            self._budget_retry = asyncio.get_running_loop().call_later(BUDGET_RETRY_DELAY, self.retry_blocked)
+
+    def retry_blocked(self) -> None:
+        """Each gang only PodDisruptionBudgets kept from preempting searches again, for one of its
+        members not bound yet (the core forgot its fruitless search when the budget changed)."""
+        self._budget_retry = None
+        if not self.leading():
+            return
+        for group in self.scheduler.preempting.budget_blocked():
+            member = next(iter(unbound_members(self.lookup, group)), None)
+            if member is not None:
+                self._preempt_for(member.key)
 
     def decided(self, event: PlanEvent, seconds: float) -> None:
         """A planning decision made outside kube-scheduler's calls (gates mode's ungater): the
@@ -192,6 +222,7 @@ class Extender:
         binds waiting, and cancel every write not sent yet: evictions, wake-ups, nominations,
         Events. A write already on its way is fenced at the client (kube/lease.py)."""
         self.binds.stop_timers()
+        self._stop_budget_retry()
         self.scheduler.step_down(Released(R_NOT_LEADER))
         self.binds.demote()
         self.report.clear()
@@ -199,6 +230,12 @@ class Extender:
         self.evictions.clear()
         self.tasks.cancel()
 
+    def _stop_budget_retry(self) -> None:
+        if self._budget_retry is not None:
+            self._budget_retry.cancel()
+            self._budget_retry = None
+
     async def close(self) -> None:
+        self._stop_budget_retry()
         self.binds.close()
         await self.tasks.cancel_all()

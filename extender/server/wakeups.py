@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import structlog
 
-from extender.core.decisions import FilterResult
+from extender.core.decisions import BudgetBlocked, FilterResult
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo
@@ -171,6 +171,8 @@ class Wakeups:
 
     def _wants_room(self, group: str) -> bool:
         reason = self._scheduler.reasons.get(group)
+        if isinstance(reason, BudgetBlocked):  # room freed may seat it without preempting
+            return True
         return isinstance(reason, Shortfall) and reason.kind in (NO_DOMAIN, NO_CAPACITY)
 
     def _state_changed(self, kind: str, key: object) -> None:
