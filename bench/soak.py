@@ -431,7 +431,8 @@ class Soak:
         restarted gracefully, as a rollout replaces it: the new leader must keep the gang."""
         running = sorted(g.name for g in self.gangs.values() if g.kind == "podgroup" and g.completed and not g.ending)
         bound = [p for p in await self._pods() if p["spec"].get("nodeName")]
-        mine = {name: [p for p in bound if p["metadata"]["labels"].get("soak/gang") == name] for name in running}
+        gang_of = {id(p): p["metadata"].get("labels", {}).get("soak/gang") for p in bound}  # (no labels: none)
+        mine = {name: [p for p in bound if gang_of[id(p)] == name] for name in running}
         candidates = [name for name in running if mine[name]]
         if candidates:
             gang = self.gangs[self.chaos_rng.choice(candidates)]

@@ -121,3 +121,25 @@ def test_the_gate_binds_the_minimum_together_and_refuses_other_nodes() -> None:
     last = scheduler.bind(keys[2], plan[keys[2]], 0.0)
     assert last.action == BIND
     assert sorted(last.bind) == sorted(plan.items())
+
+
+def test_a_gang_whose_podgroup_goes_before_its_pods_gives_its_room_back_as_they_go() -> None:
+    # A workload is deleted: its PodGroup first, then its pods. Once the PodGroup is gone the
+    # pods no longer resolve to their gang, but the plan still holds their room.
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    scheduler.state.set_podgroup("default/g", None)
+    scheduler.delete_pod(keys[0])
+    assert "default/g" not in scheduler.plans  # a member of the minimum went: the plan goes
+    assert scheduler.state.reservations == {}
+
+
+def test_the_sweep_releases_the_plan_of_a_gang_that_is_gone() -> None:
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    for key in keys:  # gone without an event for each (their deletions folded into a relist)
+        scheduler.state.delete_pod(key)
+    assert scheduler.state.reservations
+    scheduler.expire(1.0)
+    assert "default/g" not in scheduler.plans
+    assert scheduler.state.reservations == {}

@@ -40,6 +40,9 @@ class Plans:
     def __init__(self, state: ClusterState) -> None:
         self._state = state
         self._by_group: dict[str, GroupPlan] = {}
+        # pod -> the group whose plan holds it: a pod's gang can stop resolving before the pod
+        # goes (its PodGroup deleted first), and its room must still be given back then
+        self._holder: dict[str, str] = {}
         self._domains: dict[str, Mapping[str, DomainRef]] = {}  # group -> where its last plan put each scope
         self._generation = 0
         self.last_domains: Mapping[str, Mapping[str, DomainRef]] = MappingProxyType(self._domains)
@@ -60,6 +63,10 @@ class Plans:
 
     def get(self, group: str | None) -> GroupPlan | None:
         return self._by_group.get(group) if group is not None else None
+
+    def holder(self, pod: str) -> str | None:
+        """The group whose plan holds room for POD, if any."""
+        return self._holder.get(pod)
 
     def reserved(self, group: str) -> Mapping[str, str]:
         """Pod -> planned node for GROUP's pods that hold a reservation."""
@@ -117,6 +124,7 @@ class Plans:
         new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
         for pod, node in new.items():
             self._state.reserve(pod, node, self._state.pods[pod].requests)
+            self._holder[pod] = group
         self._domains[group] = result.domains
         if gp is None:
             gate = Gate(frozenset(result.minimum))
@@ -143,6 +151,7 @@ class Plans:
         del gp.reserved[pod]
         gp.gate.arrived.pop(pod, None)
         gp.gate.binding.discard(pod)
+        self._holder.pop(pod, None)
         self._state.unreserve(pod)
 
     def release(self, group: str) -> GroupPlan | None:
@@ -152,15 +161,21 @@ class Plans:
             return None
         for pod in gp.reserved:
             self._state.unreserve(pod)
+            self._holder.pop(pod, None)
         self._domains.pop(group, None)
         return gp
 
     def sweep(self, groups: set[str]) -> list[str]:
-        """Forget plans carried out (every pod bound) and the last domains of gangs not in
-        GROUPS (gone); returns the groups whose plans were forgotten."""
+        """Forget plans carried out (every pod bound), release those of gangs not in GROUPS
+        (gone: their room goes back) and forget the last domains of those; returns the groups
+        whose plans were forgotten."""
         done = [g for g, gp in self._by_group.items() if gp.gate.opened and not gp.reserved]
         for group in done:
             del self._by_group[group]  # carried out: the bound pods now speak for the gang
+        gone = [g for g in self._by_group if g not in groups]
+        for group in gone:
+            self.release(group)  # its pods went without a word for each (a relist): their room too
+        done += gone
         for group in set(self._domains) - groups:
             del self._domains[group]
         return done

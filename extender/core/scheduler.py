@@ -468,7 +468,7 @@ class GangScheduler:
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
-        group = self.membership.group_of(pod.key)
+        group = self.plans.holder(pod.key)
         gp = self.plans.get(group)
         if group is not None and gp is not None and pod.key in gp.reserved:
             if gp.reserved[pod.key] != pod.node_name:  # another decider placed it
@@ -480,7 +480,7 @@ class GangScheduler:
         self.repairs.gone(key)
         if key not in self.state.reservations:  # every pod a plan holds is reserved
             return
-        group = self.membership.group_of(key)
+        group = self.plans.holder(key)  # (its gang may no longer resolve: its PodGroup went first)
         gp = self.plans.get(group)
         if group is not None and gp is not None and key in gp.reserved:
             if not gp.gate.opened and key in gp.gate.minimum:
