@@ -22,6 +22,7 @@ from extender.placement import DomainRef, Plan
 
 RESERVED = "topogang: capacity reserved for a gang"
 HELD = "topogang: room held for a waiting gang (a reservation; see its PodGroup's status)"
+UNSEEN = "topogang: capacity taken by pods topogang bound that kube-scheduler has not seen bound yet"
 
 
 @dataclass
@@ -89,24 +90,27 @@ class Plans:
         return all(self._state.free_on(node, r) >= 0 for r in (*info.allocatable, *devices))
 
     def admit_plain(self, pod: PodInfo, nodes: Sequence[str], held: frozenset[str] = frozenset()) -> FilterResult:
-        """Plain pods pass, except onto nodes where they would take a gang's reserved room, or
-        HELD ones (room a reservation keeps for a waiting gang)."""
-        reserved = self._state.reserved_nodes
-        failed = {}
+        """Plain pods pass, except onto nodes where they would take a gang's reserved room or the
+        room of pods topogang bound itself that kube-scheduler may not have seen bound yet
+        (core/posted.py: its own filters count that room free), and HELD ones (room a
+        reservation keeps for a waiting gang). Those nodes are unresolvable: kube-scheduler's
+        preemption would evict pods there for a pod topogang refuses again (it skips them)."""
+        reserved, posted = self._state.reserved_nodes, self._state.posted.nodes
+        refused: dict[str, str] = {}
         if held:
-            failed = {n: HELD for n in nodes if n in held}
-        if reserved:
+            refused = {n: HELD for n in nodes if n in held}
+        if reserved or posted:
+            free_on = self._state.free_on
             for node in nodes:
-                if (
-                    node not in failed
-                    and node in reserved
-                    and any(self._state.free_on(node, r) < v for r, v in pod.requests.items())
-                ):
-                    failed[node] = RESERVED
-        if not failed:
+                why = RESERVED if node in reserved else UNSEEN if node in posted else None
+                if why is None or node in refused:
+                    continue
+                if any(free_on(node, r) < v for r, v in pod.requests.items()):
+                    refused[node] = why
+        if not refused:
             return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
-        reason = RESERVED if any(v == RESERVED for v in failed.values()) else HELD
-        return FilterResult([n for n in nodes if n not in failed], failed=failed, reason=reason)
+        reason = next(r for r in (RESERVED, UNSEEN, HELD) if r in refused.values())
+        return FilterResult([n for n in nodes if n not in refused], unresolvable=refused, reason=reason)
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -236,7 +236,9 @@ class BindCalls:
             if getattr(exc, "status", None) in BIND_HOPELESS:
                 self.scheduler.forget_pod(pod_key)  # no retry can bind it: its room goes back
             return f"topogang: binding {pod_key} to {node} failed: {exc}"
-        self.scheduler.observe_pod(replace(pod, node_name=node))
+        # kube-scheduler never assumed this pod: until its cache shows the binding, the node is
+        # checked for plain pods (core/posted.py).
+        self.scheduler.observe_pod(replace(pod, node_name=node), posted=True)
         return ""
 
     def _gate_expired(self, group: str) -> None:
