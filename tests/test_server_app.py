@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ from extender.core.scheduler import GangScheduler
 from extender.server.app import EXTENDER, create_app
 from extender.server.extender import Extender
 from tests.builders import TOPO, grid, pod, podgroup
+from tests.kube_fakes import until
 
 NODES = [n.name for n in grid(nodes=4)]
 
@@ -371,3 +373,25 @@ async def test_with_nomination_a_plan_nominates_every_member_and_steers_one_left
     assert sorted(recorder.nominated) == sorted(
         ("default", k.split("/")[1], n) for k, n in plan.items() if k != pods[0].key
     ) + ([] if first["NodeNames"] else [("default", "g-0", plan[pods[0].key])])
+
+
+async def test_members_parked_for_room_another_pod_was_nominated_to_are_woken_when_it_stops_waiting(
+    setup: Any, monkeypatch: Any
+) -> None:
+    """kube-scheduler preempted for a plain pod and nominated it to a node of the rack: the gang
+    leaves that room and is refused. When the nomination is cleared, kube-scheduler has no event
+    for the parked members: topogang requeues them, and the gang is planned into the rack."""
+    monkeypatch.setattr("extender.server.wakeups.ROOM_WAKE_DELAY", 0.01)
+    client, scheduler, recorder = await setup()
+    waiting = replace(pod("pre"), nominated_node=NODES[0])
+    scheduler.observe_pod(waiting)
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    for p in pods:
+        assert (await call(client, "filter", args(p)))["NodeNames"] == []
+    assert "the best rack fits 3" in scheduler.reasons.text("default/g")
+    scheduler.observe_pod(replace(waiting, nominated_node=None))  # kube-scheduler cleared it
+    await until(lambda: len(recorder.woken) == 4, "the parked members to be woken")
+    assert sorted(recorder.woken) == [("default", f"g-{i}") for i in range(4)]
+    assert (await call(client, "filter", args(pods[0])))["NodeNames"] != []

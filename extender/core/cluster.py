@@ -70,6 +70,7 @@ class ClusterState:
         # Unbound pods another scheduler nominated to a node (status.nominatedNodeName), topogang's
         # own steering aside: pod -> node (core/nominated.py counts them when gangs are planned).
         self.nominated: dict[str, str] = {}
+        self.nominations_released = 0  # how many left `nominated` (their room may be free)
         # uids of pods deleted lately, oldest first: a filter call kube-scheduler sent before it
         # saw a deletion can reach us after our watch did, and must not bring the pod back.
         self._deleted_uids: dict[str, None] = {}
@@ -168,8 +169,8 @@ class ClusterState:
         self.pods[pod.key] = pod
         if pod.nominated_node is not None and _nominated_elsewhere(pod):
             self.nominated[pod.key] = pod.nominated_node
-        elif self.nominated:
-            self.nominated.pop(pod.key, None)
+        elif self.nominated and self.nominated.pop(pod.key, None) is not None:
+            self.nominations_released += 1
         if old is not None and old.requests != pod.requests and pod.key in self.reservations:
             self.reserve(pod.key, self.reservations[pod.key][0], pod.requests)  # its claim was allocated
         if old is None:
@@ -183,7 +184,8 @@ class ClusterState:
             self._stale_pods |= self.claimed.track(None, key)
         old = self.pods.pop(key, None)
         self.arrival.pop(key, None)
-        self.nominated.pop(key, None)
+        if self.nominated.pop(key, None) is not None:
+            self.nominations_released += 1
         self.posted.forget(key)
         if old is not None:
             self._remember_deleted(old.uid)

@@ -79,5 +79,9 @@ class Lookup:
         """Be told of every change to the cluster state (kind, key)."""
         self._state.subscribe(callback)
 
+    def nominations_released(self) -> int:
+        """How many pods have stopped waiting on a node another scheduler nominated them to."""
+        return self._state.nominations_released
+
     def reservation_count(self) -> int:
         return len(self._state.reservations)

@@ -44,6 +44,7 @@ class Wakeups:
         self._refreshed: dict[str, str] = {}  # group -> the refusal its parked members were woken to see
         self._wake_soon = False
         self._room_wake: asyncio.TimerHandle | None = None
+        self._released = 0  # Lookup.nominations_released when last seen
         self._lookup.subscribe(self._changed_object)
         self._lookup.subscribe(self._state_changed)
 
@@ -94,8 +95,14 @@ class Wakeups:
         """A victim pod changed or went: wake its gang's members soon if it was the last. A node
         came or changed, or a pod went: wake the members parked for want of room (at most once a
         second)."""
-        if kind in ("node", "devices") or (kind == "pod" and isinstance(key, str) and self._lookup.pod(key) is None):
-            self._room_changed()  # a node, device or claim came or changed, or a pod went: there may be room
+        gone = kind == "pod" and isinstance(key, str) and self._lookup.pod(key) is None
+        released = self._lookup.nominations_released()
+        if kind in ("node", "devices") or gone or released != self._released:
+            # A node, device or claim came or changed, a pod went, or a pod another scheduler had
+            # nominated stopped waiting for its node (core/nominated.py): there may be room, and
+            # kube-scheduler has no event for the gangs refused for want of it.
+            self._released = released
+            self._room_changed()
             if kind != "pod":
                 return
         if (
