@@ -95,22 +95,37 @@ class Plans:
         (core/posted.py: its own filters count that room free), and HELD ones (room a
         reservation keeps for a waiting gang). Those nodes are unresolvable: kube-scheduler's
         preemption would evict pods there for a pod topogang refuses again (it skips them)."""
-        reserved, posted = self._state.reserved_nodes, self._state.posted.nodes
-        refused: dict[str, str] = {}
+        refused = self._taking(pod, nodes)
         if held:
-            refused = {n: HELD for n in nodes if n in held}
-        if reserved or posted:
-            free_on = self._state.free_on
-            for node in nodes:
-                why = RESERVED if node in reserved else UNSEEN if node in posted else None
-                if why is None or node in refused:
-                    continue
-                if any(free_on(node, r) < v for r, v in pod.requests.items()):
-                    refused[node] = why
+            refused.update((n, HELD) for n in nodes if n in held)
         if not refused:
             return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
         reason = next(r for r in (RESERVED, UNSEEN, HELD) if r in refused.values())
         return FilterResult([n for n in nodes if n not in refused], unresolvable=refused, reason=reason)
+
+    def _taking(self, pod: PodInfo, nodes: Sequence[str]) -> dict[str, str]:
+        """The NODES where POD would take reserved room, or room bound pods kube-scheduler has not
+        seen take, with why. Plain pods are the hot path: when fewer nodes hold such room than
+        are offered (the usual case), only those are checked, and the offered names are scanned
+        once only if one of them is full."""
+        reserved, posted = self._state.reserved_nodes, self._state.posted.nodes
+        if not reserved and not posted:
+            return {}
+        free_on = self._state.free_on
+
+        def full(node: str) -> bool:
+            return any(free_on(node, r) < v for r, v in pod.requests.items())
+
+        if len(reserved) + len(posted) < len(nodes):
+            kept = dict.fromkeys(posted, UNSEEN) | dict.fromkeys(reserved, RESERVED)
+            taken = {n: why for n, why in kept.items() if full(n)}
+            return {n: taken[n] for n in nodes if n in taken} if taken else {}
+        out = {}
+        for node in nodes:
+            why = RESERVED if node in reserved else UNSEEN if node in posted else None
+            if why is not None and full(node):
+                out[node] = why
+        return out
 
     # -- writing -------------------------------------------------------------------------------
 
