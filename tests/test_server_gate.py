@@ -227,3 +227,22 @@ async def test_a_plain_pod_is_kept_off_the_gang_bound_ahead_until_the_watch_show
     for key, node in recorder.bound:
         extender.scheduler.observe_pod(replace(extender.scheduler.state.pods[key], node_name=node))
     assert (await call(client, "filter", args(web)))["NodeNames"] == NODES
+
+
+async def test_only_pods_kube_scheduler_is_not_holding_are_checked_until_the_watch_shows_them(
+    aiohttp_client: Any,
+) -> None:
+    """kube-scheduler holds a pod assumed while its bind call waits; the members whose calls were
+    answered past their budget were forgotten by it, and a plain pod bound through its own call
+    never leaves its cache."""
+    client, extender, _ = await start(aiohttp_client, bind_timeout=5.0, call_budget=0.1)
+    posted = extender.scheduler.state.posted
+    web = pod("web", gpus=0)  # (beside the gang's room)
+    extender.scheduler.observe_pod(web)
+    assert await call(client, "bind", bind_body(web, NODES[0])) == {"Error": ""}
+    assert posted.pods == {}
+    pods, nodes = await planned_nodes(client, extender)
+    early = await asyncio.gather(*(call(client, "bind", bind_body(p, nodes[p.key])) for p in pods[:3]))
+    assert all(r["Error"] for r in early)  # past their budget: kube-scheduler forgets them
+    assert await call(client, "bind", bind_body(pods[3], nodes[pods[3].key])) == {"Error": ""}
+    assert sorted(posted.pods) == sorted(p.key for p in pods[:3])

@@ -1,13 +1,14 @@
 """Bindings topogang posted itself that its watch has not shown yet.
 
 kube-scheduler counts a node's room from its own cache: the pods its informer saw bound plus the
-pods it assumed on its way to binding them. A pod topogang binds with a Binding of its own (a
-gang bound ahead, or members whose bind calls kube-scheduler had given up on) was never assumed
-there, so until kube-scheduler's informer sees the binding, its filters count that room free and
-it would bind a plain pod into it. topogang's watch showing the pod bound is the nearest sign it
-has that kube-scheduler's informer, fed by the same API server, does too; until then the
-plain-pod filter checks fit on those nodes (`Plans.admit_plain`). Topogang's own accounting needs
-no help: the pod counts as bound on its node from the moment its Binding succeeded.
+pods it assumed on its way to binding them (a pod stays assumed while its bind call waits). A
+pod topogang binds with no bind call waiting for it (a gang bound ahead, or members whose calls
+were answered past their budget, which kube-scheduler then forgot) is not in that cache, so
+until kube-scheduler's informer sees the binding, its filters count that room free and it would
+bind a plain pod into it. topogang's watch showing the pod bound is the nearest sign it has that
+kube-scheduler's informer, fed by the same API server, does too; until then the plain-pod filter
+checks fit on those nodes (`Plans.admit_plain`). topogang's own accounting needs no help: the
+pod counts as bound on its node from the moment its Binding succeeded.
 """
 
 from __future__ import annotations
