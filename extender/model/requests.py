@@ -21,7 +21,8 @@ that writes only `spec.resources.limits.cpu: 16` asks for 16 cpus here as in a c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from extender.model.errors import ErrorList
 from extender.model.quantity import QuantityError, parse_nonnegative
@@ -83,8 +84,11 @@ Container = tuple[str, Requests, bool]  # name, spec requests (limits defaulted)
 
 
 def _containers(spec: JSON, key: str, errors: ErrorList) -> list[Container]:
+    raw_list = spec.get(key)
+    if raw_list is None:
+        return []
     out = []
-    for i, raw in enumerate(seq(spec.get(key), f"spec.{key}", errors)):
+    for i, raw in enumerate(seq(raw_list, f"spec.{key}", errors)):
         field = f"spec.{key}[{i}]"
         body = mapping(raw, field, errors)
         sidecar = key == "initContainers" and body.get("restartPolicy") == "Always"
@@ -125,23 +129,33 @@ def _aggregate(
     return _max(total, peak)
 
 
+def _listed(status: JSON, key: str, errors: ErrorList) -> Sequence[Any]:
+    """status.KEY as a list, without a copy (read for every event of every bound pod)."""
+    value = status.get(key)
+    if value is None or isinstance(value, list):
+        return value or ()
+    return seq(value, f"status.{key}", errors)
+
+
 def _statuses(status: JSON, errors: ErrorList) -> dict[str, Status]:
-    """Container name -> its status, for the containers whose status carries requests."""
+    """Container name -> its status, for the containers whose status carries requests (parsed for
+    every event of every bound pod: most carry none, and cost a key lookup each)."""
     found: dict[str, Status] = {}
     for key in ("initContainerStatuses", "containerStatuses"):  # names are unique across both
-        for i, raw in enumerate(seq(status.get(key), f"status.{key}", errors)):
-            field = f"status.{key}[{i}]"
-            body = mapping(raw, field, errors)
-            written = _written(body, field, errors)
-            if written != (None, None):
-                found[str(body.get("name", ""))] = written
+        for i, body in enumerate(_listed(status, key, errors)):
+            if not isinstance(body, dict | Mapping):
+                mapping(body, f"status.{key}[{i}]", errors)  # the error
+            elif "allocatedResources" in body or "resources" in body:
+                written = _written(body, f"status.{key}[{i}]", errors)
+                if written != (None, None):
+                    found[str(body.get("name", ""))] = written
     return found
 
 
 def _written(body: JSON, field: str, errors: ErrorList) -> Status:
     """(allocatedResources, resources.requests) of a pod's or a container's status."""
-    allocated = body.get("allocatedResources")
-    actuated = mapping(body.get("resources"), f"{field}.resources", errors).get("requests")
+    allocated, resources = body.get("allocatedResources"), body.get("resources")
+    actuated = None if resources is None else mapping(resources, f"{field}.resources", errors).get("requests")
     return (
         None if allocated is None else resource_list(allocated, f"{field}.allocatedResources", errors),
         None if actuated is None else resource_list(actuated, f"{field}.resources.requests", errors),
@@ -161,9 +175,8 @@ def _actuated(spec: Requests, status: Status | None, infeasible: bool) -> Reques
 
 
 def _resize_infeasible(status: JSON, errors: ErrorList) -> bool:
-    for i, raw in enumerate(seq(status.get("conditions"), "status.conditions", errors)):
-        condition = mapping(raw, f"status.conditions[{i}]", errors)
-        if condition.get("type") == RESIZE_PENDING:
+    for condition in _listed(status, "conditions", errors):
+        if isinstance(condition, dict | Mapping) and condition.get("type") == RESIZE_PENDING:
             return condition.get("reason") == INFEASIBLE  # the first such condition decides
     return False
 
@@ -223,13 +236,14 @@ def effective_requests(spec: JSON, errors: ErrorList, status: JSON | None = None
         infeasible = _resize_infeasible(status, errors)
         pod_status = _written(status, "status", errors)
         total = _resized(containers, inits, specs, status, infeasible, pod_status, errors)
-    total = dict(total)  # (it may be `specs`, which defaulting below reads)
-    plr = _pod_level_requests(spec, specs, errors)
-    if plr is not None:
+    if spec.get("resources") is not None and (plr := _pod_level_requests(spec, specs, errors)) is not None:
         if status and status.get("resources") is not None:  # resized at pod level
             plr = _max({} if infeasible else dict(plr), pod_status[1], pod_status[0])
+        total = dict(total)  # (it may be `specs`, which defaulting read)
         total.update((name, value) for name, value in plr.items() if pod_level(name))
-    _add(total, resource_list(spec.get("overhead"), "spec.overhead", errors))
+    if spec.get("overhead") is not None:
+        total = dict(total)
+        _add(total, resource_list(spec["overhead"], "spec.overhead", errors))
     out = {name: value for name, value in total.items() if value > 0}
     out[POD_SLOT] = 1000
     return out
