@@ -109,7 +109,7 @@ def test_plain_pods_keep_off_reserved_room_only() -> None:
     plans.hold("default/g", a_plan(keys, NODES[:3]), 0.0)
     result = plans.admit_plain(pod("plain"), NODES)
     assert result.nodes == NODES[3:]
-    assert result.failed == dict.fromkeys(NODES[:3], RESERVED)
+    assert result.unresolvable == dict.fromkeys(NODES[:3], RESERVED)  # preemption cannot free it
     small = plans.admit_plain(pod("small", gpus=0), NODES)  # takes no GPU: fits beside the reservations
     assert small.nodes == NODES
 

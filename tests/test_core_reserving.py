@@ -83,7 +83,7 @@ def test_held_room_is_kept_from_work_that_would_outlast_the_estimated_start() ->
     node = free_b1_node(scheduler)
     unbounded = scheduler.filter(plain("web"), NODES, 1.0)
     assert node not in unbounded.nodes
-    assert unbounded.failed[node].startswith("topogang: room held for a waiting gang")
+    assert unbounded.unresolvable[node].startswith("topogang: room held for a waiting gang")
     too_long = scheduler.filter(plain("long", activeDeadlineSeconds=600), NODES, 1.0)
     assert node not in too_long.nodes
 

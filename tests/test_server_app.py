@@ -400,3 +400,25 @@ async def test_room_freed_wakes_only_the_gangs_parked_for_room_that_it_could_ser
     scheduler.observe_pod(replace(scheduler.state.pods["default/big"], phase="Succeeded"))  # n4 is free
     await until(lambda: bool(recorder.woken), "the members to be woken for n4")
     assert sorted(recorder.woken) == [("default", f"g-{i}") for i in range(4)]
+
+
+async def test_members_parked_for_room_another_pod_was_nominated_to_are_woken_when_it_stops_waiting(
+    setup: Any, monkeypatch: Any
+) -> None:
+    """kube-scheduler preempted for a plain pod and nominated it to a node of the rack: the gang
+    leaves that room and is refused. When the nomination is cleared, kube-scheduler has no event
+    for the parked members: topogang requeues them, and the gang is planned into the rack."""
+    monkeypatch.setattr("extender.server.wakeups.ROOM_WAKE_DELAY", 0.01)
+    client, scheduler, recorder = await setup()
+    waiting = replace(pod("pre"), nominated_node=NODES[0])
+    scheduler.observe_pod(waiting)
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        scheduler.observe_pod(p)
+    for p in pods:
+        assert (await call(client, "filter", args(p)))["NodeNames"] == []
+    assert "the best rack fits 3" in scheduler.reasons.text("default/g")
+    scheduler.observe_pod(replace(waiting, nominated_node=None))  # kube-scheduler cleared it
+    await until(lambda: len(recorder.woken) == 4, "the parked members to be woken")
+    assert sorted(recorder.woken) == [("default", f"g-{i}") for i in range(4)]
+    assert (await call(client, "filter", args(pods[0])))["NodeNames"] != []

@@ -17,8 +17,8 @@ from extender.core.scheduler import GangScheduler
 from extender.server.app import create_app
 from extender.server.extender import Extender
 from extender.server.metrics import BIND_CALL_BUDGET
-from tests.builders import TOPO, grid, podgroup
-from tests.test_server_app import Recorder, args, call, member
+from tests.builders import TOPO, grid, pod, podgroup
+from tests.test_server_app import NODES, Recorder, args, call, member
 from tests.test_server_metrics import sample
 
 
@@ -206,3 +206,43 @@ async def test_a_pod_whose_binding_ahead_failed_is_woken_and_binds_through_its_o
     assert (await call(client, "filter", args(pods[2])))["NodeNames"] == [nodes["default/g-2"]]
     assert await call(client, "bind", bind_body(pods[2], nodes["default/g-2"])) == {"Error": ""}
     assert sorted(binder.bound) == sorted(nodes.items())
+
+
+async def test_a_plain_pod_is_kept_off_the_gang_bound_ahead_until_the_watch_shows_its_pods(aiohttp_client: Any) -> None:
+    client, extender, recorder = await start(aiohttp_client, bind_timeout=5.0, call_budget=1.0, bind_ahead=True)
+    pods = [member(i) for i in range(4)]
+    for p in pods:
+        extender.scheduler.observe_pod(p)
+    await call(client, "filter", args(pods[0]))  # planned and bound ahead: every node of the rack is full
+    await settled(extender)
+    assert len(recorder.bound) == 4
+    web = pod("web")
+    extender.scheduler.observe_pod(web)
+    # kube-scheduler never assumed the gang's pods: its own filters find the rack empty and offer it.
+    reply = await call(client, "filter", args(web))
+    assert reply["NodeNames"] == []
+    assert reply["FailedNodes"] == {}  # evicting anyone there would not seat it: no preemption
+    assert set(reply["FailedAndUnresolvableNodes"]) == set(NODES)
+    # The watch shows the pods bound: kube-scheduler's informer can too, and its filters take over.
+    for key, node in recorder.bound:
+        extender.scheduler.observe_pod(replace(extender.scheduler.state.pods[key], node_name=node))
+    assert (await call(client, "filter", args(web)))["NodeNames"] == NODES
+
+
+async def test_only_pods_kube_scheduler_is_not_holding_are_checked_until_the_watch_shows_them(
+    aiohttp_client: Any,
+) -> None:
+    """kube-scheduler holds a pod assumed while its bind call waits; the members whose calls were
+    answered past their budget were forgotten by it, and a plain pod bound through its own call
+    never leaves its cache."""
+    client, extender, _ = await start(aiohttp_client, bind_timeout=5.0, call_budget=0.1)
+    posted = extender.scheduler.state.posted
+    web = pod("web", gpus=0)  # (beside the gang's room)
+    extender.scheduler.observe_pod(web)
+    assert await call(client, "bind", bind_body(web, NODES[0])) == {"Error": ""}
+    assert posted.pods == {}
+    pods, nodes = await planned_nodes(client, extender)
+    early = await asyncio.gather(*(call(client, "bind", bind_body(p, nodes[p.key])) for p in pods[:3]))
+    assert all(r["Error"] for r in early)  # past their budget: kube-scheduler forgets them
+    assert await call(client, "bind", bind_body(pods[3], nodes[pods[3].key])) == {"Error": ""}
+    assert sorted(posted.pods) == sorted(p.key for p in pods[:3])

@@ -16,12 +16,13 @@ from typing import Any
 from extender.core.dra import DeviceInventory
 from extender.core.dra.inventory import CLAIMS, DEVICES, DraObject
 from extender.core.dra.pods import ClaimedPods
+from extender.core.posted import PostedBindings
 from extender.core.usage import PlanningUsage, UsageLedger
 from extender.model.budget import DisruptionBudget
 from extender.model.errors import FieldError
 from extender.model.flavor import ResourceFlavor
 from extender.model.node import NodeInfo
-from extender.model.pod import PodInfo
+from extender.model.pod import PLAN_GENERATION_ANNOTATION, PodInfo
 from extender.model.podgroup import PodGroupSpec
 from extender.model.topology import TopologySpec
 from extender.placement import ClusterSnapshot, NodeTable
@@ -65,6 +66,13 @@ class ClusterState:
         self.queues: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
         self.reserved_nodes: Counter[str] = Counter()  # node -> pods reserved on it
+        # Pods topogang bound with Bindings of its own that its watch has not shown bound yet:
+        # kube-scheduler's cache may not have them (core/posted.py).
+        self.posted = PostedBindings()
+        # Unbound pods another scheduler nominated to a node (status.nominatedNodeName), topogang's
+        # own steering aside: pod -> node (core/nominated.py counts them when gangs are planned).
+        self.nominated: dict[str, str] = {}
+        self.nominations_released = 0  # how many left `nominated` (their room may be free)
         # uids of pods deleted lately, oldest first: a filter call kube-scheduler sent before it
         # saw a deletion can reach us after our watch did, and must not bring the pod back.
         self._deleted_uids: dict[str, None] = {}
@@ -165,6 +173,10 @@ class ClusterState:
             if pod.uses_capacity and pod.node_name:
                 self._bound.add(pod.node_name, pod.requests)
         self.pods[pod.key] = pod
+        if pod.nominated_node is not None and _nominated_elsewhere(pod):
+            self.nominated[pod.key] = pod.nominated_node
+        elif self.nominated and self.nominated.pop(pod.key, None) is not None:
+            self.nominations_released += 1
         if old is not None and old.requests != pod.requests and pod.key in self.reservations:
             self.reserve(pod.key, self.reservations[pod.key][0], pod.requests)  # its claim was allocated
         if old is None:
@@ -178,6 +190,9 @@ class ClusterState:
             self._stale_pods |= self.claimed.track(None, key)
         old = self.pods.pop(key, None)
         self.arrival.pop(key, None)
+        if self.nominated.pop(key, None) is not None:
+            self.nominations_released += 1
+        self.posted.forget(key)
         if old is not None:
             self._remember_deleted(old.uid)
             if old.uses_capacity and old.node_name:
@@ -316,12 +331,16 @@ class ClusterState:
 
     # -- planning view ---------------------------------------------------------------------------------
 
-    def snapshot(self, give_back: Mapping[str, Mapping[str, int]] | None = None) -> ClusterSnapshot:
+    def snapshot(
+        self,
+        give_back: Mapping[str, Mapping[str, int]] | None = None,
+        taken: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> ClusterSnapshot:
         """Free capacity: allocatable (and devices) - bound pods - reservations - devices claims
-        hold, plus what `give_back` returns."""
+        hold, plus what `give_back` returns, minus what `taken` takes (node -> requests)."""
         table = self.table
         held = partial(self.devices.allocated, nodes=table.nodes)
-        return ClusterSnapshot(table, PlanningUsage(self.bound, self.reserved, give_back or {}, held))
+        return ClusterSnapshot(table, PlanningUsage(self.bound, self.reserved, give_back or {}, held, taken or {}))
 
     def free_on(self, node: str, resource: str) -> int:
         table = self.table  # once: every steered filter call asks this of each of its node's resources
@@ -354,3 +373,15 @@ class ClusterState:
         if self.global_default:  # the API server allows one; should two be seen, the lowest name
             return self.global_default[min(self.global_default)]
         return 0
+
+
+def _nominated_elsewhere(pod: PodInfo) -> bool:
+    """POD waits for the node another scheduler nominated it to: unbound, alive, and not steered
+    there by topogang (whose nominations of planned members are reservations already, and are
+    written with its plan-generation annotation)."""
+    return (
+        pod.node_name is None
+        and not pod.terminal
+        and not pod.deleting
+        and PLAN_GENERATION_ANNOTATION not in pod.annotations
+    )

@@ -11,6 +11,7 @@ import numpy as np
 
 from extender.core.cluster import ClusterState
 from extender.core.membership import Membership
+from extender.core.nominated import nominated_room
 from extender.placement import BoolArray, ClusterSnapshot, Gang
 
 
@@ -22,8 +23,9 @@ def snapshot_for(
     state: ClusterState, membership: Membership, group: str, gang: Gang, held: BoolArray | None = None
 ) -> ClusterSnapshot:
     """The cluster as GROUP's plan sees it: HELD (nodes reservations keep from it) and the
-    domains other gangs hold exclusively are blocked."""
-    base = state.snapshot()
+    domains other gangs hold exclusively are blocked, and the room of pods other schedulers
+    nominated (of at least its priority) is taken."""
+    base = state.snapshot(taken=nominated_room(state, membership, group))
     if held is not None:
         base = ClusterSnapshot(base.table, base.usage, held)
     others = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from extender.core.decisions import R_WAITING, BudgetBlocked, Headline
 from extender.core.explain_devices import device_lines
+from extender.core.nominated import nominated_room
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
 from extender.placement import (
@@ -120,7 +121,7 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     give_back: dict[str, Counter[str]] = {}
     for pod_key, node in reserved.items():
         give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
-    snapshot = state.snapshot(give_back)
+    snapshot = state.snapshot(give_back, nominated_room(state, scheduler.membership, group))
     result = plan(snapshot, gang)
     preemption = _preemption(scheduler, group, None if isinstance(result, Plan) else result)
     if isinstance(result, Plan):

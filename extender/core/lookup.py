@@ -110,5 +110,9 @@ class Lookup:
                     return True
         return False
 
+    def nominations_released(self) -> int:
+        """How many pods have stopped waiting on a node another scheduler nominated them to."""
+        return self._state.nominations_released
+
     def reservation_count(self) -> int:
         return len(self._state.reservations)

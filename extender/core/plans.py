@@ -22,6 +22,7 @@ from extender.placement import DomainRef, Plan
 
 RESERVED = "topogang: capacity reserved for a gang"
 HELD = "topogang: room held for a waiting gang (a reservation; see its PodGroup's status)"
+UNSEEN = "topogang: capacity taken by pods topogang bound that kube-scheduler has not seen bound yet"
 
 
 @dataclass
@@ -96,24 +97,42 @@ class Plans:
         return all(self._state.free_on(node, r) >= 0 for r in (*info.allocatable, *devices))
 
     def admit_plain(self, pod: PodInfo, nodes: Sequence[str], held: frozenset[str] = frozenset()) -> FilterResult:
-        """Plain pods pass, except onto nodes where they would take a gang's reserved room, or
-        HELD ones (room a reservation keeps for a waiting gang)."""
-        reserved = self._state.reserved_nodes
-        failed = {}
+        """Plain pods pass, except onto nodes where they would take a gang's reserved room or the
+        room of pods topogang bound itself that kube-scheduler may not have seen bound yet
+        (core/posted.py: its own filters count that room free), and HELD ones (room a
+        reservation keeps for a waiting gang). Those nodes are unresolvable: kube-scheduler's
+        preemption would evict pods there for a pod topogang refuses again (it skips them)."""
+        refused = self._taking(pod, nodes)
         if held:
-            failed = {n: HELD for n in nodes if n in held}
-        if reserved:
-            for node in nodes:
-                if (
-                    node not in failed
-                    and node in reserved
-                    and any(self._state.free_on(node, r) < v for r, v in pod.requests.items())
-                ):
-                    failed[node] = RESERVED
-        if not failed:
+            refused.update((n, HELD) for n in nodes if n in held)
+        if not refused:
             return FilterResult(nodes if isinstance(nodes, list) else list(nodes))
-        reason = RESERVED if any(v == RESERVED for v in failed.values()) else HELD
-        return FilterResult([n for n in nodes if n not in failed], failed=failed, reason=reason)
+        reason = next(r for r in (RESERVED, UNSEEN, HELD) if r in refused.values())
+        return FilterResult([n for n in nodes if n not in refused], unresolvable=refused, reason=reason)
+
+    def _taking(self, pod: PodInfo, nodes: Sequence[str]) -> dict[str, str]:
+        """The NODES where POD would take reserved room, or room bound pods kube-scheduler has not
+        seen take, with why. Plain pods are the hot path: when fewer nodes hold such room than
+        are offered (the usual case), only those are checked, and the offered names are scanned
+        once only if one of them is full."""
+        reserved, posted = self._state.reserved_nodes, self._state.posted.nodes
+        if not reserved and not posted:
+            return {}
+        free_on = self._state.free_on
+
+        def full(node: str) -> bool:
+            return any(free_on(node, r) < v for r, v in pod.requests.items())
+
+        if len(reserved) + len(posted) < len(nodes):
+            kept = dict.fromkeys(posted, UNSEEN) | dict.fromkeys(reserved, RESERVED)
+            taken = {n: why for n, why in kept.items() if full(n)}
+            return {n: taken[n] for n in nodes if n in taken} if taken else {}
+        out = {}
+        for node in nodes:
+            why = RESERVED if node in reserved else UNSEEN if node in posted else None
+            if why is not None and full(node):
+                out[node] = why
+        return out
 
     # -- writing -------------------------------------------------------------------------------
 

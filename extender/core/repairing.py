@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import R_REPAIRING, Reason, Repairing, Unrepairable
+from extender.core.membership import Membership
+from extender.core.nominated import nominated_room
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.pod import PodInfo
 from extender.placement import ClusterSnapshot, Gang, Repair, plan_repair
@@ -58,8 +60,9 @@ class LastRepair:
 
 
 class Repairs:
-    def __init__(self, state: ClusterState, *, timeout: float) -> None:
+    def __init__(self, state: ClusterState, membership: Membership, *, timeout: float) -> None:
         self.state = state
+        self.membership = membership
         self.timeout = timeout  # a broken gang no repair mends is given up after this long
         self.underway: dict[str, Underway] = {}
         self.broken: dict[str, float] = {}  # group -> when no repair was first found for it
@@ -70,12 +73,14 @@ class Repairs:
 
     def find(self, group: str, gang: Gang, now: float) -> Repair | None:
         """A repair for GROUP, whose unbound pods do not fit where the gang runs; None when
-        nothing runs (a first placement, not a repair) or no part of the gang can move."""
+        nothing runs (a first placement, not a repair) or no part of the gang can move. The room
+        of pods other schedulers nominated (core/nominated.py) stays taken."""
         if not any(m.node is not None for m in gang.members()):
             return None
         if self._tried.get(group) == self.state.version:
             return None  # nothing changed since a search found nothing
-        found = plan_repair(gang, self._without)
+        taken = nominated_room(self.state, self.membership, group)
+        found = plan_repair(gang, lambda pods: self._without(pods, taken))
         if found is None:
             self._tried[group] = self.state.version
             self.broken.setdefault(group, now)
@@ -83,12 +88,12 @@ class Repairs:
             self._tried.pop(group, None)
         return found
 
-    def _without(self, pods: Mapping[str, str]) -> ClusterSnapshot:
+    def _without(self, pods: Mapping[str, str], taken: Mapping[str, Mapping[str, int]]) -> ClusterSnapshot:
         give_back: dict[str, Counter[str]] = {}
         nodes = self.state.table.nodes
         for pod, node in pods.items():  # with the devices its own claims hold (DRA)
             give_back.setdefault(node, Counter()).update(self.state.claimed.held(self.state.pods[pod], nodes))
-        return self.state.snapshot(give_back)
+        return self.state.snapshot(give_back, taken)
 
     def start(self, group: str, repair: Repair, now: float) -> Underway:
         self.settle(group)

@@ -103,7 +103,7 @@ class GangScheduler:
         self.steering = Steering(state, self.membership, self.plans, enabled=nominate)
         self.gates = BindGate(state, self.membership, self.plans)
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
-        self.repairs = Repairs(state, timeout=repair_timeout)
+        self.repairs = Repairs(state, self.membership, timeout=repair_timeout)
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
         self._status = Status(
@@ -291,10 +291,9 @@ class GangScheduler:
         return self.reserving.refresh(now, wall, ready)
 
     def _discover(self, now: float) -> list[str]:
-        """Gangs kube-scheduler never asks about: when its own filters find no node with room (a
-        full cluster), topogang is not called, and a gang would never queue for a reservation.
-        Each whole, unplanned gang is tried once per change of the cluster (a plan that is not
-        kept): refused for room, it queues, and its status says why."""
+        """Gangs kube-scheduler never asks about: when its own filters find no node with room (a full
+        cluster), topogang is not called, and a gang would never queue for a reservation. Each whole,
+        unplanned gang is tried once per cluster change (a plan not kept): refused for room, it queues."""
         version = self.state.version
         found = []
         for group in self.membership.groups():
@@ -457,8 +456,9 @@ class GangScheduler:
 
     # -- what the cluster tells us -------------------------------------------------------------
 
-    def observe_pod(self, pod: PodInfo) -> None:
-        """A pod was added or changed (from the watch, or after our own bind)."""
+    def observe_pod(self, pod: PodInfo, posted: bool = False) -> None:
+        """A pod was added or changed: from the watch, or (POSTED) bound by topogang's own Binding."""
+        pod = self.state.posted.seen(pod, self.state.pods.get(pod.key), posted)
         if pod.terminal or pod.deleting:
             self.forget_pod(pod.key)
             self.state.upsert_pod(pod)

@@ -43,8 +43,8 @@ class UsageLedger:
 
 
 class PlanningUsage:
-    """Bound + reserved + devices claims hold, minus the reservations a re-plan gives back (the
-    `Usage` protocol)."""
+    """Bound + reserved + devices claims hold, minus the reservations a re-plan gives back, plus
+    the room of pods other schedulers nominated that the plan yields to (the `Usage` protocol)."""
 
     def __init__(
         self,
@@ -52,10 +52,12 @@ class PlanningUsage:
         reserved: UsageLedger,
         give_back: Mapping[str, Mapping[str, int]],
         allocated: Callable[[str], IntArray | None] | None = None,
+        taken: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         self._bound, self._reserved = bound, reserved
         self._give_back = give_back
         self._allocated = allocated
+        self._taken = taken or {}
 
     def used(self, resource: str) -> IntArray:
         arr = self._bound.used(resource) + self._reserved.used(resource)
@@ -63,8 +65,9 @@ class PlanningUsage:
         if held is not None:
             arr += held
         index = self._bound.table.index
-        for node, requests in self._give_back.items():
-            value = requests.get(resource)
-            if value and node in index:
-                arr[index[node]] -= value
+        for sign, per_node in ((-1, self._give_back), (1, self._taken)):
+            for node, requests in per_node.items():
+                value = requests.get(resource)
+                if value and node in index:
+                    arr[index[node]] += sign * value
         return arr

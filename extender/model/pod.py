@@ -9,8 +9,8 @@ from datetime import datetime
 from extender.model.dra.claims import PodClaim, parse_pod_claims
 from extender.model.errors import ErrorList, FieldError, InvalidObject
 from extender.model.kube_checks import kube_checks
-from extender.model.quantity import QuantityError, parse_nonnegative
 from extender.model.raw import JSON, identify, mapping, opt_int, opt_str, seq, str_map
+from extender.model.requests import effective_requests
 from extender.model.runtime_bound import runtime_bound
 from extender.model.selectors import (
     NodeSelectorTerm,
@@ -19,7 +19,6 @@ from extender.model.selectors import (
     parse_tolerations,
 )
 
-POD_SLOT = "pods"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -60,6 +59,9 @@ class PodInfo:
     requests: Mapping[str, int]  # effective requests in milli-units, one "pods" slot included
     placement: Placement = field(default_factory=Placement)
     node_name: str | None = None
+    # status.nominatedNodeName: where a scheduler (kube-scheduler after preempting for it, or
+    # topogang steering a planned member) means to put it while it is unbound.
+    nominated_node: str | None = None
     phase: str = "Pending"
     priority: int | None = None  # spec.priority as written; None: not written (see ClusterState.pod_priority)
     priority_class_name: str = ""
@@ -113,64 +115,6 @@ class PodInfo:
         return next((o for o in self.owner_refs if o.controller), None)
 
 
-def _resource_list(raw: object, field: str, errors: ErrorList) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for name, value in mapping(raw, field, errors).items():
-        try:
-            out[str(name)] = parse_nonnegative(value)
-        except QuantityError as exc:
-            errors.add(f"{field}.{name}", str(exc))
-    return out
-
-
-def _container_requests(raw: object, field: str, errors: ErrorList) -> dict[str, int]:
-    resources = mapping(mapping(raw, field, errors).get("resources"), f"{field}.resources", errors)
-    requests = _resource_list(resources.get("requests"), f"{field}.resources.requests", errors)
-    # The API server defaults a missing request to its limit; do the same for files read offline.
-    for name, value in _resource_list(resources.get("limits"), f"{field}.resources.limits", errors).items():
-        requests.setdefault(name, value)
-    return requests
-
-
-def _add(into: dict[str, int], other: Mapping[str, int]) -> None:
-    for name, value in other.items():
-        into[name] = into.get(name, 0) + value
-
-
-def _max(into: dict[str, int], other: Mapping[str, int]) -> None:
-    for name, value in other.items():
-        into[name] = max(into.get(name, 0), value)
-
-
-def effective_requests(spec: JSON, errors: ErrorList) -> dict[str, int]:
-    """What the pod takes from its node, the way kube-scheduler's NodeResourcesFit computes it.
-
-    max(sum of containers + restartable init containers (sidecars), the peak of each ordinary
-    init container plus the sidecars started before it), plus the pod overhead, plus one pod slot.
-    """
-    total: dict[str, int] = {}
-    for i, c in enumerate(seq(spec.get("containers"), "spec.containers", errors)):
-        _add(total, _container_requests(c, f"spec.containers[{i}]", errors))
-    sidecars: dict[str, int] = {}
-    init_peak: dict[str, int] = {}
-    for i, c in enumerate(seq(spec.get("initContainers"), "spec.initContainers", errors)):
-        field = f"spec.initContainers[{i}]"
-        req = _container_requests(c, field, errors)
-        if mapping(c, field, errors).get("restartPolicy") == "Always":
-            _add(sidecars, req)
-            _max(init_peak, sidecars)
-        else:
-            running = dict(sidecars)
-            _add(running, req)
-            _max(init_peak, running)
-    _add(total, sidecars)
-    _max(total, init_peak)
-    _add(total, _resource_list(spec.get("overhead"), "spec.overhead", errors))
-    total = {k: v for k, v in total.items() if v > 0}
-    total[POD_SLOT] = 1000
-    return total
-
-
 def _timestamp(raw: object, field: str, errors: ErrorList) -> float | None:
     text = opt_str(raw, field, errors)
     if text is None:
@@ -219,7 +163,10 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
     meta, name, namespace, errors = identify(body, "Pod", default_namespace)
     spec = mapping(body.get("spec"), "spec", errors)
     status = mapping(body.get("status"), "status", errors)
-    requests = effective_requests(spec, errors)
+    node_name = opt_str(spec.get("nodeName"), "spec.nodeName", errors) or None
+    # A pod on a node counts what its kubelet allocated too (in-place resize); one being
+    # scheduled, its spec alone (model/requests.py).
+    requests = effective_requests(spec, errors, status if node_name is not None else None)
     placement = Placement(
         tolerations=parse_tolerations(spec.get("tolerations"), "spec.tolerations", errors),
         node_selector=tuple(sorted(str_map(spec.get("nodeSelector"), "spec.nodeSelector", errors).items())),
@@ -246,7 +193,8 @@ def parse_pod(body: JSON, default_namespace: str = "default") -> PodInfo:
         annotations=annotations,
         requests=requests,
         placement=placement,
-        node_name=opt_str(spec.get("nodeName"), "spec.nodeName", errors) or None,
+        node_name=node_name,
+        nominated_node=opt_str(status.get("nominatedNodeName"), "status.nominatedNodeName", errors) or None,
         phase=opt_str(status.get("phase"), "status.phase", errors) or "Pending",
         priority=opt_int(spec.get("priority"), "spec.priority", errors),
         priority_class_name=opt_str(spec.get("priorityClassName"), "spec.priorityClassName", errors) or "",

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from extender.model.pod import POD_SLOT, Placement
+from extender.model.pod import Placement
 from extender.model.quantity import format_quantity
+from extender.model.requests import POD_SLOT
 from extender.model.topology import TopologySpec
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extender.model.pod import POD_SLOT
+from extender.model.requests import POD_SLOT
 from extender.placement.gang import Shape
 from extender.placement.snapshot import NOT_SCHEDULABLE, NOT_SELECTED, TAINTED, ClusterSnapshot
 from extender.placement.tree import IntArray

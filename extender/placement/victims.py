@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from extender.model.pod import POD_SLOT
+from extender.model.requests import POD_SLOT
 from extender.placement.ref import DomainRef
 from extender.placement.result import Plan
 

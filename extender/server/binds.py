@@ -89,7 +89,7 @@ class BindCalls:
             self._rejected(key, args.node, decision)
             return wire.encode_binding(decision.error)
         if decision.action == BIND:
-            errors = await self._bind_all(decision.bind)
+            errors = await self._bind_all(decision.bind, caller=key)
             return wire.encode_binding(errors.get(key, ""))
         assert decision.action == WAIT
         return wire.encode_binding(await self._wait(key, args.node))
@@ -162,14 +162,15 @@ class BindCalls:
     def _planned_node(self, namespace: str, name: str) -> str | None:
         return self.scheduler.nomination_target(f"{namespace}/{name}")
 
-    def _start(self, batch: Sequence[tuple[str, str]]) -> list[asyncio.Future[str]]:
-        """Start the Binding POST of each (pod, node), registered at once in `_binding`."""
+    def _start(self, batch: Sequence[tuple[str, str]], caller: str | None = None) -> list[asyncio.Future[str]]:
+        """Start the Binding POST of each (pod, node), registered at once in `_binding`; CALLER:
+        the pod whose bind call asked for them (None: bound ahead)."""
         loop = asyncio.get_running_loop()
         posts = []
         for pod, node in batch:
             future: asyncio.Future[str] = loop.create_future()
             self._binding[pod] = future
-            task = loop.create_task(self._post_binding(pod, node))
+            task = loop.create_task(self._post_binding(pod, node, caller))
             task.add_done_callback(partial(self._posted, pod, future))
             posts.append(future)
         return posts
@@ -185,7 +186,11 @@ class BindCalls:
             future.set_result(task.result())
 
     async def _bind_all(
-        self, batch: Sequence[tuple[str, str]], posts: Sequence[Awaitable[str]] | None = None, ahead: bool = False
+        self,
+        batch: Sequence[tuple[str, str]],
+        posts: Sequence[Awaitable[str]] | None = None,
+        ahead: bool = False,
+        caller: str | None = None,
     ) -> dict[str, str]:
         """Bind every pod of a released gate at once (POSTS: their Bindings started already);
         answer the calls that were waiting."""
@@ -195,7 +200,7 @@ class BindCalls:
             if timer is not None:
                 timer.cancel()
         start = time.perf_counter()
-        results = await asyncio.gather(*(posts if posts is not None else self._start(batch)))
+        results = await asyncio.gather(*(posts if posts is not None else self._start(batch, caller)))
         errors = {p: e for (p, _), e in zip(batch, results, strict=True) if e}
         for (pod, _), error in zip(batch, results, strict=True):
             waiter = self._waiting.pop(pod, None)
@@ -224,7 +229,7 @@ class BindCalls:
         pod = self._lookup.pod(pod_key)
         return pod is not None and pod.node_name == node
 
-    async def _post_binding(self, pod_key: str, node: str) -> str:
+    async def _post_binding(self, pod_key: str, node: str, caller: str | None) -> str:
         pod = self._lookup.pod(pod_key)
         if pod is None:
             self.metrics.bind_failed(BIND_POD_GONE)
@@ -236,7 +241,12 @@ class BindCalls:
             if getattr(exc, "status", None) in BIND_HOPELESS:
                 self.scheduler.forget_pod(pod_key)  # no retry can bind it: its room goes back
             return f"topogang: binding {pod_key} to {node} failed: {exc}"
-        self.scheduler.observe_pod(replace(pod, node_name=node))
+        # kube-scheduler holds a pod assumed in its cache while the pod's bind call waits for the
+        # answer (the caller's, or one waiting at the gate). Any other pod topogang bound is not
+        # in that cache until its informer sees the binding: meanwhile the node is checked for
+        # plain pods (core/posted.py).
+        assumed = pod_key == caller or pod_key in self._waiting
+        self.scheduler.observe_pod(replace(pod, node_name=node), posted=not assumed)
         return ""
 
     def _gate_expired(self, group: str) -> None:

@@ -48,6 +48,7 @@ class Wakeups:
         self._room_wake: asyncio.TimerHandle | None = None
         self._room_nodes: set[str] = set()  # nodes that came or changed since the last room wake
         self._room_anywhere = False  # room came back where no node is named (held room, devices)
+        self._released = 0  # Lookup.nominations_released when last seen
         self._lookup.subscribe(self._changed_object)
         self._lookup.subscribe(self._state_changed)
 
@@ -98,12 +99,17 @@ class Wakeups:
         """A victim pod changed or went: wake its gang's members soon if it was the last. A node
         came or changed, or a pod went: wake the members parked for want of room (at most once a
         second)."""
-        if kind in ("node", "devices") or (kind == "pod" and isinstance(key, str) and self._gave_room(key)):
-            # a node, device or claim came or changed, or a pod went or ended: there may be room
+        gave = kind == "pod" and isinstance(key, str) and self._gave_room(key)
+        released = self._lookup.nominations_released()
+        if kind in ("node", "devices") or gave or released != self._released:
+            # A node, device or claim came or changed, a pod went or ended, or a pod another
+            # scheduler had nominated stopped waiting for its node (core/nominated.py): there may
+            # be room, and kube-scheduler has no event for the gangs refused for want of it.
             if kind == "node" and isinstance(key, str):
                 self._room_nodes.add(key)
-            elif kind == "devices":
+            elif kind == "devices" or released != self._released:
                 self._room_anywhere = True
+            self._released = released
             self._room_changed()
             if kind != "pod":
                 return

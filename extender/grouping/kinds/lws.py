@@ -32,8 +32,9 @@ from extender.grouping.kinds.kind import WorkloadKind, owner
 from extender.grouping.synthesis import Synthesis, owner_ref, uid_for
 from extender.grouping.values import ann_field, annotations_of, count, label_field, level, mapping_at, positive_int
 from extender.model.errors import ErrorList, FieldError
-from extender.model.pod import PodInfo, effective_requests
+from extender.model.pod import PodInfo
 from extender.model.podgroup import TopologyConstraint
+from extender.model.requests import effective_requests
 
 NAME = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
