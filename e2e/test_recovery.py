@@ -95,6 +95,12 @@ async def degraded_gang(kube: KubeClient, namespace: str, nodes: list[str], name
     await create(kube, gpu_pod(f"{name}-2", annotations={"pod-group-name": name}), namespace)
 
 
+async def evicted(kube: KubeClient, namespace: str, names: tuple[str, ...]) -> bool:
+    """Whether every pod of NAMES is gone or being deleted."""
+    left = {p["metadata"]["name"]: p for p in await pods(kube, namespace)}
+    return all(n not in left or left[n]["metadata"].get("deletionTimestamp") for n in names)
+
+
 async def _gone(kube: KubeClient, namespace: str, pod: str) -> bool:
     return pod not in {p["metadata"]["name"] for p in await pods(kube, namespace)}
 
@@ -135,13 +141,10 @@ async def test_a_part_bound_gang_that_cannot_finish_is_evicted_and_says_so(
 ) -> None:
     #   z0-b0-r0 (2 nodes): g-0 and g-1 bound, no room left for g-2
     async with recovering(control_plane, scheduler, kube, kubeconfig, namespace, fake_gpu_nodes, 2) as (server, _):
-
-        async def evicted() -> bool:
-            left = {p["metadata"]["name"]: p for p in await pods(kube, namespace)}
-            return all(n not in left or left[n]["metadata"].get("deletionTimestamp") for n in ("g-0", "g-1"))
-
         try:
-            await eventually(evicted, within=60, what="the bound members g-0 and g-1 to be evicted")
+            await eventually(
+                lambda: evicted(kube, namespace, ("g-0", "g-1")), within=60, what="g-0 and g-1 to be evicted"
+            )
         except TimeoutError:
             print(f"--- last lines of {server.log_path} ---\n{server.tail(40)}")
             raise
@@ -199,14 +202,11 @@ async def test_a_new_leader_keeps_a_gang_that_ran_whole_and_evicts_one_cut_off_m
     async with Topogang.start(kubeconfig, control_plane.logs_dir, bind_timeout=2.0, args=args) as server:
         await restart(control_plane, scheduler, server)
 
-        async def evicted(names: tuple[str, ...]) -> bool:
-            left = {p["metadata"]["name"]: p for p in await pods(kube, namespace)}
-            return all(n not in left or left[n]["metadata"].get("deletionTimestamp") for n in names)
-
         try:
             # Both gangs got the same deadline: once the cut one is evicted, the degraded one
             # would have been too.
-            await eventually(lambda: evicted(("c-0",)), within=60, what="c-0, of the gang cut off, to be evicted")
+            cut = ("c-0",)
+            await eventually(lambda: evicted(kube, namespace, cut), within=60, what="c-0 (the gang cut off) evicted")
             kept = {p["metadata"]["name"]: p for p in await pods(kube, namespace)}
             assert {"d-0", "d-1"} <= kept.keys(), sorted(kept)  # the degraded gang's pods: not evicted
             assert all(kept[n]["metadata"].get("deletionTimestamp") is None for n in ("d-0", "d-1")), kept.keys()
