@@ -34,7 +34,8 @@ WatchResult = list[bytes] | Exception
 
 class ScriptedApi:
     """Answers list and watch calls from queues; once a queue is empty, lists fail with 500
-    and watches stay open with nothing in them (until the informer is stopped)."""
+    and watches stay open with nothing in them until `add_watch` scripts one (or the informer is
+    stopped)."""
 
     def __init__(self, lists: list[ListResult], watches: list[WatchResult]) -> None:
         self.lists: deque[ListResult] = deque(lists)
@@ -42,6 +43,12 @@ class ScriptedApi:
         self.list_calls: list[str] = []
         self.watch_calls: list[tuple[str, dict[str, Any], int]] = []
         self.closed = 0
+        self._more = asyncio.Event()
+
+    def add_watch(self, result: WatchResult) -> None:
+        """Script the next watch; one waiting with nothing scripted takes it."""
+        self.watches.append(result)
+        self._more.set()
 
     async def list(
         self, path: str, params: Params | None = None, *, page_size: int = 500
@@ -61,8 +68,9 @@ class ScriptedApi:
     ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         self.watch_calls.append((path, dict(params or {}), timeout_seconds))
         try:
-            if not self.watches:
-                await asyncio.Event().wait()
+            while not self.watches:
+                self._more.clear()
+                await self._more.wait()
             result = self.watches.popleft()
             if isinstance(result, Exception):
                 raise result

@@ -7,7 +7,7 @@ announced with a *tombstone*, its apiVersion, kind and metadata.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,22 +52,38 @@ def seen(obj: Mapping[str, Any]) -> Seen:
 def reconcile(
     known: Mapping[str, Seen], listed: Iterable[JSONDict], tombstone: Callable[[Seen], JSONDict]
 ) -> tuple[list[Event], dict[str, Seen]]:
-    """The events and the new identities after a relist:
+    """The events and the new identities after a relist, all at once (`relist` is the same, lazily):
     - DELETED (a tombstone) for each known object the list no longer has, first;
     - ADDED for each listed object not known; DELETED then ADDED for one known under the same
       name with another uid (deleted and created again while the watch was down);
     - MODIFIED for each whose resourceVersion moved; nothing for those unchanged."""
-    events: list[Event] = []
-    fresh: dict[str, Seen] = {}
+    listed = list(listed)
+    events = [event for step in relist(known, listed, tombstone) for event in step]
+    return events, {(now := seen(obj)).key: now for obj in listed}
+
+
+def relist(
+    known: Mapping[str, Seen], listed: Sequence[JSONDict], tombstone: Callable[[Seen], JSONDict]
+) -> Iterator[tuple[Event, ...]]:
+    """`reconcile`'s events in its order, one step per unit of work (a listed object read, a known
+    one found gone, a listed one compared), each step the events it makes, often none: a caller
+    may pause between any two steps, so a list of 100,000 objects need not be one step of an
+    event loop. KNOWN must not change while the steps are taken (pass a copy)."""
+    identities: list[Seen] = []
+    fresh: set[str] = set()
     for obj in listed:
-        now = seen(obj)
-        fresh[now.key] = now
+        identities.append(now := seen(obj))
+        fresh.add(now.key)
+        yield ()
+    for key, gone in known.items():
+        yield ((DELETED, tombstone(gone)),) if key not in fresh else ()
+    for obj, now in zip(listed, identities, strict=True):
         before = known.get(now.key)
         if before is None:
-            events.append((ADDED, obj))
+            yield ((ADDED, obj),)
         elif before.uid != now.uid:
-            events += [(DELETED, tombstone(before)), (ADDED, obj)]
+            yield (DELETED, tombstone(before)), (ADDED, obj)
         elif before.resource_version != now.resource_version:
-            events.append((MODIFIED, obj))
-    gone = [(DELETED, tombstone(before)) for key, before in known.items() if key not in fresh]
-    return gone + events, fresh
+            yield ((MODIFIED, obj),)
+        else:
+            yield ()
