@@ -229,13 +229,14 @@ class Informer:
         def tombstone(gone: Seen) -> JSONDict:
             return gone.tombstone(api_version, kind)
 
-        counts = await self._deliver_sliced(relist(dict(self._known), items, tombstone))
+        listed = len(items)
+        counts = await self._deliver_sliced(relist(dict(self._known), items, tombstone))  # (empties ITEMS)
         await self._deliver_sliced(self._unlisted(mark, tombstone))
         self.resource_version = resource_version
         self._progress = False
         self._backoff.reset()
         if not self.synced:
-            self.log.info("synced", objects=len(items), version=self.version, seconds=round(seconds, 3))
+            self.log.info("synced", objects=listed, version=self.version, seconds=round(seconds, 3))
             self._synced.set()
             self._settled.set()
             return
@@ -243,7 +244,7 @@ class Informer:
         self.log.info(
             "relisted",
             reason=self._relist_reason or "resumed",
-            objects=len(items),
+            objects=listed,
             added=counts[ADDED],
             modified=counts[MODIFIED],
             deleted=counts[DELETED],

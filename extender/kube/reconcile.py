@@ -7,7 +7,7 @@ announced with a *tombstone*, its apiVersion, kind and metadata.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,27 +58,31 @@ def reconcile(
       name with another uid (deleted and created again while the watch was down);
     - MODIFIED for each whose resourceVersion moved; nothing for those unchanged."""
     listed = list(listed)
-    events = [event for step in relist(known, listed, tombstone) for event in step]
-    return events, {(now := seen(obj)).key: now for obj in listed}
+    fresh = {(now := seen(obj)).key: now for obj in listed}
+    return [event for step in relist(dict(known), listed, tombstone) for event in step], fresh
 
 
 def relist(
-    known: Mapping[str, Seen], listed: Sequence[JSONDict], tombstone: Callable[[Seen], JSONDict]
+    known: dict[str, Seen], listed: list[JSONDict], tombstone: Callable[[Seen], JSONDict]
 ) -> Iterator[tuple[Event, ...]]:
     """`reconcile`'s events in its order, one step per unit of work (a listed object read, a known
-    one found gone, a listed one compared), each step the events it makes, often none: a caller
+    one looked at, a listed one compared), each step the events it makes, often none: a caller
     may pause between any two steps, so a list of 100,000 objects need not be one step of an
-    event loop. KNOWN must not change while the steps are taken (pass a copy)."""
+    event loop. KNOWN and LISTED are consumed as the steps are taken (what a list of 100,000
+    objects holds is freed a little at a time, not all in one step at its end): pass copies."""
     identities: list[Seen] = []
     fresh: set[str] = set()
     for obj in listed:
         identities.append(now := seen(obj))
         fresh.add(now.key)
         yield ()
-    for key, gone in known.items():
-        yield ((DELETED, tombstone(gone)),) if key not in fresh else ()
-    for obj, now in zip(listed, identities, strict=True):
-        before = known.get(now.key)
+    for key in list(known):
+        yield ((DELETED, tombstone(known.pop(key))),) if key not in fresh else ()
+    listed.reverse()  # (taken from the end, in the list's order)
+    identities.reverse()
+    while listed:
+        obj, now = listed.pop(), identities.pop()
+        before = known.pop(now.key, None)
         if before is None:
             yield ((ADDED, obj),)
         elif before.uid != now.uid:
