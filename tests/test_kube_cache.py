@@ -166,3 +166,17 @@ def test_a_pod_the_core_learnt_after_a_list_was_requested_is_kept_for_the_watch_
     assert list(held.unlisted(mark, set())) == ["default/before"]
     assert list(held.unlisted(mark, {"default/before"})) == []
     assert list(CorePods(scheduler.state, "elsewhere", structlog.get_logger()).unlisted(mark, set())) == []
+
+
+async def test_events_without_apiversion_and_kind_are_applied_as_their_resources() -> None:
+    # (list items come without them; some watch events too)
+    pods = ScriptedApi(
+        [([member("a", "1"), member("b", "2")], "2")],
+        [[line("DELETED", member("a", "3")), line("MODIFIED", {**member("b", "4"), "status": {"phase": "Running"}})]],
+    )
+    scheduler = gang_scheduler()
+    async with ClusterCache(Routes({"/api/v1/pods": pods}), scheduler, resources=[PODS]) as cache:
+        await cache.wait_ready(5)
+        await until(lambda: len(pods.watch_calls) == 2, "the watch to be read")
+    assert list(scheduler.state.pods) == ["default/b"]
+    assert scheduler.state.pods["default/b"].phase == "Running"

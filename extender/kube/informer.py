@@ -47,8 +47,8 @@ from extender.kube.resources import Resource
 Handler = Callable[[str, JSONDict], None]
 NOT_FOUND, GONE = 404, 410
 QUICK_WATCH_SECONDS = 1.0  # a watch that ends sooner than this with nothing in it counts as a failure
-# The longest one step of applying a list holds the event loop (filter calls and the Lease's
-# renewal share it): 100,000 pods took about 6 s in one step.
+# The longest one step of applying a list holds the event loop, which filter calls and the
+# Lease's renewal share (in one step, 100,000 pods would hold it for seconds).
 SLICE_SECONDS = 0.01
 
 
@@ -328,13 +328,13 @@ class Informer:
     def _note(self, event_type: str, obj: JSONDict) -> None:
         """Remember OBJ's identity as it is delivered (what a relist reconciles against), and
         give it its type (a list's items and watch events come without)."""
+        obj.setdefault("apiVersion", self.api_version)
+        obj.setdefault("kind", self.resource.kind)
         now = seen(obj)
         if event_type == DELETED:
             self._known.pop(now.key, None)
-            return
-        obj.setdefault("apiVersion", self.api_version)
-        obj.setdefault("kind", self.resource.kind)
-        self._known[now.key] = now
+        else:
+            self._known[now.key] = now
 
     def _deliver(self, event_type: str, obj: JSONDict) -> None:
         try:
