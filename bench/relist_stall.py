@@ -8,9 +8,11 @@ over and records how late it wakes (loop lag) while a ClusterCache (pods only) a
     relist   a list after every pod changed while the cache was stopped (a label patched onto each
              one; the informer's resourceVersion is dropped, as after a 410), until applied
 
-For each: seconds, the longest loop lag, its 99th percentile, and the longest full (generation 2)
-collection of Python's cyclic garbage collector, which holds the loop too (gc.callbacks), with the
-longest lag left once the collections inside each lag are taken out.
+For each: seconds, the longest loop lag (while it runs and for 3 s after), its 99th percentile, and
+the longest full (generation 2) collection of Python's cyclic garbage collector, which holds the
+loop too (gc.callbacks), with the longest lag left once the collections inside each lag are taken
+out. Then how long one full collection of the heap left takes (gc.collect()): the stall any full
+collection costs with that many pods cached, list or not.
 
     python bench/relist_stall.py                        # the local control plane, 100,000 pods
     python bench/relist_stall.py --pods 20000 --json
@@ -30,7 +32,7 @@ import gc
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ from extender.kube import ClusterCache, KubeClient, Selector
 from extender.kube.resources import PODS
 
 PROBE_SECONDS = 0.001
+AFTER_SECONDS = 3.0
 PAGE = 500
 
 
@@ -103,10 +106,15 @@ async def probing() -> AsyncIterator[Probe]:
 
 
 async def timed(work: Callable[[], Any]) -> dict[str, float]:
+    """WORK's seconds and the loop's lag while it runs and for AFTER_SECONDS after it (what it
+    left the collector to do shows there)."""
     async with probing() as probe:
         started = time.perf_counter()
         await work()
         seconds = time.perf_counter() - started
+        for _ in range(100):  # a server allocates as it goes on (collections start on allocations)
+            _ = [[] for _ in range(1000)]
+            await asyncio.sleep(AFTER_SECONDS / 100)
     return {"seconds": round(seconds, 2), **probe.figures()}
 
 
@@ -121,6 +129,14 @@ async def relist(cache: ClusterCache) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the relist was not applied within 1800 s")
         await asyncio.sleep(0.01)
+
+
+def full_collection_ms() -> float:
+    """What one full collection of the heap left (the cache holding every pod) takes: the loop
+    stalls this long whenever the collector runs one, list or not."""
+    started = time.perf_counter()
+    gc.collect()
+    return round((time.perf_counter() - started) * 1000, 1)
 
 
 def check(scheduler: GangScheduler, count: int, label: str) -> None:
@@ -153,39 +169,87 @@ async def measure_real(kubeconfig: Path, count: int) -> dict[str, Any]:
             again = await timed(functools.partial(relist, cache))
             await cache.stop()
             check(scheduler, count, "2")
+            floor = full_collection_ms()
         finally:
             with contextlib.suppress(Exception):
                 await kube.delete(f"/api/v1/namespaces/{namespace}")
-    return {"pods": count, "api_server": True, "sync": first, "relist": again}
+    return {"pods": count, "api_server": True, "sync": first, "relist": again, "full_collection_ms": floor}
+
+
+# A pending pod as the API server lists it (bench/kube_sync.pod after admission): what a list
+# holds per pod, managedFields included, matters to the garbage collector.
+LISTED_POD = orjson.loads(
+    b"""{"metadata": {"name": "p0", "namespace": "bench", "uid": "u0", "resourceVersion": "1",
+    "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"app": "bench"},
+    "annotations": {"pod-group-name": "g"}, "managedFields": [{"manager": "topogang",
+    "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",
+    "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {".": {},
+    "f:pod-group-name": {}}, "f:labels": {".": {}, "f:app": {}}}, "f:spec": {"f:containers":
+    {"k:{\\"name\\":\\"main\\"}": {".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+    "f:resources": {".": {}, "f:limits": {".": {}, "f:nvidia.com/gpu": {}}, "f:requests": {".": {},
+    "f:cpu": {}, "f:memory": {}, "f:nvidia.com/gpu": {}}}, "f:terminationMessagePath": {},
+    "f:terminationMessagePolicy": {}}}, "f:dnsPolicy": {}, "f:enableServiceLinks": {},
+    "f:restartPolicy": {}, "f:schedulerName": {}, "f:securityContext": {},
+    "f:terminationGracePeriodSeconds": {}}}}]}, "spec": {"volumes": [{"name": "kube-api-access",
+    "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+    {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1",
+    "fieldPath": "metadata.namespace"}}]}}], "defaultMode": 420}}], "containers": [{"name": "main",
+    "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {"nvidia.com/gpu": "1"},
+    "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}, "volumeMounts": [{"name":
+    "kube-api-access", "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+    "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+    "imagePullPolicy": "IfNotPresent"}], "restartPolicy": "Always", "terminationGracePeriodSeconds": 0,
+    "dnsPolicy": "ClusterFirst", "serviceAccountName": "default", "serviceAccount": "default",
+    "securityContext": {}, "schedulerName": "topogang-bench-nobody", "tolerations": [{"key":
+    "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds":
+    300}, {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+    "tolerationSeconds": 300}], "priority": 0, "enableServiceLinks": true, "preemptionPolicy":
+    "PreemptLowerPriority"}, "status": {"phase": "Pending", "qosClass": "Burstable"}}"""
+)
 
 
 class FakeList:
-    """A ListWatch whose list is COUNT pods, decoded page by page as KubeClient does; watches stay
-    open with nothing in them."""
+    """A ListWatch whose list is COUNT pods (LISTED_POD's), its pages encoded beforehand and
+    decoded one by one as KubeClient does (`next_round` changes every pod); watches stay open
+    with nothing in them."""
 
     def __init__(self, count: int) -> None:
         self.count = count
-        self.round = "1"
+        self.round = 0
+        self.pages: list[bytes] = []
+        self.next_round()
 
-    async def list(
-        self, path: str, params: dict[str, Any] | None = None, *, page_size: int = PAGE
-    ) -> tuple[list[dict[str, Any]], str]:
-        items: list[dict[str, Any]] = []
-        for page in self._pages():
-            items.extend(orjson.loads(page))
-            await asyncio.sleep(0)  # (the next page is a request: the loop runs meanwhile)
-        return items, str(self.count * 10)
-
-    def _pages(self) -> Iterator[bytes]:
+    def next_round(self) -> None:
+        self.round += 1
+        template = orjson.dumps(LISTED_POD)
+        self.pages = []
         for first in range(0, self.count, PAGE):
             page = []
             for i in range(first, min(first + PAGE, self.count)):
-                body: dict[str, Any] = pod(f"p{i}")
+                body = orjson.loads(template)
                 meta = body["metadata"]
-                meta.update(namespace="bench", uid=f"uid-{i}", resourceVersion=f"{i}-{self.round}")
-                meta["labels"] = {**meta["labels"], "round": self.round}
+                meta.update(name=f"p{i}", uid=f"uid-{i}", resourceVersion=f"{i}-{self.round}")
+                meta["labels"]["round"] = str(self.round)
                 page.append(body)
-            yield orjson.dumps(page)
+            self.pages.append(orjson.dumps(page))
+
+    async def list(
+        self,
+        path: str,
+        params: dict[str, Any] | None = None,
+        *,
+        page_size: int = PAGE,
+        each: Callable[[dict[str, Any]], object] | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        items: list[dict[str, Any]] = []
+        for page in self.pages:
+            got = orjson.loads(page)
+            for item in got if each is not None else ():
+                each(item)
+            items.extend(got)
+            await asyncio.sleep(0)  # (the next page is a request: the loop runs meanwhile)
+        return items, str(self.count * 10 + self.round)
 
     async def watch(
         self, path: str, params: dict[str, Any] | None = None, *, timeout_seconds: int = 300
@@ -205,11 +269,12 @@ async def measure_fake(count: int) -> dict[str, Any]:
 
     first = await timed(sync)
     await cache.stop()
-    api.round = "2"
+    api.next_round()
     again = await timed(functools.partial(relist, cache))
     await cache.stop()
     check(scheduler, count, "2")
-    return {"pods": count, "api_server": False, "sync": first, "relist": again}
+    floor = full_collection_ms()
+    return {"pods": count, "api_server": False, "sync": first, "relist": again, "full_collection_ms": floor}
 
 
 def show(result: dict[str, Any]) -> str:
@@ -222,6 +287,7 @@ def show(result: dict[str, Any]) -> str:
             f" longest full gc {f['max_gc2_ms']} ms ({f['gc2_count']}); longest lag outside gc"
             f" {f['max_lag_outside_gc_ms']} ms"
         )
+    lines.append(f"  a full collection of the heap left: {result['full_collection_ms']} ms")
     return "\n".join(lines)
 
 

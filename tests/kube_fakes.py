@@ -51,7 +51,12 @@ class ScriptedApi:
         self._more.set()
 
     async def list(
-        self, path: str, params: Params | None = None, *, page_size: int = 500
+        self,
+        path: str,
+        params: Params | None = None,
+        *,
+        page_size: int = 500,
+        each: Callable[[dict[str, Any]], object] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         self.list_calls.append(path)
         await asyncio.sleep(0)
@@ -61,7 +66,10 @@ class ScriptedApi:
         if isinstance(result, Exception):
             raise result
         items, rv = result
-        return [orjson.loads(orjson.dumps(i)) for i in items], rv
+        copies = [orjson.loads(orjson.dumps(i)) for i in items]
+        for item in copies if each is not None else ():
+            each(item)
+        return copies, rv
 
     async def watch(
         self, path: str, params: Params | None = None, *, timeout_seconds: int = 300
@@ -122,11 +130,16 @@ class Routes:
         self.apis = apis
 
     async def list(
-        self, path: str, params: Params | None = None, *, page_size: int = 500
+        self,
+        path: str,
+        params: Params | None = None,
+        *,
+        page_size: int = 500,
+        each: Callable[[dict[str, Any]], object] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         if path not in self.apis:
             raise ApiError(404, "the server could not find the requested resource", reason="NotFound")
-        return await self.apis[path].list(path, params, page_size=page_size)
+        return await self.apis[path].list(path, params, page_size=page_size, each=each)
 
     def watch(
         self, path: str, params: Params | None = None, *, timeout_seconds: int = 300

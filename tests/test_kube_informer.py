@@ -5,6 +5,7 @@ so an ERROR 410 event takes the same path as one from a real API server (e2e tes
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Collection
 from typing import Any
 
@@ -277,3 +278,29 @@ async def test_what_the_handler_side_held_before_a_list_and_the_list_lacks_is_de
         await until(lambda: informer.relists == 1, "the relist")
     assert held.events[2:] == [("DELETED", "ghost-2", "")]
     assert held.keys == {}
+
+
+async def test_managed_fields_are_dropped_as_list_pages_and_watch_events_arrive() -> None:
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]
+
+    def with_fields(name: str, rv: str) -> dict[str, Any]:
+        body = pod(name, rv)
+        body["metadata"]["managedFields"] = managed
+        return body
+
+    api = ScriptedApi([([with_fields("a", "1")], "1")], [[line("ADDED", with_fields("b", "2"))]])
+    got: list[dict[str, Any]] = []
+    informer = Informer(api, PODS, lambda _, obj: got.append(obj), rand=lambda: 0.5)
+    async with running(informer):
+        await until(lambda: len(got) == 2, "both pods")
+    assert [sorted(o["metadata"]) for o in got] == [["name", "namespace", "resourceVersion", "uid"]] * 2
+
+
+async def test_the_garbage_collector_is_held_off_while_a_list_is_fetched_and_applied() -> None:
+    collecting: list[bool] = []
+    api = ScriptedApi([([pod("a", "1"), pod("b", "2")], "2")], [])
+    informer = Informer(api, PODS, lambda *_: collecting.append(gc.isenabled()), slice_seconds=0)
+    async with running(informer):
+        await until(lambda: len(api.watch_calls) == 1, "the watch")
+        assert gc.isenabled()
+    assert collecting == [False, False]

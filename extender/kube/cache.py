@@ -189,9 +189,6 @@ class ClusterCache:
 
     def _handler(self, resource: Resource) -> Handler:
         def handle(event_type: str, obj: JSONDict) -> None:
-            meta = obj.get("metadata")
-            if isinstance(meta, dict):
-                meta.pop("managedFields", None)  # large and never read: do not keep it
             key = (resource.name, seen(obj).key)
             if event_type == DELETED:
                 self._problems.pop(key, None)

@@ -16,7 +16,8 @@ Handlers are plain sync callables `(event_type, obj)`: each event is applied to 
 one step of the event loop, so no request ever sees half an event. A list is applied in slices
 of at most `slice_seconds` with the loop free in between (`_apply_list` says why that is safe);
 the watch starts, and `synced` turns true, only once all of it is applied. A handler that raises
-is logged and does not stop the informer.
+is logged and does not stop the informer. Objects reach it without metadata.managedFields
+(`lean`), dropped as each page or event arrives.
 
 The informer remembers what it delivered, event by event (a list stopped halfway is reconciled
 from what was delivered). What the handler's side holds beyond that (`Held`: the core learns of
@@ -41,6 +42,7 @@ import structlog
 
 from extender.kube.backoff import Backoff
 from extender.kube.client import ApiError, JSONDict, Params
+from extender.kube.collector import collections_held
 from extender.kube.reconcile import ADDED, BOOKMARK, DELETED, MODIFIED, Event, Seen, relist, seen
 from extender.kube.resources import Resource
 
@@ -52,11 +54,24 @@ QUICK_WATCH_SECONDS = 1.0  # a watch that ends sooner than this with nothing in 
 SLICE_SECONDS = 0.01
 
 
+def lean(obj: JSONDict) -> None:
+    """Drop what is large and never read (metadata.managedFields) as OBJ arrives: a list is held
+    whole until it is applied, and what it holds is memory and garbage-collector time."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+
+
 class ListWatch(Protocol):
     """What an informer needs of the API (KubeClient; fakes in unit tests)."""
 
     async def list(
-        self, path: str, params: Params | None = None, *, page_size: int = 500
+        self,
+        path: str,
+        params: Params | None = None,
+        *,
+        page_size: int = 500,
+        each: Callable[[JSONDict], object] | None = None,
     ) -> tuple[builtins.list[JSONDict], str]: ...
 
     def watch(
@@ -191,13 +206,20 @@ class Informer:
     # -- list ----------------------------------------------------------------------------------------
 
     async def _list(self) -> bool:
-        """List and apply; False when no version of the API is installed."""
+        """List and apply, with the garbage collector held off (collector.py says why); False
+        when no version of the API is installed."""
+        with collections_held():
+            return await self._list_and_apply()
+
+    async def _list_and_apply(self) -> bool:
         started = time.monotonic()
         mark = self._held.mark() if self._held is not None else 0
         for version in self._versions():
             path = self.resource.collection_path(version, self.namespace)
             try:
-                items, resource_version = await self.client.list(path, self.selectors, page_size=self.page_size)
+                items, resource_version = await self.client.list(
+                    path, self.selectors, page_size=self.page_size, each=lean
+                )
             except ApiError as exc:
                 if exc.status == NOT_FOUND:
                     continue
@@ -328,6 +350,7 @@ class Informer:
     def _note(self, event_type: str, obj: JSONDict) -> None:
         """Remember OBJ's identity as it is delivered (what a relist reconciles against), and
         give it its type (a list's items and watch events come without)."""
+        lean(obj)
         obj.setdefault("apiVersion", self.api_version)
         obj.setdefault("kind", self.resource.kind)
         now = seen(obj)
