@@ -7,7 +7,6 @@ import asyncio
 from typing import Any
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
 from extender.core.cluster import ClusterState
@@ -159,13 +158,12 @@ async def test_pods_learnt_from_kube_schedulers_calls_that_no_list_has_are_delet
 
 def test_a_pod_the_core_learnt_after_a_list_was_requested_is_kept_for_the_watch_to_tell() -> None:
     scheduler = gang_scheduler()
-    held = CorePods(scheduler.state, None, structlog.get_logger())
+    held = CorePods(scheduler.state, None)
     scheduler.observe_pod(parse_pod(member("before", "1")))
     mark = held.mark()
     scheduler.observe_pod(parse_pod(member("after", "2")))  # may be newer than the list
-    assert list(held.unlisted(mark, set())) == ["default/before"]
-    assert list(held.unlisted(mark, {"default/before"})) == []
-    assert list(CorePods(scheduler.state, "elsewhere", structlog.get_logger()).unlisted(mark, set())) == []
+    assert list(held.held_before(mark)) == ["default/before"]
+    assert list(CorePods(scheduler.state, "elsewhere").held_before(mark)) == []
 
 
 async def test_events_without_apiversion_and_kind_are_applied_as_their_resources() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Collection
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -261,8 +261,8 @@ class Holding(Recorder):
     def mark(self) -> int:
         return self.count
 
-    def unlisted(self, mark: int, listed: Collection[str]) -> list[str]:
-        return [k for k, n in self.keys.items() if n <= mark and k not in listed]
+    def held_before(self, mark: int) -> Iterator[str]:
+        return iter([k for k, n in self.keys.items() if n <= mark])
 
 
 async def test_what_the_handler_side_held_before_a_list_and_the_list_lacks_is_deleted_after_it() -> None:

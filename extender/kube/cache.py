@@ -20,7 +20,7 @@ delivered, and the pods informer also deletes pods the core learnt of from kube-
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -52,24 +52,22 @@ class CorePods:
     any list or watch event showed it (created and deleted while a relist was due) is in no event,
     and would stay forever, holding room or a place in its gang."""
 
-    def __init__(self, state: ClusterState, namespace: str | None, log: structlog.typing.FilteringBoundLogger) -> None:
+    def __init__(self, state: ClusterState, namespace: str | None) -> None:
         self._state = state
         self._prefix = f"{namespace}/" if namespace else ""
-        self._log = log
 
     def mark(self) -> int:
         """The latest arrival (`ClusterState.arrival` numbers grow in the dict's order)."""
         return next(reversed(self._state.arrival.values()), 0)
 
-    def unlisted(self, mark: int, listed: Collection[str]) -> list[str]:
+    def held_before(self, mark: int) -> Iterator[str]:
         # A pod the core saw before the list was requested existed before the list was taken
         # (kube-scheduler asks only about pods it has seen), so one the list lacks is gone. A pod
         # seen later may be newer than the list: the watch, which resumes from it, will tell.
         arrival = self._state.arrival
-        gone = [k for k, order in arrival.items() if order <= mark and k not in listed and k.startswith(self._prefix)]
-        if gone:
-            self._log.info("pods no list holds deleted", pods=len(gone), first=gone[:5])
-        return gone
+        for key in list(arrival):  # (a copy of the keys: pods deleted meanwhile leave the dict)
+            if arrival.get(key, mark + 1) <= mark and key.startswith(self._prefix):
+                yield key
 
 
 class ClusterCache:
@@ -174,7 +172,7 @@ class ClusterCache:
         which the core cannot apply to the pods it learnt of)."""
         if resource != PODS or selector.label_selector or selector.field_selector:
             return None
-        return CorePods(self.scheduler.state, selector.namespace, self.log)
+        return CorePods(self.scheduler.state, selector.namespace)
 
     def _installed(self, resource: Resource) -> Callable[[bool], None] | None:
         """For the queue kinds: whether their API exists decides how PodGroup spec.queue is read."""

@@ -18,11 +18,6 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
-# A young generation larger than this is moved to the oldest one rather than walked by the next
-# collection (100,000 objects take it some 0.1 s); a small one, a list of a few objects or none
-# (an API not installed), is left to the young collections.
-WALK_AT_MOST = 100_000
-
 
 class _Hold:
     """The lists being fetched or applied (informers list concurrently), and the collector's
@@ -49,8 +44,10 @@ def collections_held() -> Iterator[None]:
     finally:
         _HOLD.count -= 1
         if _HOLD.count == 0:
-            young = gc.get_count()[0]  # objects made (and not freed) since the last collection
-            if young > WALK_AT_MOST and gc.get_freeze_count() == 0:  # (others' frozen objects stay so)
+            # (The young generation holds every object made meanwhile, however few the collector's
+            # count says: a relist frees as many old objects as it makes new ones. Objects someone
+            # else froze are left where they are.)
+            if gc.get_freeze_count() == 0:
                 gc.freeze()
                 gc.unfreeze()
             if _HOLD.was_enabled:

@@ -34,7 +34,7 @@ import contextlib
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 import aiohttp
@@ -86,9 +86,9 @@ class Held(Protocol):
         """Taken just before a list is requested."""
         ...
 
-    def unlisted(self, mark: int, listed: Collection[str]) -> Collection[str]:
-        """The keys held since before MARK that LISTED (what the informer holds once a list is
-        applied) does not have: gone before the list was taken, each gets a DELETED."""
+    def held_before(self, mark: int) -> Iterator[str]:
+        """The keys it has held since before MARK, lazily (the informer checks one a step): each
+        one the list does not have was gone before the list was taken, and gets a DELETED."""
         ...
 
 
@@ -276,12 +276,19 @@ class Informer:
 
     def _unlisted(self, mark: int, tombstone: Callable[[Seen], JSONDict]) -> Iterator[tuple[Event, ...]]:
         """A DELETED for each key the handler's side held before the list began that the list
-        does not have (read once the list is applied: the generator is lazy)."""
+        does not have (read once the list is applied: the generator is lazy), a step per key."""
         if self._held is None:
             return
-        for key in self._held.unlisted(mark, self._known):
+        gone = []
+        for key in self._held.held_before(mark):
+            if key in self._known:
+                yield ()
+                continue
+            gone.append(key)
             namespace, _, name = key.rpartition("/")
             yield ((DELETED, tombstone(Seen(namespace, name, "", ""))),)
+        if gone:
+            self.log.info("deleted what no list has", objects=len(gone), first=gone[:5])
 
     async def _deliver_sliced(self, steps: Iterable[tuple[Event, ...]]) -> Counter[str]:
         """Deliver the events of STEPS in order, yielding to the event loop whenever a slice has
