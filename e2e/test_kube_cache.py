@@ -18,6 +18,7 @@ from extender.core.scheduler import GangScheduler
 from extender.kube import ClusterCache, KubeClient, Resource, Selector
 from extender.kube.resources import PODS, WATCHED
 from extender.model.labels import POD_GROUP_ANNOTATION
+from extender.model.pod import parse_pod
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.controlplane_only, pytest.mark.asyncio(loop_scope="session")]
 
@@ -127,6 +128,31 @@ async def test_a_watch_from_a_too_old_resource_version_gets_410_and_the_relist_r
     (relisted,) = [e for e in logs if e["event"] == "relisted"]
     assert relisted["reason"].startswith("410 Expired: too old resource version: 1"), relisted
     assert (relisted["added"], relisted["modified"], relisted["deleted"], relisted["objects"]) == (1, 1, 1, 2)
+
+
+async def test_a_pod_the_core_learnt_of_ahead_of_the_watch_and_gone_before_a_relist_does_not_stay(
+    kube: KubeClient, namespace: str
+) -> None:
+    # kube-scheduler's calls can be ahead of topogang's watch, so the core learns of pods from
+    # them; one created and deleted while a relist was due is in no event the API server will
+    # send (the relist's list does not have it, and the watch resumes after it).
+    scheduler = new_scheduler()
+    state = scheduler.state
+    cache = ClusterCache(kube, scheduler, resources=[PODS], selectors={PODS.name: Selector(namespace)})
+    collection = PODS.collection_path("v1", namespace)
+    await kube.post(collection, gpu_pod("kept", 1, scheduler_name=NO_SCHEDULER))
+    async with cache:
+        await cache.wait_ready(60)
+        assert set(state.pods) == {f"{namespace}/kept"}
+    body = await kube.post(collection, gpu_pod("ghost", 1, scheduler_name=NO_SCHEDULER))
+    scheduler.filter(parse_pod(body), [], 0.0)  # a filter call for it, ahead of the watch
+    assert f"{namespace}/ghost" in state.pods
+    await kube.delete(f"{collection}/ghost")
+    pods = cache.informers[PODS.name]
+    pods.resource_version = ""  # a relist is due (as after a 410: the watch fell too far behind)
+    async with cache:
+        await until(lambda: pods.relists == 1, "the relist")
+        assert set(state.pods) == {f"{namespace}/kept"}
 
 
 async def test_absent_crds_do_not_hold_up_readiness_and_one_created_later_is_picked_up(

@@ -34,7 +34,8 @@ WatchResult = list[bytes] | Exception
 
 class ScriptedApi:
     """Answers list and watch calls from queues; once a queue is empty, lists fail with 500
-    and watches stay open with nothing in them (until the informer is stopped)."""
+    and watches stay open with nothing in them until `add_watch` scripts one (or the informer is
+    stopped)."""
 
     def __init__(self, lists: list[ListResult], watches: list[WatchResult]) -> None:
         self.lists: deque[ListResult] = deque(lists)
@@ -42,9 +43,20 @@ class ScriptedApi:
         self.list_calls: list[str] = []
         self.watch_calls: list[tuple[str, dict[str, Any], int]] = []
         self.closed = 0
+        self._more = asyncio.Event()
+
+    def add_watch(self, result: WatchResult) -> None:
+        """Script the next watch; one waiting with nothing scripted takes it."""
+        self.watches.append(result)
+        self._more.set()
 
     async def list(
-        self, path: str, params: Params | None = None, *, page_size: int = 500
+        self,
+        path: str,
+        params: Params | None = None,
+        *,
+        page_size: int = 500,
+        each: Callable[[dict[str, Any]], object] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         self.list_calls.append(path)
         await asyncio.sleep(0)
@@ -54,15 +66,19 @@ class ScriptedApi:
         if isinstance(result, Exception):
             raise result
         items, rv = result
-        return [orjson.loads(orjson.dumps(i)) for i in items], rv
+        copies = [orjson.loads(orjson.dumps(i)) for i in items]
+        for item in copies if each is not None else ():
+            each(item)
+        return copies, rv
 
     async def watch(
         self, path: str, params: Params | None = None, *, timeout_seconds: int = 300
     ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
         self.watch_calls.append((path, dict(params or {}), timeout_seconds))
         try:
-            if not self.watches:
-                await asyncio.Event().wait()
+            while not self.watches:
+                self._more.clear()
+                await self._more.wait()
             result = self.watches.popleft()
             if isinstance(result, Exception):
                 raise result
@@ -114,11 +130,16 @@ class Routes:
         self.apis = apis
 
     async def list(
-        self, path: str, params: Params | None = None, *, page_size: int = 500
+        self,
+        path: str,
+        params: Params | None = None,
+        *,
+        page_size: int = 500,
+        each: Callable[[dict[str, Any]], object] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         if path not in self.apis:
             raise ApiError(404, "the server could not find the requested resource", reason="NotFound")
-        return await self.apis[path].list(path, params, page_size=page_size)
+        return await self.apis[path].list(path, params, page_size=page_size, each=each)
 
     def watch(
         self, path: str, params: Params | None = None, *, timeout_seconds: int = 300

@@ -143,3 +143,63 @@ def test_the_sweep_releases_the_plan_of_a_gang_that_is_gone() -> None:
     scheduler.expire(1.0)
     assert "default/g" not in scheduler.plans
     assert scheduler.state.reservations == {}
+
+
+def bind_where_planned(scheduler: GangScheduler, key: str) -> None:
+    scheduler.observe_pod(replace(scheduler.state.pods[key], node_name=planned(scheduler)[key]))
+
+
+def test_a_plan_let_through_in_gates_mode_whose_pods_never_bind_expires_and_gives_its_room_back() -> None:
+    # Gates mode: the ungater pins each pod to its node and lifts the gate; kube-scheduler binds
+    # them. A pod it cannot place (its node went) would hold its room for good.
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    scheduler.gates.opened_elsewhere("default/g", 0.0)
+    assert scheduler.expire(30.0) == {}
+    assert scheduler.expire(100.0) == {"default/g": []}  # (no bind call waits in gates mode)
+    assert "default/g" not in scheduler.plans
+    assert not scheduler.state.reservations
+    status = scheduler.status("default/g")
+    assert status.reason == "PlanExpired"
+    assert (
+        status.message
+        == "plan expired: no pod of it bound for 60s; the room held for its 3 unbound pod(s) was released"
+    )
+
+
+def test_an_opened_plan_whose_pods_beyond_the_minimum_never_come_to_bind_expires() -> None:
+    scheduler, keys = setup()
+    scheduler.state.set_podgroup(
+        "default/g",
+        podgroup({"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}, name="g"),
+    )
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    minimum = sorted(scheduler.plans["default/g"].gate.minimum)
+    (beyond,) = set(keys) - set(minimum)
+    for key in minimum:
+        decision = scheduler.bind(key, planned(scheduler)[key], 1.0)
+    assert decision.action == BIND
+    for key in minimum:
+        bind_where_planned(scheduler, key)
+    assert list(planned(scheduler)) == [beyond]  # its bind call never comes
+    assert scheduler.expire(10.0) == {}
+    assert scheduler.expire(100.0) == {"default/g": []}
+    assert not scheduler.state.reservations
+    status = scheduler.status("default/g")
+    assert (status.phase, status.bound) == ("Scheduled", 2)
+    assert status.message.endswith(
+        "plan expired: no pod of it bound for 60s; the room held for its 1 unbound pod(s) was released"
+    )
+
+
+def test_a_gang_binding_slowly_keeps_its_plan_while_its_pods_keep_binding() -> None:
+    scheduler, keys = setup()
+    scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0)
+    scheduler.gates.opened_elsewhere("default/g", 0.0)
+    for second, key in ((50.0, keys[0]), (100.0, keys[1])):  # one pod bound every 50 s, the ttl 60 s
+        bind_where_planned(scheduler, key)
+        assert scheduler.expire(second) == {}
+        assert scheduler.expire(second + 45.0) == {}
+    assert scheduler.expire(161.0) == {"default/g": []}  # the last pod: nothing since 100 s
+    assert not scheduler.state.reservations
+    assert scheduler.reasons.text("default/g").startswith("plan expired: no pod of it bound for 60s")

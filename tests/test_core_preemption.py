@@ -236,6 +236,20 @@ def test_kube_schedulers_preempt_call_starts_the_gang_preemption() -> None:
     assert sched.preempt("default/one-0", 0.0) is None  # a running gang's pod: nothing to do
 
 
+def test_the_sweep_forgets_the_fruitless_searches_of_gangs_that_are_gone() -> None:
+    sched = scheduler()
+    sched.state.set_priority_class("high", 10)  # nobody runs below it: no victims
+    assert sched.filter(sched.state.pods["default/urgent-0"], NODES, 0.0).nodes == []
+    assert "default/urgent" in sched.preempting.last
+    sched.expire(1.0)
+    assert "default/urgent" in sched.preempting.last  # still there: remembered
+    for i in range(4):
+        sched.delete_pod(f"default/urgent-{i}")
+    sched.state.set_podgroup("default/urgent", None)
+    sched.expire(2.0)
+    assert (sched.preempting.last, sched.preempting._tried) == ({}, {})
+
+
 def test_explain_shows_the_preemption_and_why_those_victims() -> None:
     sched = scheduler()
     dry = render([explain(sched, "default/urgent")])

@@ -4,6 +4,9 @@ so an ERROR 410 event takes the same path as one from a real API server (e2e tes
 
 from __future__ import annotations
 
+import asyncio
+import gc
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -184,3 +187,120 @@ async def test_stopping_closes_the_watch_and_a_restart_resumes_from_the_version_
         await until(lambda: len(api.watch_calls) == 2, "the second watch")
     assert api.list_calls == ["/api/v1/pods"]
     assert api.watch_calls[1][1]["resourceVersion"] == "7"
+
+
+async def test_a_list_is_applied_in_slices_and_synced_and_watched_only_once_all_of_it_is() -> None:
+    listed = [pod(f"p{i:02}", str(i)) for i in range(30)]
+    api = ScriptedApi([(listed, "30")], [])
+    informer, seen = make(api, slice_seconds=0)  # a slice is one step: the loop runs between any two
+    states: list[tuple[int, bool, int]] = []  # (events applied, synced, watches), as another task saw them
+
+    async def look() -> None:
+        while not informer.synced:
+            states.append((len(seen.events), informer.synced, len(api.watch_calls)))
+            await asyncio.sleep(0)
+
+    async with running(informer):
+        await asyncio.gather(look(), until(lambda: len(api.watch_calls) == 1, "the watch"))
+    assert seen.events == [("ADDED", f"p{i:02}", str(i)) for i in range(30)]
+    partial = [s for s in states if 0 < s[0] < 30]
+    assert len(partial) >= 10  # other tasks ran while the list was being applied...
+    assert {(synced, watches) for _, synced, watches in states} == {(False, 0)}  # ...not synced, no watch yet
+
+
+async def test_a_relist_in_slices_keeps_its_order_and_resumes_the_watch_only_after_it() -> None:
+    api = ScriptedApi(
+        [
+            ([pod("a", "1"), pod("b", "2"), pod("c", "3")], "3"),
+            ([pod("c", "9"), pod("d", "10"), pod("b", "2", uid="b2"), pod("e", "11")], "12"),
+        ],
+        [[gone("3")]],
+    )
+    informer, seen = make(api, slice_seconds=0)
+    states: list[tuple[int, int, int]] = []  # (events, relists, watches)
+
+    async def look() -> None:
+        while informer.relists == 0 or len(api.watch_calls) < 2:
+            states.append((len(seen.events), informer.relists, len(api.watch_calls)))
+            await asyncio.sleep(0)
+
+    async with running(informer):
+        await asyncio.wait_for(look(), 5)
+    assert seen.events[3:] == [
+        ("DELETED", "a", "1"),  # what went first, then the list in its order
+        ("MODIFIED", "c", "9"),
+        ("ADDED", "d", "10"),
+        ("DELETED", "b", "2"),  # recreated under the same name: the old one goes, the new one comes
+        ("ADDED", "b", "2"),
+        ("ADDED", "e", "11"),
+    ]
+    during = [s for s in states if 3 < s[0] < 9]
+    assert during, "nothing ran while the relist was applied"
+    assert {(relists, watches) for _, relists, watches in during} == {(0, 1)}
+    assert api.watch_calls[1][1]["resourceVersion"] == "12"
+    assert sorted(informer.keys()) == ["ml/b", "ml/c", "ml/d", "ml/e"]
+
+
+class Holding(Recorder):
+    """A handler that holds keys of its own too (as the core holds pods learnt ahead of the watch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: dict[str, int] = {}
+        self.count = 0
+
+    def __call__(self, event_type: str, obj: dict[str, Any]) -> None:
+        super().__call__(event_type, obj)
+        if event_type == "DELETED":
+            self.keys.pop(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}", None)
+
+    def add(self, key: str) -> None:
+        self.count += 1
+        self.keys[key] = self.count
+
+    def mark(self) -> int:
+        return self.count
+
+    def held_before(self, mark: int) -> Iterator[str]:
+        return iter([k for k, n in self.keys.items() if n <= mark])
+
+
+async def test_what_the_handler_side_held_before_a_list_and_the_list_lacks_is_deleted_after_it() -> None:
+    api = ScriptedApi([([pod("a", "1")], "1"), ([pod("a", "1")], "5")], [])
+    held = Holding()
+    held.add("ml/ghost")  # known before the first list, which does not have it
+    informer = Informer(api, PODS, held, held=held, backoff=Backoff(initial=0.01, cap=0.02), rand=lambda: 0.5)
+    async with running(informer):
+        await until(lambda: len(api.watch_calls) == 1, "the watch")
+        assert held.events == [("ADDED", "a", "1"), ("DELETED", "ghost", "")]
+        held.add("ml/ghost-2")  # known while watching, gone before the next relist
+        api.add_watch([gone("1")])
+        await until(lambda: informer.relists == 1, "the relist")
+    assert held.events[2:] == [("DELETED", "ghost-2", "")]
+    assert held.keys == {}
+
+
+async def test_managed_fields_are_dropped_as_list_pages_and_watch_events_arrive() -> None:
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {}}}}]
+
+    def with_fields(name: str, rv: str) -> dict[str, Any]:
+        body = pod(name, rv)
+        body["metadata"]["managedFields"] = managed
+        return body
+
+    api = ScriptedApi([([with_fields("a", "1")], "1")], [[line("ADDED", with_fields("b", "2"))]])
+    got: list[dict[str, Any]] = []
+    informer = Informer(api, PODS, lambda _, obj: got.append(obj), rand=lambda: 0.5)
+    async with running(informer):
+        await until(lambda: len(got) == 2, "both pods")
+    assert [sorted(o["metadata"]) for o in got] == [["name", "namespace", "resourceVersion", "uid"]] * 2
+
+
+async def test_the_garbage_collector_is_held_off_while_a_list_is_fetched_and_applied() -> None:
+    collecting: list[bool] = []
+    api = ScriptedApi([([pod("a", "1"), pod("b", "2")], "2")], [])
+    informer = Informer(api, PODS, lambda *_: collecting.append(gc.isenabled()), slice_seconds=0)
+    async with running(informer):
+        await until(lambda: len(api.watch_calls) == 1, "the watch")
+        assert gc.isenabled()
+    assert collecting == [False, False]

@@ -3,6 +3,7 @@ API errors and the resource table."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from extender.kube.backoff import Backoff
 from extender.kube.client import ApiError, watch_events
+from extender.kube.collector import collections_held
 from extender.kube.reconcile import ADDED, DELETED, MODIFIED, Seen, reconcile
 from extender.kube.resources import NODES, PODS, TOPOLOGIES, WATCHED
 
@@ -240,3 +242,29 @@ async def test_the_api_clients_proxy_is_the_kubeconfigs_else_the_environments_un
         assert client._proxy_for_host() == expected
         monkeypatch.setenv("HTTPS_PROXY", "http://changed:1")  # looked up once, not per request
         assert client._proxy_for_host() == expected
+
+
+# -- the garbage collector held off while a list is applied -------------------------------------------
+
+
+def test_collections_are_held_off_until_the_last_holder_leaves_and_what_was_made_is_then_old() -> None:
+    assert gc.isenabled()
+    with collections_held():
+        assert not gc.isenabled()
+        with collections_held():  # another informer's list, at the same time
+            made = [[]]  # a container the collector tracks
+        assert not gc.isenabled()
+        assert any(o is made for o in gc.get_objects(generation=0))
+    assert gc.isenabled()
+    assert any(o is made for o in gc.get_objects(generation=2))  # moved there without a collection
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_collector_that_was_off_stays_off() -> None:
+    gc.disable()
+    try:
+        with collections_held():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -22,10 +22,12 @@ from aiohttp import web
 
 from e2e.controlplane.pki import Pki
 from extender.server.app import ROUTES, create_app
+from extender.server.extender import Extender
 from extender.server.http2 import serve_tls
 from extender.server.tls import server_context
 from tests.builders import pod
-from tests.test_server_app import args, make, member
+from tests.kube_fakes import until
+from tests.test_server_app import Recorder, args, make, member
 from tests.test_server_tls import client_context, files, pkis
 
 __all__ = ["pkis"]  # the module fixture, shared with test_server_tls.py
@@ -182,3 +184,68 @@ async def test_a_client_without_a_certificate_is_refused_in_the_handshake(pkis: 
         except (ssl.SSLError, ConnectionError):
             got = b""
         assert got == b""  # no HTTP/2 frame (not even the server's SETTINGS) ever came
+
+
+class HeldBindings(Recorder):
+    """Bindings that stay in flight until the test lets them land."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = 0
+        self.land = asyncio.Event()
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.started += 1
+        await self.land.wait()
+        await super().bind(namespace, name, uid, node)
+
+
+def answering() -> int:
+    """Bind calls the server is answering (one task each, over HTTP/2)."""
+    return sum(1 for t in asyncio.all_tasks() if t.get_coro().__qualname__ == "H2Protocol._answer_later")  # type: ignore[union-attr]
+
+
+async def test_a_connection_dropped_while_its_call_binds_the_gang_costs_no_binding_and_no_other_answer(
+    pkis: tuple[Pki, Pki],
+) -> None:
+    # kube-scheduler's calls share one HTTP/2 connection, and a connection that drops cancels the
+    # handlers of its streams. The call that opened the gate goes away while the gang's Bindings
+    # are in flight: the Bindings land, and the calls waiting on another connection (and the
+    # dropped call's retry) are answered as they do, far within their budget.
+    scheduler, _, _ = make()
+    recorder = HeldBindings()
+    extender = Extender(scheduler, recorder, bind_timeout=3600, call_budget=3600)
+    app = create_app(extender, lambda: True, "/topogang")
+    runner = web.AppRunner(app)
+    await runner.setup()
+    assert runner.server is not None
+    server = await serve_tls("127.0.0.1", 0, server_context(files(pkis[0])), runner.server, app[ROUTES])
+    port = int(server.sockets[0].getsockname()[1])
+    pods = [member(i) for i in range(4)]
+    try:
+        async with h2_client(port, pkis[0]) as staying:
+            for p in pods:
+                scheduler.observe_pod(p)
+                assert (await staying.request("POST", "/topogang/filter", args(p)))[0] == 200
+            plan = dict(scheduler.reserved("default/g"))
+            binds = [
+                orjson.dumps({"PodName": p.name, "PodNamespace": p.namespace, "PodUID": p.uid, "Node": plan[p.key]})
+                for p in pods
+            ]
+            waiting = [asyncio.create_task(staying.request("POST", "/topogang/bind", b)) for b in binds[:3]]
+            await until(lambda: scheduler.gates.progress("default/g") == (3, 4), "three members at the gate")
+            async with h2_client(port, pkis[0]) as leaving:
+                last = asyncio.create_task(leaving.request("POST", "/topogang/bind", binds[3]))
+                await until(lambda: recorder.started == 4, "the gang's four Bindings in flight")
+                leaving.writer.transport.abort()  # the connection drops
+                await until(lambda: answering() == 3, "the server to drop the call")
+            last.cancel()
+            retry = asyncio.create_task(staying.request("POST", "/topogang/bind", binds[3]))
+            await until(lambda: answering() == 4, "the retry to wait for its Binding")
+            recorder.land.set()
+            answers = await asyncio.gather(*waiting, retry)  # each request gives up after 10 s
+            assert answers == [(200, b'{"Error":""}')] * 4
+            assert sorted(recorder.bound) == sorted(plan.items())
+    finally:
+        server.close()
+        await runner.cleanup()

@@ -36,7 +36,7 @@ R_WAITING = "Waiting"  # complete, not planned yet (no member has been filtered)
 R_INVALID = "Invalid"  # the PodGroup (or the workload's annotations) cannot be used
 R_GANG_INCOMPLETE = INCOMPLETE  # fewer pods exist than the minimum tree needs
 R_BIND_TIMEOUT = "BindTimeout"  # the bind gate closed before the minimum arrived; plan released
-R_PLAN_EXPIRED = "PlanExpired"  # the plan made no progress for its lifetime; released
+R_PLAN_EXPIRED = "PlanExpired"  # the plan made no progress for its lifetime (opened or not); released
 R_MEMBER_GONE = "MemberGone"  # a pod of the minimum went away before binding; plan released
 R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
@@ -77,12 +77,18 @@ class Released:
     seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_PARTIAL_EVICTED: the time they had
     pod: str = ""  # R_MEMBER_GONE: the pod that went away
     nodes: tuple[str, ...] = ()  # R_REPLANNING: the planned nodes that stopped fitting, when known
+    unbound: int = 0  # R_PLAN_EXPIRED after its gate opened: the planned pods that never bound
 
     def render(self) -> str:
         if self.kind == R_BIND_TIMEOUT:
             return (
                 f"bind gate timed out: {self.arrived}/{self.total} pods of the minimum reached bind,"
                 f" and none more for {self.seconds:g}s"
+            )
+        if self.kind == R_PLAN_EXPIRED and self.unbound:
+            return (
+                f"plan expired: no pod of it bound for {self.seconds:g}s; the room held for its"
+                f" {self.unbound} unbound pod(s) was released"
             )
         if self.kind == R_PLAN_EXPIRED:
             return f"plan expired after {self.seconds:g}s without all pods binding"

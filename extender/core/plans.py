@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import FilterResult
+from extender.core.decisions import R_PLAN_EXPIRED, FilterResult, Released
 from extender.core.gate import Gate
 from extender.model.pod import PodInfo
 from extender.placement import DomainRef, Plan
@@ -34,7 +34,9 @@ class GroupPlan:
     reserved: dict[str, str]  # pod -> node, not bound yet
     gate: Gate  # the minimum, who of it reached bind, and when the last new one did
     created: float
-    touched: float  # last progress: a plan, a pod reaching bind
+    touched: float  # last progress: a plan, a pod reaching bind, a pod seen bound (`stalled`)
+    bound: int = 0  # pods of the plan seen bound, counted as they bind...
+    bound_looked: int = 0  # ... and as `stalled` last looked
 
 
 class Plans:
@@ -163,10 +165,12 @@ class Plans:
         self._state.reserve(pod, theirs, self._state.pods[pod].requests)
         self._state.reserve(mate, mine, self._state.pods[mate].requests)
 
-    def let_go(self, gp: GroupPlan, pod: str) -> None:
-        """POD no longer needs its planned room: it bound (there or elsewhere), or it left.
-        Either way it is no longer waited for at the gate, nor bound when the gate opens (a pod
-        beyond the minimum deleted while it waited there would be bound after its deletion)."""
+    def let_go(self, gp: GroupPlan, pod: str, bound: bool = False) -> None:
+        """POD no longer needs its planned room: it BOUND (there or elsewhere: progress), or it
+        left. Either way it is no longer waited for at the gate, nor bound when the gate opens (a
+        pod beyond the minimum deleted while it waited there would be bound after its deletion)."""
+        if bound:
+            gp.bound += 1
         del gp.reserved[pod]
         gp.gate.arrived.pop(pod, None)
         gp.gate.binding.discard(pod)
@@ -183,6 +187,22 @@ class Plans:
             self._holder.pop(pod, None)
         self._domains.pop(group, None)
         return gp
+
+    def stalled(self, now: float, ttl: float) -> dict[str, Released]:
+        """The plans that made no progress for TTL seconds (no pod reached bind or bound, none was
+        added), each with why it goes. A pod seen bound since the last look is progress made NOW:
+        the watch that tells of it carries no clock, so a large gang binding slowly keeps its plan.
+        A plan whose gate opened goes too while it holds room for pods that never bind (pods
+        beyond the minimum whose calls never come; in gates mode, ungated pods kube-scheduler
+        cannot place); carried out (nothing held), it is the sweep's."""
+        out = {}
+        for group, gp in self._by_group.items():
+            if gp.bound != gp.bound_looked:
+                gp.bound_looked, gp.touched = gp.bound, now
+            elif now - gp.touched > ttl and (gp.reserved or not gp.gate.opened):
+                unbound = len(gp.reserved) if gp.gate.opened else 0
+                out[group] = Released(R_PLAN_EXPIRED, seconds=ttl, unbound=unbound)
+        return out
 
     def sweep(self, groups: set[str]) -> list[str]:
         """Forget plans carried out (every pod bound), release those of gangs not in GROUPS

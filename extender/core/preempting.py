@@ -127,7 +127,9 @@ class Preempting:
         return find_preemption(self.state, self.membership, group, exclude=self.nominations.evicting())
 
     def sweep(self, groups: set[str]) -> None:
-        """Forget the gangs not in GROUPS (gone)."""
+        """Forget the gangs not in GROUPS (gone): their nominations and fruitless searches."""
         for nom in self.nominations:
             if nom.group not in groups:
                 self.forget(nom.group)
+        for group in (set(self._tried) | set(self.last)) - groups:
+            self.forget(group)

@@ -36,7 +36,6 @@ from extender.core.binding import BindGate
 from extender.core.cluster import ClusterState
 from extender.core.decisions import (
     R_MEMBER_GONE,
-    R_PLAN_EXPIRED,
     R_REPLANNING,
     BeyondMinimum,
     BindDecision,
@@ -415,13 +414,9 @@ class GangScheduler:
     # -- the sweep -----------------------------------------------------------------------------
 
     def expire(self, now: float) -> dict[str, list[str]]:
-        """Release plans whose minimum made no progress for `plan_ttl` seconds; forget what is
-        kept about gangs that are gone."""
-        out = {}
-        for group in self.plans:
-            gp = self.plans[group]
-            if not gp.gate.opened and now - gp.touched > self.plan_ttl:
-                out[group] = self._release(group, Released(R_PLAN_EXPIRED, seconds=self.plan_ttl))
+        """Release plans that made no progress for `plan_ttl` seconds (Plans.stalled); forget
+        what is kept about gangs that are gone."""
+        out = {group: self._release(group, why) for group, why in self.plans.stalled(now, self.plan_ttl).items()}
         groups = set(self.membership.groups())
         for group in self.plans.sweep(groups):
             self.steering.forget(group)
@@ -473,7 +468,7 @@ class GangScheduler:
         if group is not None and gp is not None and pod.key in gp.reserved:
             if gp.reserved[pod.key] != pod.node_name:  # another decider placed it
                 self.splits[group] = Split(pod.key, pod.node_name, gp.reserved[pod.key])
-            self.plans.let_go(gp, pod.key)  # bound where planned, or elsewhere: no longer ours to hold
+            self.plans.let_go(gp, pod.key, bound=True)  # bound where planned, or elsewhere: no longer ours to hold
 
     def forget_pod(self, key: str) -> None:
         """A pod was deleted (or finished): its reservation goes; an unbound minimum cannot stand."""

@@ -11,24 +11,29 @@ reason. Neither ever stops other objects.
 
 The cache is `ready` when every resource has synced or was found not installed; a CRD that
 appears later is picked up by its informer's periodic re-check.
+
+After every list the core holds what the informers hold: the informers reconcile what they
+delivered, and the pods informer also deletes pods the core learnt of from kube-scheduler's calls
+(ahead of the watch) that the list does not have (`CorePods`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import structlog
 
 from extender.core.apply import apply_object, delete_object
+from extender.core.cluster import ClusterState
 from extender.core.queues import QUEUE_KINDS
 from extender.core.scheduler import GangScheduler
 from extender.kube.backoff import Backoff
 from extender.kube.client import JSONDict
 from extender.kube.informer import Handler, Informer, ListWatch
 from extender.kube.reconcile import DELETED, seen
-from extender.kube.resources import WATCHED, Resource
+from extender.kube.resources import PODS, WATCHED, Resource
 from extender.model.errors import FieldError, InvalidObject
 
 
@@ -39,6 +44,30 @@ class Selector:
     namespace: str | None = None
     label_selector: str = ""
     field_selector: str = ""
+
+
+class CorePods:
+    """The pods the core holds, as the pods informer's `Held`. The core learns of a pod from
+    kube-scheduler's filter and preempt calls when they are ahead of the watch; one deleted before
+    any list or watch event showed it (created and deleted while a relist was due) is in no event,
+    and would stay forever, holding room or a place in its gang."""
+
+    def __init__(self, state: ClusterState, namespace: str | None) -> None:
+        self._state = state
+        self._prefix = f"{namespace}/" if namespace else ""
+
+    def mark(self) -> int:
+        """The latest arrival (`ClusterState.arrival` numbers grow in the dict's order)."""
+        return next(reversed(self._state.arrival.values()), 0)
+
+    def held_before(self, mark: int) -> Iterator[str]:
+        # A pod the core saw before the list was requested existed before the list was taken
+        # (kube-scheduler asks only about pods it has seen), so one the list lacks is gone. A pod
+        # seen later may be newer than the list: the watch, which resumes from it, will tell.
+        arrival = self._state.arrival
+        for key in list(arrival):  # (a copy of the keys: pods deleted meanwhile leave the dict)
+            if arrival.get(key, mark + 1) <= mark and key.startswith(self._prefix):
+                yield key
 
 
 class ClusterCache:
@@ -74,6 +103,7 @@ class ClusterCache:
                 recheck_seconds=recheck_seconds,
                 backoff=Backoff(initial=min(0.5, backoff_cap), cap=backoff_cap),
                 on_installed=self._installed(resource),
+                held=self._held(resource, selector),
             )
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -137,6 +167,13 @@ class ClusterCache:
 
     # -- applying ------------------------------------------------------------------------------------
 
+    def _held(self, resource: Resource, selector: Selector) -> CorePods | None:
+        """For pods: what the core holds beyond the informer (not with a label or field selector,
+        which the core cannot apply to the pods it learnt of)."""
+        if resource != PODS or selector.label_selector or selector.field_selector:
+            return None
+        return CorePods(self.scheduler.state, selector.namespace)
+
     def _installed(self, resource: Resource) -> Callable[[bool], None] | None:
         """For the queue kinds: whether their API exists decides how PodGroup spec.queue is read."""
         kind = f"{resource.group}/{resource.kind}"
@@ -150,9 +187,6 @@ class ClusterCache:
 
     def _handler(self, resource: Resource) -> Handler:
         def handle(event_type: str, obj: JSONDict) -> None:
-            meta = obj.get("metadata")
-            if isinstance(meta, dict):
-                meta.pop("managedFields", None)  # large and never read: do not keep it
             key = (resource.name, seen(obj).key)
             if event_type == DELETED:
                 self._problems.pop(key, None)

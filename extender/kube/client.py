@@ -168,11 +168,17 @@ class KubeClient:
         return await self._json("GET", path, params)
 
     async def list(
-        self, path: str, params: Params | None = None, *, page_size: int = 500
+        self,
+        path: str,
+        params: Params | None = None,
+        *,
+        page_size: int = 500,
+        each: Callable[[JSONDict], object] | None = None,
     ) -> tuple[builtins.list[JSONDict], str]:
         """Every item of a collection and the resourceVersion of the list, in pages of PAGE_SIZE
         (0: one request). Should a continue token expire midway, the list starts again in one
-        request, as client-go's pager does."""
+        request, as client-go's pager does. EACH is called on every item as its page arrives (to
+        drop what nobody reads before the whole list is held)."""
         items: builtins.list[JSONDict] = []
         version = ""
         token = ""
@@ -186,11 +192,15 @@ class KubeClient:
                 page = await self.get(path, query)
             except ApiError as exc:
                 if exc.gone and token:
-                    return await self.list(path, params, page_size=0)
+                    return await self.list(path, params, page_size=0, each=each)
                 raise
             meta = page.get("metadata") or {}
             version = version or str(meta.get("resourceVersion") or "")
-            items.extend(page.get("items") or ())
+            got = page.get("items") or []
+            if each is not None:
+                for item in got:
+                    each(item)
+            items.extend(got)
             token = str(meta.get("continue") or "")
             if not token:
                 return items, version

@@ -13,8 +13,17 @@
     else     network errors and other statuses back off (capped, jittered) and retry the step.
 
 Handlers are plain sync callables `(event_type, obj)`: each event is applied to the sync core in
-one step of the event loop, so no request ever sees half an event. A handler that raises is
-logged and does not stop the informer.
+one step of the event loop, so no request ever sees half an event. A list is applied in slices
+of at most `slice_seconds` with the loop free in between (`_apply_list` says why that is safe);
+the watch starts, and `synced` turns true, only once all of it is applied. A handler that raises
+is logged and does not stop the informer. Objects reach it without metadata.managedFields
+(`lean`), dropped as each page or event arrives.
+
+The informer remembers what it delivered, event by event (a list stopped halfway is reconciled
+from what was delivered). What the handler's side holds beyond that (`Held`: the core learns of
+pods from kube-scheduler's calls, ahead of the watch) is deleted once a list has been applied
+when the list does not have it, so a pod created and deleted inside a relist's gap, which no
+event will ever mention, does not stay.
 """
 
 from __future__ import annotations
@@ -24,7 +33,8 @@ import builtins
 import contextlib
 import random
 import time
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections import Counter
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 import aiohttp
@@ -32,24 +42,54 @@ import structlog
 
 from extender.kube.backoff import Backoff
 from extender.kube.client import ApiError, JSONDict, Params
-from extender.kube.reconcile import ADDED, BOOKMARK, DELETED, MODIFIED, Seen, reconcile, seen
+from extender.kube.collector import collections_held
+from extender.kube.reconcile import ADDED, BOOKMARK, DELETED, MODIFIED, Event, Seen, relist, seen
 from extender.kube.resources import Resource
 
 Handler = Callable[[str, JSONDict], None]
 NOT_FOUND, GONE = 404, 410
 QUICK_WATCH_SECONDS = 1.0  # a watch that ends sooner than this with nothing in it counts as a failure
+# The longest one step of applying a list holds the event loop, which filter calls and the
+# Lease's renewal share (in one step, 100,000 pods would hold it for seconds).
+SLICE_SECONDS = 0.01
+
+
+def lean(obj: JSONDict) -> None:
+    """Drop what is large and never read (metadata.managedFields) as OBJ arrives: a list is held
+    whole until it is applied, and what it holds is memory and garbage-collector time."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
 
 
 class ListWatch(Protocol):
     """What an informer needs of the API (KubeClient; fakes in unit tests)."""
 
     async def list(
-        self, path: str, params: Params | None = None, *, page_size: int = 500
+        self,
+        path: str,
+        params: Params | None = None,
+        *,
+        page_size: int = 500,
+        each: Callable[[JSONDict], object] | None = None,
     ) -> tuple[builtins.list[JSONDict], str]: ...
 
     def watch(
         self, path: str, params: Params | None = None, *, timeout_seconds: int = 300
     ) -> AsyncGenerator[tuple[str, JSONDict], None]: ...
+
+
+class Held(Protocol):
+    """What the handler's side holds of the resource besides what the informer delivered."""
+
+    def mark(self) -> int:
+        """Taken just before a list is requested."""
+        ...
+
+    def held_before(self, mark: int) -> Iterator[str]:
+        """The keys it has held since before MARK, lazily (the informer checks one a step): each
+        one the list does not have was gone before the list was taken, and gets a DELETED."""
+        ...
 
 
 class Informer:
@@ -69,6 +109,8 @@ class Informer:
         backoff: Backoff | None = None,
         rand: Callable[[], float] = random.random,
         on_installed: Callable[[bool], None] | None = None,
+        held: Held | None = None,
+        slice_seconds: float = SLICE_SECONDS,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -87,6 +129,8 @@ class Informer:
         self.version = ""  # the API version being listed and watched
         self.installed: bool | None = None  # None until the first list answers
         self._on_installed = on_installed  # told when `installed` changes
+        self._held = held
+        self.slice_seconds = slice_seconds
         self.relists = 0
         self._known: dict[str, Seen] = {}
         self._backoff = backoff or Backoff()
@@ -162,54 +206,104 @@ class Informer:
     # -- list ----------------------------------------------------------------------------------------
 
     async def _list(self) -> bool:
-        """List and apply; False when no version of the API is installed."""
+        """List and apply, with the garbage collector held off (collector.py says why); False
+        when no version of the API is installed."""
+        with collections_held():
+            return await self._list_and_apply()
+
+    async def _list_and_apply(self) -> bool:
         started = time.monotonic()
+        mark = self._held.mark() if self._held is not None else 0
         for version in self._versions():
             path = self.resource.collection_path(version, self.namespace)
             try:
-                items, resource_version = await self.client.list(path, self.selectors, page_size=self.page_size)
+                items, resource_version = await self.client.list(
+                    path, self.selectors, page_size=self.page_size, each=lean
+                )
             except ApiError as exc:
                 if exc.status == NOT_FOUND:
                     continue
                 raise
             self._found(version)
-            self._apply_list(items, resource_version, time.monotonic() - started)
+            await self._apply_list(items, resource_version, time.monotonic() - started, mark)
             return True
-        self._missing()
+        await self._missing()
         return False
 
     def _versions(self) -> Sequence[str]:
         versions = self.resource.versions
         return (self.version, *(v for v in versions if v != self.version)) if self.version else versions
 
-    def _apply_list(self, items: list[JSONDict], resource_version: str, seconds: float) -> None:
+    async def _apply_list(self, items: list[JSONDict], resource_version: str, seconds: float, mark: int) -> None:
+        """Apply a list (reconcile.relist's events, then a DELETED for what the handler's side
+        holds that the list does not have) in slices, the event loop free in between.
+
+        Why a filter call between two slices is safe: each object the core holds is then at the
+        version it had before the relist or at the list's, never one that did not exist, so the
+        core sees what a watch that delivered part of the gap's events would have shown. Deletions
+        come first, as in `relist`: nothing is planned onto a node that is gone, no gang counts a
+        pod that is gone, and a name created again (DELETED then ADDED) is never two pods. Room a
+        deletion freed can show before the pod that took it is applied, as when a watch delivers a
+        deletion before a binding; the core's view was that stale before the relist began, and
+        kube-scheduler's own filters and the gate's `still_fits` check judge nodes at bind time."""
         api_version, kind = self.api_version, self.resource.kind
-        for item in items:
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-        events, self._known = reconcile(self._known, items, lambda s: s.tombstone(api_version, kind))
-        for event_type, obj in events:
-            self._deliver(event_type, obj)
+
+        def tombstone(gone: Seen) -> JSONDict:
+            return gone.tombstone(api_version, kind)
+
+        listed = len(items)
+        counts = await self._deliver_sliced(relist(dict(self._known), items, tombstone))  # (empties ITEMS)
+        await self._deliver_sliced(self._unlisted(mark, tombstone))
         self.resource_version = resource_version
         self._progress = False
         self._backoff.reset()
         if not self.synced:
-            self.log.info("synced", objects=len(items), version=self.version, seconds=round(seconds, 3))
+            self.log.info("synced", objects=listed, version=self.version, seconds=round(seconds, 3))
             self._synced.set()
             self._settled.set()
             return
         self.relists += 1
-        counts = {t: sum(1 for e, _ in events if e == t) for t in (ADDED, MODIFIED, DELETED)}
         self.log.info(
             "relisted",
             reason=self._relist_reason or "resumed",
-            objects=len(items),
+            objects=listed,
             added=counts[ADDED],
             modified=counts[MODIFIED],
             deleted=counts[DELETED],
             seconds=round(seconds, 3),
         )
         self._relist_reason = ""
+
+    def _unlisted(self, mark: int, tombstone: Callable[[Seen], JSONDict]) -> Iterator[tuple[Event, ...]]:
+        """A DELETED for each key the handler's side held before the list began that the list
+        does not have (read once the list is applied: the generator is lazy), a step per key."""
+        if self._held is None:
+            return
+        gone = []
+        for key in self._held.held_before(mark):
+            if key in self._known:
+                yield ()
+                continue
+            gone.append(key)
+            namespace, _, name = key.rpartition("/")
+            yield ((DELETED, tombstone(Seen(namespace, name, "", ""))),)
+        if gone:
+            self.log.info("deleted what no list has", objects=len(gone), first=gone[:5])
+
+    async def _deliver_sliced(self, steps: Iterable[tuple[Event, ...]]) -> Counter[str]:
+        """Deliver the events of STEPS in order, yielding to the event loop whenever a slice has
+        held it for `slice_seconds` (checked between steps, never inside one); their counts."""
+        counts: Counter[str] = Counter()
+        until = time.perf_counter() + self.slice_seconds
+        for step in steps:
+            for event_type, obj in step:
+                self._note(event_type, obj)
+                self._deliver(event_type, obj)
+                counts[event_type] += 1
+            if time.perf_counter() >= until:
+                await asyncio.sleep(0)
+                until = time.perf_counter() + self.slice_seconds
+        return counts
 
     def _found(self, version: str) -> None:
         if self.installed is False:
@@ -220,7 +314,7 @@ class Informer:
         self.installed = True
         self.version = version
 
-    def _missing(self) -> None:
+    async def _missing(self) -> None:
         if self.installed is not False:
             self.log.info(
                 "resource not installed", versions=list(self.resource.versions), recheck_seconds=self.recheck_seconds
@@ -231,9 +325,8 @@ class Informer:
         self.resource_version = ""
         if self._known:  # it was installed and went away: so did its objects
             api_version, kind = self.api_version, self.resource.kind
-            for seen_before in list(self._known.values()):
-                self._deliver(DELETED, seen_before.tombstone(api_version, kind))
-            self._known.clear()
+            gone = [((DELETED, s.tombstone(api_version, kind)),) for s in self._known.values()]
+            await self._deliver_sliced(gone)
         self._settled.set()
 
     # -- watch ---------------------------------------------------------------------------------------
@@ -242,7 +335,6 @@ class Informer:
         params = {**self.selectors, "resourceVersion": self.resource_version, "allowWatchBookmarks": True}
         timeout = int(self.watch_seconds * (1 + self._rand()))
         path = self.resource.collection_path(self.version, self.namespace)
-        api_version, kind = self.api_version, self.resource.kind
         started, events = time.monotonic(), 0
         async with contextlib.aclosing(self.client.watch(path, params, timeout_seconds=timeout)) as stream:
             async for event_type, obj in stream:
@@ -256,17 +348,23 @@ class Informer:
                 if event_type not in (ADDED, MODIFIED, DELETED):
                     self.log.warning("unknown watch event", type=event_type)
                     continue
-                obj.setdefault("apiVersion", api_version)
-                obj.setdefault("kind", kind)
-                now = seen(obj)
-                if event_type == DELETED:
-                    self._known.pop(now.key, None)
-                else:
-                    self._known[now.key] = now
+                self._note(event_type, obj)
                 self.resource_version = version or self.resource_version
                 self._deliver(event_type, obj)
         if not events and time.monotonic() - started < QUICK_WATCH_SECONDS:
             await asyncio.sleep(self._backoff.next())  # a watch closed at once: do not spin
+
+    def _note(self, event_type: str, obj: JSONDict) -> None:
+        """Remember OBJ's identity as it is delivered (what a relist reconciles against), and
+        give it its type (a list's items and watch events come without)."""
+        lean(obj)
+        obj.setdefault("apiVersion", self.api_version)
+        obj.setdefault("kind", self.resource.kind)
+        now = seen(obj)
+        if event_type == DELETED:
+            self._known.pop(now.key, None)
+        else:
+            self._known[now.key] = now
 
     def _deliver(self, event_type: str, obj: JSONDict) -> None:
         try:

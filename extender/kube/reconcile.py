@@ -7,7 +7,7 @@ announced with a *tombstone*, its apiVersion, kind and metadata.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,22 +52,42 @@ def seen(obj: Mapping[str, Any]) -> Seen:
 def reconcile(
     known: Mapping[str, Seen], listed: Iterable[JSONDict], tombstone: Callable[[Seen], JSONDict]
 ) -> tuple[list[Event], dict[str, Seen]]:
-    """The events and the new identities after a relist:
+    """The events and the new identities after a relist, all at once (`relist` is the same, lazily):
     - DELETED (a tombstone) for each known object the list no longer has, first;
     - ADDED for each listed object not known; DELETED then ADDED for one known under the same
       name with another uid (deleted and created again while the watch was down);
     - MODIFIED for each whose resourceVersion moved; nothing for those unchanged."""
-    events: list[Event] = []
-    fresh: dict[str, Seen] = {}
+    listed = list(listed)
+    fresh = {(now := seen(obj)).key: now for obj in listed}
+    return [event for step in relist(dict(known), listed, tombstone) for event in step], fresh
+
+
+def relist(
+    known: dict[str, Seen], listed: list[JSONDict], tombstone: Callable[[Seen], JSONDict]
+) -> Iterator[tuple[Event, ...]]:
+    """`reconcile`'s events in its order, one step per unit of work (a listed object read, a known
+    one looked at, a listed one compared), each step the events it makes, often none: a caller
+    may pause between any two steps, so a list of 100,000 objects need not be one step of an
+    event loop. KNOWN and LISTED are consumed as the steps are taken (what a list of 100,000
+    objects holds is freed a little at a time, not all in one step at its end): pass copies."""
+    identities: list[Seen] = []
+    fresh: set[str] = set()
     for obj in listed:
-        now = seen(obj)
-        fresh[now.key] = now
-        before = known.get(now.key)
+        identities.append(now := seen(obj))
+        fresh.add(now.key)
+        yield ()
+    for key in list(known):
+        yield ((DELETED, tombstone(known.pop(key))),) if key not in fresh else ()
+    listed.reverse()  # (taken from the end, in the list's order)
+    identities.reverse()
+    while listed:
+        obj, now = listed.pop(), identities.pop()
+        before = known.pop(now.key, None)
         if before is None:
-            events.append((ADDED, obj))
+            yield ((ADDED, obj),)
         elif before.uid != now.uid:
-            events += [(DELETED, tombstone(before)), (ADDED, obj)]
+            yield (DELETED, tombstone(before)), (ADDED, obj)
         elif before.resource_version != now.resource_version:
-            events.append((MODIFIED, obj))
-    gone = [(DELETED, tombstone(before)) for key, before in known.items() if key not in fresh]
-    return gone + events, fresh
+            yield ((MODIFIED, obj),)
+        else:
+            yield ()

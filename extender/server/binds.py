@@ -7,15 +7,21 @@ at the first arrival; when it fires it is re-armed for what is left since the la
 else the gate closes) and each call a budget (under kube-scheduler's httpTimeout): past it the
 call is answered with a retryable error while the pod stays arrived. When the core drops a plan,
 the calls waiting at its gate fail (`fail_dropped`), so kube-scheduler un-reserves them.
+
+A gate's batch is bound in a task of its own, and the Binding POSTs are futures shared by every
+call about their pod: no caller's cancellation (a dropped HTTP/2 connection cancels its streams'
+handlers) reaches them, so the batch's Bindings and the answers to its other calls never depend
+on the one caller that went away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import replace
 from functools import partial
+from typing import Any, TypeVar
 
 import structlog
 
@@ -39,6 +45,7 @@ from extender.server.metrics import (
 from extender.server.reporting import Reporter
 
 log = structlog.get_logger("topogang")
+T = TypeVar("T")
 
 # API statuses after which no retry can bind the pod: it is gone (404), or its namespace is being
 # deleted (403 "being terminated"); its reservation is dropped instead of held for a retry.
@@ -67,6 +74,9 @@ class BindCalls:
         self._waiting: dict[str, asyncio.Future[str]] = {}  # pod -> its bind's answer
         self._binding: dict[str, asyncio.Future[str]] = {}  # pod -> its Binding POST in flight
         self._gates: dict[str, asyncio.TimerHandle] = {}  # group -> its gate's silence timer
+        # Batches and Binding POSTs under way: the loop keeps only weak references to tasks, and
+        # a caller that went away no longer holds its own.
+        self._running: set[asyncio.Task[object]] = set()
 
     async def bind(self, args: wire.BindArgs) -> bytes:
         key = args.pod_key
@@ -89,7 +99,7 @@ class BindCalls:
             self._rejected(key, args.node, decision)
             return wire.encode_binding(decision.error)
         if decision.action == BIND:
-            errors = await self._bind_all(decision.bind, caller=key)
+            errors = await asyncio.shield(self._keep(self._bind_all(decision.bind, caller=key)))
             return wire.encode_binding(errors.get(key, ""))
         assert decision.action == WAIT
         return wire.encode_binding(await self._wait(key, args.node))
@@ -162,6 +172,13 @@ class BindCalls:
     def _planned_node(self, namespace: str, name: str) -> str | None:
         return self.scheduler.nomination_target(f"{namespace}/{name}")
 
+    def _keep(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """WORK in a task held until it ends (a caller that goes away does not take it along)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return task
+
     def _start(self, batch: Sequence[tuple[str, str]], caller: str | None = None) -> list[asyncio.Future[str]]:
         """Start the Binding POST of each (pod, node), registered at once in `_binding`; CALLER:
         the pod whose bind call asked for them (None: bound ahead)."""
@@ -170,7 +187,7 @@ class BindCalls:
         for pod, node in batch:
             future: asyncio.Future[str] = loop.create_future()
             self._binding[pod] = future
-            task = loop.create_task(self._post_binding(pod, node, caller))
+            task = self._keep(self._post_binding(pod, node, caller))
             task.add_done_callback(partial(self._posted, pod, future))
             posts.append(future)
         return posts
@@ -178,6 +195,8 @@ class BindCalls:
     def _posted(self, pod: str, future: asyncio.Future[str], task: asyncio.Task[str]) -> None:
         if self._binding.get(pod) is future:
             del self._binding[pod]
+        if future.done():  # (no caller can cancel it; should it be done anyway, nothing is left to say)
+            return
         if task.cancelled():
             future.cancel()  # shutting down: whoever shares it is cancelled too
         elif (exc := task.exception()) is not None:
@@ -188,7 +207,7 @@ class BindCalls:
     async def _bind_all(
         self,
         batch: Sequence[tuple[str, str]],
-        posts: Sequence[Awaitable[str]] | None = None,
+        posts: Sequence[asyncio.Future[str]] | None = None,
         ahead: bool = False,
         caller: str | None = None,
     ) -> dict[str, str]:
@@ -200,7 +219,10 @@ class BindCalls:
             if timer is not None:
                 timer.cancel()
         start = time.perf_counter()
-        results = await asyncio.gather(*(posts if posts is not None else self._start(batch, caller)))
+        posts = posts if posts is not None else self._start(batch, caller)
+        if posts:  # (wait, not gather: should this be cancelled, shared Bindings must not be)
+            await asyncio.wait(posts)
+        results = [post.result() for post in posts]
         errors = {p: e for (p, _), e in zip(batch, results, strict=True) if e}
         for (pod, _), error in zip(batch, results, strict=True):
             waiter = self._waiting.pop(pod, None)
