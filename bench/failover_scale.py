@@ -130,7 +130,10 @@ async def run(plane: ControlPlane, kube: KubeClient, pair: Replicas, args: argpa
             break
         await asyncio.sleep(2)
     bound_after = time.time() - loss.at
-    figures = pair.takeover(loss)
+    # The figures once the standby leads (a gang the old leader's Bindings finished gives it
+    # nothing to serve: then only when it led is known).
+    while (figures := pair.takeover(loss))["new_leader"] is None and time.monotonic() < deadline:  # noqa: ASYNC110 (its log)
+        await asyncio.sleep(0.5)
     new = pair.replicas.get(figures.get("new_leader") or "")
     reservations = None
     if new is not None:
