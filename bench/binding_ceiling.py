@@ -9,7 +9,7 @@ node, as a packed gang) through topogang's own write path (`KubeActions.bind`) w
 CONCURRENCY in turn, fresh pods each time, and reports per run:
 
   post_s          first Binding sent to the last answered (the client's view)
-  part_bound_s    first pod seen bound to the last, by a pod watch (the window the issue counts)
+  part_bound_s    first pod seen bound to the last, by a pod watch (the part-bound window)
   bindings_per_s  PODS / post_s
   apiserver_cpu_s kube-apiserver's CPU seconds over the run
 

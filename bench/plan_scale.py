@@ -4,7 +4,7 @@ Clusters of N nodes with 8 GPUs each, in zones > blocks > racks of 8 to 16 nodes
 a zone, 8 racks a block), a quarter of the nodes partly used by other work. Gangs of P pods of
 8 GPUs in segments of 8 pods: each segment in one rack, the whole gang in one zone.
 
-    python bench/plan_scale.py                       # the 9 cases of the issue
+    python bench/plan_scale.py                       # 9 cases: 1,000/5,000/10,000 nodes x 64/256/1,024 pods
     python bench/plan_scale.py --nodes 10000 --pods 1024 --json
     python bench/plan_scale.py --nodes 10000 --pods 1024 --dra
 

@@ -20,10 +20,10 @@ times; each is timed by a pod watch from the first create to the last pod bound.
       namespace labelled for it; --gates-args adds flags
 
 Three rates per run, pods bound over three windows, each with its ratios:
-  pods/s   from just before the bench's first create call to the last pod bound (the figure of
-           earlier runs): creation is inside it, and so is the time the first calls take;
-  created  from the first pod the watch saw created to the last bound: the count of issue 27's
-           new-user harness ("from the first pod created to all bound");
+  pods/s   from just before the bench's first create call to the last pod bound (the headline
+           figure): creation is inside it, and so is the time the first calls take;
+  created  from the first pod the watch saw created to the last bound: the count a new user's
+           harness makes ("from the first pod created to all bound");
   binds    from the first pod bound to the last: the scheduler's own rate, creation left out.
 Who creates the pods (--creators) changes what competes with the scheduler: `bench` is this
 process's asyncio client, 32 creates in flight, its CPU in the `bench` column; `kubectl` is one
@@ -444,7 +444,7 @@ async def measure(
         "complete": complete,
         "pods_per_s": len(clock.bound) / took,
         "first_create_to_bound_s": took,
-        # the counts of issue 27's harness: from the first pod seen created, and the binds alone
+        # the new-user counts: from the first pod seen created, and the binds alone
         "created_pods_per_s": len(clock.bound) / from_created,
         "bound_window_pods_per_s": len(clock.bound) / max(clock.last_bound - clock.first_bound, 1e-9),
         "creator_cpu_s": creator_cpu,

@@ -1,5 +1,5 @@
 """Reservations on the real control plane: a large gang that waits holds its block, small gangs
-that end before it is expected to start backfill there, the others wait (issue 22, part 4).
+that end before it is expected to start backfill there, the others wait.
 
 Cluster: block z0/b0 of 2 racks x 4 nodes (64 GPUs), kept busy by eight gangs of 8 one-GPU pods
 (one node each); block z0/b1 of 4 nodes, full of plain 8-GPU pods, too small for the large gang

@@ -88,8 +88,8 @@ def podgroup(spec: Mapping[str, Any], name: str = "pg", namespace: str = "defaul
 
 
 def decode_prefill_spec() -> dict[str, Any]:
-    """Seed 001's example 2: decode and prefill parts, each workers (4, one rack) and a leader
-    (one rack), the two of a part in one block (a SubGroupSet)."""
+    """Example 2 of KAI's hierarchical PodGroup design: decode and prefill parts, each workers (4,
+    one rack) and a leader (one rack), the two of a part in one block (a SubGroupSet)."""
     subgroups: list[dict[str, Any]] = []
     constraints: dict[str, dict[str, str]] = {}
     sets = []

@@ -1,4 +1,5 @@
-"""Seed 001's worked examples 1-4 and KAI's segment design's story 2, with exact plans.
+"""Worked examples 1-4 of KAI's hierarchical PodGroup design and story 2 of KAI's segment design,
+with exact plans.
 
 The cluster (grid(zones=2, blocks=2, racks=2, nodes=4), 8 GPUs per node):
 

@@ -409,7 +409,8 @@ def test_blocked_nodes_are_not_used() -> None:
 
 
 def test_elastic_segments_are_not_confined_to_the_compact_domain_of_the_minimum() -> None:
-    # Seed 000's elasticity shape: 3 mandatory segments of 4 and 1 elastic one, racks of 4 nodes.
+    # The elasticity shape of KAI's segment design: 3 mandatory segments of 4 and 1 elastic one,
+    # racks of 4 nodes.
     # The minimum (12 pods) packs into block b1 + one rack of b2; the elastic segment must still get
     # a whole rack of its own (b2/r2), not the leftovers next to the minimum.
     segs = [{"name": f"seg-{s}", "parent": "w", "minMember": 4 if s < 3 else 0} for s in range(4)]

@@ -1,6 +1,6 @@
-"""Seed 001's PodGroup fields that steer how a gang that cannot run is reported:
-markUnschedulable (Events on the pods) and schedulingBackoff (the UnschedulableOnNodePool
-condition).
+"""PodGroup fields of KAI-Scheduler's hierarchical PodGroup design that steer how a gang that
+cannot run is reported: markUnschedulable (Events on the pods) and schedulingBackoff (the
+UnschedulableOnNodePool condition).
 """
 
 from __future__ import annotations

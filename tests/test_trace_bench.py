@@ -38,7 +38,7 @@ def rows(setting: tuple[clusters.Cluster, list[workload.Job]]) -> dict[str, dict
     return out
 
 
-def test_the_trace_is_seeded_and_has_the_shapes_the_issue_asks_for(
+def test_the_trace_is_seeded_and_has_segments_required_levels_and_zone_sized_gangs(
     setting: tuple[clusters.Cluster, list[workload.Job]],
 ) -> None:
     cluster, jobs = setting

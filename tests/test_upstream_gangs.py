@@ -1,5 +1,5 @@
 """Kubernetes' own gang API as input: scheduling.k8s.io PodGroups, CompositePodGroups and a Job's
-spec.scheduling place exactly as the equivalent topogang PodGroup does (issue 24)."""
+spec.scheduling place exactly as the equivalent topogang PodGroup does."""
 
 from __future__ import annotations
 
