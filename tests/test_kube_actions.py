@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from extender.kube.actions import KubeActions
 from extender.kube.client import KubeClient
+from tests.kube_fakes import until
 
 
 class Stalled:
@@ -36,8 +37,7 @@ async def test_a_binding_is_sent_while_every_best_effort_slot_is_taken() -> None
     api = Stalled()
     actions = KubeActions(cast(KubeClient, api), concurrency=4)
     wakes = asyncio.ensure_future(actions.wake([("ml", f"p-{i}") for i in range(16)], 1))
-    while api.patches < 4:  # the best-effort lane is full, twelve more wait behind it
-        await asyncio.sleep(0)
+    await until(lambda: api.patches == 4, "the best-effort lane to be full")  # twelve more wait behind it
     await asyncio.wait_for(actions.bind("ml", "g-0", "uid", "n1"), 5)
     assert api.bindings == ["/api/v1/namespaces/ml/pods/g-0/binding"]
     assert api.patches == 4  # still stuck
