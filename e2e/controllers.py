@@ -174,6 +174,7 @@ class Controllers:
         docs = [d for p in self.built.crds(name) for d in yaml.safe_load_all(p.read_text()) if d]
         for doc in docs:
             doc.pop("status", None)
+            await self._replace_stand_in(doc)
         self.apply(docs)
         names = [d["metadata"]["name"] for d in docs]
 
@@ -186,6 +187,32 @@ class Controllers:
             return True
 
         await eventually(established, within=60, what=f"{name}'s CRDs to be established")
+
+    async def _replace_stand_in(self, crd: Mapping[str, Any]) -> None:
+        """Delete the CRD of the same name a stand-in installed (e2e/crds) when the real one
+        lacks a version the stand-in stored: the API server refuses such an update (MPIJob's
+        stand-in stores kubeflow.org/v2beta1, the training operator serves v1 only)."""
+        path = f"{CRD_PATH}/{crd['metadata']['name']}"
+        try:
+            current = await self.kube.get(path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return
+            raise
+        stored = set((current.get("status") or {}).get("storedVersions") or ())
+        served = {v.get("name") for v in crd.get("spec", {}).get("versions", ())}
+        if stored <= served:
+            return
+        await self.kube.delete(path)
+
+        async def gone() -> bool:
+            try:
+                await self.kube.get(path)
+            except ApiError as exc:
+                return exc.status == 404
+            return False
+
+        await eventually(gone, within=60, what=f"the stand-in CRD {crd['metadata']['name']} to be deleted")
 
     async def ensure_namespace(self, name: str) -> None:
         try:
