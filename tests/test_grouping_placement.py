@@ -118,8 +118,7 @@ def test_unknown_level_is_reported_by_build_gang_naming_the_annotation() -> None
     assert sorted({str(e) for e in built.errors}) == [
         "PodGroup ml/tfjob-train: spec.tfReplicaSpecs.Worker.template.metadata.annotations"
         "[kai.scheduler/segment-topology-required-placement].requiredTopologyLevel:"
-        " 'rak' is not a level of Topology default (valid: block, example.com/topology-block,"
-        " example.com/topology-rack, example.com/topology-zone, hostname, kubernetes.io/hostname, node, rack, zone)"
+        " 'rak' is not a level of Topology default; did you mean rack?"
     ]
 
 
