@@ -26,7 +26,9 @@ def comparable(spec: PodGroupSpec) -> PodGroupSpec:
     """What the PodGroup API carries: not where a constraint was read from, nor exclusivity."""
 
     def plain(c: TopologyConstraint | None) -> TopologyConstraint | None:
-        return None if c is None else replace(c, field="", exclusive=False, required_fields=())
+        if c is None:
+            return None
+        return replace(c, field="", exclusive=False, required_fields=(), obj="", preferred_at="", topology_at="")
 
     return replace(
         spec,
@@ -34,6 +36,7 @@ def comparable(spec: PodGroupSpec) -> PodGroupSpec:
         subgroup_constraints={k: plain(c) for k, c in spec.subgroup_constraints.items()},  # type: ignore[misc]
         subgroup_sets=tuple(replace(s, constraint=plain(s.constraint)) for s in spec.subgroup_sets),  # type: ignore[arg-type]
         uid="",
+        derived_from="",
     )
 
 

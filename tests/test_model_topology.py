@@ -48,6 +48,24 @@ def test_unknown_level_lists_valid_names() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("Rack", "rack"),
+        ("RACK", "rack"),
+        ("Node", "node"),
+        ("SuperPod", "superpod"),
+        ("Example.com/Topology-Zone", "example.com/topology-zone"),
+        ("rak", "rack"),
+        ("superpods", "superpod"),
+    ],
+)
+def test_a_level_written_in_another_case_or_misspelt_says_did_you_mean(name: str, meant: str) -> None:
+    with pytest.raises(LevelError) as exc:
+        DC.resolve(name)
+    assert str(exc.value) == f"{name!r} is not a level of Topology dc; did you mean {meant}?"
+
+
 def test_ambiguous_short_name_is_an_error() -> None:
     topo = parse_topology(
         {

@@ -277,3 +277,74 @@ def test_a_priority_class_whose_global_default_is_not_a_boolean_is_refused_namin
     write(tmp_path, "a.yaml", NODES + "---\n" + bad)
     assert main(["simulate", "-f", str(tmp_path)]) == 2
     assert "PriorityClass x: globalDefault: expected true or false, got 'yes-please'" in capsys.readouterr().err
+
+
+CLUSTER_64 = ROOT / "examples" / "cluster-64.yaml"
+
+
+def job_of_12(annotation: str) -> str:
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train
+  namespace: ml
+  annotations: {{kai.scheduler/topology: default, {annotation}: rack}}
+spec:
+  completionMode: Indexed
+  completions: 12
+  parallelism: 12
+  template:
+    spec:
+      containers: [{{name: c, resources: {{requests: {{cpu: "8", nvidia.com/gpu: "8"}}}}}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("annotation", "phase", "message"),
+    [
+        (
+            "kai.scheduler/topology-required-placement",
+            "Pending",
+            "PodGroup ml/job-train: 12 pods x {cpu: 8, nvidia.com/gpu: 8} in one rack; the best rack fits 8;"
+            " nodes left out: 5 nvidia.com/gpu, 1 not ready or cordoned",
+        ),
+        (
+            "kai.scheduler/topology-required-placment",
+            "Invalid",
+            "Job ml/train: metadata.annotations[kai.scheduler/topology-required-placment]: unknown annotation;"
+            " did you mean kai.scheduler/topology-required-placement?",
+        ),
+    ],
+    ids=["spelt-right", "misspelt"],
+)
+def test_a_misspelt_required_placement_is_refused_not_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], annotation: str, phase: str, message: str
+) -> None:
+    doc = simulate_json(capsys, CLUSTER_64, write(tmp_path, "job.yaml", job_of_12(annotation)))
+    (group,) = doc["podGroups"]  # type: ignore[misc]
+    assert (group["phase"], group["message"]) == (phase, message)
+    assert all(p["node"] is None for p in doc["pods"])  # type: ignore[union-attr]
+
+
+def test_one_typo_in_a_256_worker_template_is_one_short_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tfjob = """
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata: {name: t, namespace: ml, annotations: {kai.scheduler/topology: default}}
+spec:
+  tfReplicaSpecs:
+    Worker:
+      replicas: 256
+      template:
+        metadata:
+          annotations: {kai.scheduler/segment-size: "2", kai.scheduler/segment-topology-required-placement: Rack}
+        spec: {containers: [{name: c, resources: {requests: {cpu: "1"}}}]}
+"""
+    assert main(["simulate", "-f", str(CLUSTER_64), "-f", str(write(tmp_path, "tf.yaml", tfjob))]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ml/tfjob-t"))
+    assert line.count("is not a level") == 1
+    assert line.endswith("'Rack' is not a level of Topology default; did you mean rack?")
+    assert len(line) < 300

@@ -74,9 +74,10 @@ def test_two_topology_entries_are_both_required() -> None:
     spec = g.groups["ml/podgroup-train"].podgroup
     c = spec.subgroup_constraints["train"]
     assert (c.required, c.more_required) == (ZONE, (RACK,))
-    assert c.required_fields == (
-        "[PodGroup train] spec.schedulingConstraints.topology[0].key",
-        "[PodGroup train] spec.schedulingConstraints.topology[1].key",
+    # errors name the group that wrote them (c.obj) and the field there
+    assert (c.obj, c.required_fields) == (
+        "PodGroup ml/train",
+        ("spec.schedulingConstraints.topology[0].key", "spec.schedulingConstraints.topology[1].key"),
     )
 
 

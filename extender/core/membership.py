@@ -19,7 +19,7 @@ from extender.core.cluster import ClusterState
 from extender.grouping import PODGROUP, Family, Grouping, family_key, group_pods
 from extender.grouping.upstream import tree as upstream
 from extender.grouping.upstream.objects import GROUP as UPSTREAM_GROUP
-from extender.model.errors import FieldError
+from extender.model.errors import FieldError, said_once, said_once_text
 from extender.model.flavor import flavor_topology
 from extender.model.keys import GroupKey
 from extender.model.pod import PLAN_GENERATION_ANNOTATION, OwnerRef, PodInfo
@@ -374,15 +374,16 @@ class Membership:
                 default_topology=flavor_topology(pods, state.flavors.values()),
             )
             # Claims that ask for a class that does not exist, a selector that does not compile,
-            # more devices than any node has: errors of the gang, named in its status and Events.
-            device_errors = tuple(dict.fromkeys(e for p in present for e in p.device_errors))
-            device_warnings = tuple(dict.fromkeys(w for p in present for w in p.device_warnings))
+            # more devices than any node has: errors of the gang, named in its status and Events,
+            # each said once however many pods share it.
+            device_errors = [e for p in present for e in p.device_errors]
+            device_warnings = [w for p in present for w in p.device_warnings]
             view = GroupView(
                 group,
                 spec,
                 built,
-                (*built.errors, *device_errors),
-                warnings=(*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings),
+                said_once((*built.errors, *device_errors)),
+                warnings=said_once_text((*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings)),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),

@@ -39,7 +39,7 @@ from extender.core.queues import queue_problem
 from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reserving import Reserving
-from extender.model.errors import FieldError
+from extender.model.errors import FieldError, said_once_text
 from extender.placement import build_gang, incomplete, meets_minimum
 
 
@@ -107,7 +107,7 @@ class Status:
             last_repair=repaired.message if repaired else "",
             said=said,
             waiting=tuple(sorted(view.waiting.items())),
-            warnings=(*view.warnings, *([queue_warning] if queue_warning else []), *warned),
+            warnings=said_once_text((*view.warnings, *([queue_warning] if queue_warning else []), *warned)),
             reservation=held,
         )
 

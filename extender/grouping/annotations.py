@@ -73,12 +73,22 @@ def merge(
         x, y = getattr(a, attr), getattr(b, attr)
         if x and y and x != y:
             errors.append(FieldError(obj, b.field, f"{attr} {y!r} conflicts with {x!r} from {a.field}"))
+    # Each attribute keeps where it was written; both come from one object (a workload and its
+    # templates), so the required level's decides which.
+    req = a if a.required or not b.required else b
+    pref = a if a.preferred else b
+    topo = a if a.topology else b
     return TopologyConstraint(
-        required=a.required or b.required,
-        preferred=a.preferred or b.preferred,
-        topology=a.topology or b.topology,
-        field=a.field if a.required or not b.required else b.field,
+        required=req.required,
+        preferred=pref.preferred,
+        topology=topo.topology,
+        field=req.field,
         exclusive=a.exclusive or b.exclusive,
+        more_required=req.more_required,
+        required_fields=req.required_fields,
+        obj=req.obj or pref.obj,
+        preferred_at=pref.preferred_field() if pref.preferred else "",
+        topology_at=topo.topology_field() if topo.topology else "",
     )
 
 
@@ -107,22 +117,38 @@ def placement(
     if n.KUEUE_UNCONSTRAINED in ann:
         kinds.add("unconstrained")
     if len(kinds) > 1:
-        written = [a for a in (*(a for a, _ in n.KUEUE_SPELLINGS), n.KUEUE_UNCONSTRAINED) if a in ann]
-        errors.append(FieldError(obj, ann_field(where, written[-1]), f"set only one of {', '.join(written)}"))
+        spelt = [a for a in (*(a for a, _ in n.KUEUE_SPELLINGS), n.KUEUE_UNCONSTRAINED) if a in ann]
+        errors.append(FieldError(obj, ann_field(where, spelt[-1]), f"set only one of {', '.join(spelt)}"))
     unconstrained = ann.get(n.KUEUE_UNCONSTRAINED)
     if unconstrained is not None and unconstrained not in ("true", "false"):
         msg = f"expected true or false, got {unconstrained!r}"
         errors.append(FieldError(obj, ann_field(where, n.KUEUE_UNCONSTRAINED), msg))
-    required, preferred = values.get("required", (None,))[0], values.get("preferred", (None,))[0]
-    return _constraint(required, preferred, topology, where, used)
-
-
-def _constraint(
-    required: str | None, preferred: str | None, topology: str | None, where: str, used: list[str]
-) -> TopologyConstraint | None:
+    required, preferred = values.get("required"), values.get("preferred")
     if required is None and preferred is None:
         return None
-    return TopologyConstraint(required=required, preferred=preferred, topology=topology, field=anns_field(where, used))
+    return written(obj, where, used, required, preferred, topology)
+
+
+def written(
+    obj: str,
+    where: str,
+    used: list[str],
+    required: tuple[str, str] | None,
+    preferred: tuple[str, str] | None,
+    topology: str | None,
+) -> TopologyConstraint:
+    """A constraint from annotations at `where` of `obj`: REQUIRED and PREFERRED are (level, the
+    annotation that set it); the Topology is the template's own kai.scheduler/topology."""
+    return TopologyConstraint(
+        required=required[0] if required else None,
+        preferred=preferred[0] if preferred else None,
+        topology=topology,
+        field=anns_field(where, used),
+        required_fields=(ann_field(where, required[1]),) if required else (),
+        obj=obj,
+        preferred_at=ann_field(where, preferred[1]) if preferred else "",
+        topology_at=ann_field(where, n.KAI_TOPOLOGY) if topology else "",
+    )
 
 
 def _kai_segments(
@@ -148,7 +174,9 @@ def _kai_segments(
     used = [a for a in (n.KAI_SEGMENT_REQUIRED, n.KAI_SEGMENT_PREFERRED) if a in ann]
     c = None
     if required or preferred:
-        c = TopologyConstraint(required=required, preferred=preferred, topology=topology, field=anns_field(where, used))
+        req = (required, n.KAI_SEGMENT_REQUIRED) if required else None
+        pref = (preferred, n.KAI_SEGMENT_PREFERRED) if preferred else None
+        c = written(obj, where, used, req, pref, topology)
     return Layout(part, "seg", (Layer(size, c),), index_label, offset)
 
 
@@ -189,7 +217,9 @@ def _kueue_slices(part: Part, obj: str, index_label: str, offset: int, errors: l
             if item.get("size") is None:
                 errors.append(FieldError(obj, f"{where_i}.size", "missing: each layer needs a size"))
             if lv is not None and size is not None:
-                layers.append(Layer(size, TopologyConstraint(required=lv, field=f"{field_}[{i}]")))
+                at = f"{where_i}.topology"
+                c = TopologyConstraint(required=lv, field=where_i, required_fields=(at,), obj=obj)
+                layers.append(Layer(size, c))
         if len(errors) > before:
             return None
         above, above_name = part.replicas, f"the {part.replicas} replicas of {part.name}"
@@ -213,7 +243,9 @@ def _kueue_slices(part: Part, obj: str, index_label: str, offset: int, errors: l
             errors.append(FieldError(obj, f_size, msg))
         if len(errors) > before or required is None or size is None:
             return None
-        layers.append(Layer(size, TopologyConstraint(required=required, field=f_req)))
+        layers.append(
+            Layer(size, TopologyConstraint(required=required, field=f_req, required_fields=(f_req,), obj=obj))
+        )
     if len(errors) > before:
         return None
     slices = sum(-(-part.replicas // layer.size) for layer in layers)

@@ -24,8 +24,8 @@ from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, anns_field, layout_of, merge, placement
 from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.result import Grouping, SegmentPosition
-from extender.grouping.values import label_field, pod_index
-from extender.model.errors import ErrorList, FieldError
+from extender.grouping.values import annotation_keys, label_field, pod_index
+from extender.model.errors import ErrorList, FieldError, said_once, said_once_text
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.limits import MAX_GANG_PODS, MAX_SUBGROUPS, beyond
 from extender.model.podgroup import PodGroupSpec, SubGroupSet, SubGroupSpec, TopologyConstraint, validate_structure
@@ -70,6 +70,21 @@ class _Tree:
     subgroups: list[SubGroupSpec] = field(default_factory=list)
     constraints: dict[str, TopologyConstraint] = field(default_factory=dict)
     layouts: dict[str, Layout] = field(default_factory=dict)  # part name -> its segment layout
+
+
+def _keys(draft: GangDraft, members: Iterable[ClaimedPod], tree: _Tree) -> None:
+    """The annotation keys the user wrote, each object once (a JobSet's Jobs share one template):
+    the workload's, and its templates' or, where the pods carry their own, the pods'."""
+    seen: set[tuple[str, str]] = set()
+    written = [(draft.obj, "", draft.annotations)]
+    if draft.keys_on_pods:
+        written += [(f"Pod {m.pod.key}", "", m.pod.annotations) for m in members]
+    else:
+        written += [(p.template_obj or draft.obj, p.where, p.template) for p in draft.parts]
+    for obj, where, ann in written:
+        if (obj, where) not in seen:
+            seen.add((obj, where))
+            annotation_keys(ann, obj, where, tree.errors, tree.warnings)
 
 
 def _checks(draft: GangDraft, tree: _Tree) -> bool:
@@ -189,7 +204,9 @@ def _leaf_of(
 
 def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     """The Grouping of one gang: its PodGroup tree from the draft, and where each pod goes."""
+    members = list(members)
     tree = _Tree(list(draft.errors), list(draft.warnings), list(draft.parents), dict(draft.constraints))
+    _keys(draft, members, tree)
     ann = draft.annotations
     topology = ann.get(n.KAI_TOPOLOGY) or None
     # Kueue's names on the workload's metadata constrain it whole, as KAI's do: for a Job, its
@@ -225,12 +242,13 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         subgroup_sets=podset_groups,
         uid=draft.uid,
         annotations={k: ann[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE) if ann.get(k)},
+        derived_from=draft.obj,
     )
     structure = ErrorList(f"PodGroup {draft.key}")
     validate_structure(pg, structure)
     # The tree is topogang's, not the user's: the error names the workload they wrote.
     tree.errors.extend(FieldError(draft.obj, "spec", f"cannot be made one gang: {e.message}") for e in structure.errors)
-    unique_errors = tuple(dict.fromkeys(tree.errors))
+    unique_errors = said_once(tree.errors)
     return Grouping(
         key=draft.key,
         podgroup=None if unique_errors else pg,
@@ -239,6 +257,6 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         segments=segments,
         owner=draft.owner,
         errors=unique_errors,
-        warnings=tuple(dict.fromkeys(tree.warnings)),
+        warnings=said_once_text(tree.warnings),
         source=draft.source,
     )

@@ -29,8 +29,8 @@ from extender.grouping.objects import ObjectLookup
 from extender.grouping.resource_interface import ResourceInterface, group_with, hands_off, index_resource_interfaces
 from extender.grouping.result import Grouping, GroupingResult
 from extender.grouping.upstream import tree as upstream
-from extender.grouping.values import annotations_of, controller_ref
-from extender.model.errors import FieldError
+from extender.grouping.values import annotation_keys, annotations_of, controller_ref
+from extender.model.errors import FieldError, said_once, said_once_text
 from extender.model.keys import GroupKey
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
 from extender.model.limits import MAX_GANG_PODS, beyond
@@ -144,7 +144,9 @@ def _fallback(top: Link, pods: list[PodInfo]) -> GangDraft:
         obj = f"{top.label} (read from its Pod {first.key})"
         part = Part(top.ref.kind.lower(), len(pods), len(pods), dict(first.annotations), "", obj)
     workload = annotations_of(top.obj) if top.obj is not None else {}
-    return GangDraft(top.key(), top.label, top.label, top.ref, workload, [part], uid=top.ref.uid)
+    draft = GangDraft(top.key(), top.label, top.label, top.ref, workload, [part], uid=top.ref.uid)
+    draft.keys_on_pods = template is None
+    return draft
 
 
 _DraftKey = tuple[str, str, str, str, str]  # (grouper, apiVersion, kind, namespace, name)
@@ -289,7 +291,7 @@ def group_pods(
     claims.unmatched()
     out = _Groups()
     for key, ps in sorted(explicit.items()):
-        out.add(_explicit(key, podgroups[key], len(ps)), [p.key for p in ps])
+        out.add(_explicit(key, podgroups[key], ps), [p.key for p in ps])
     for (dkey, gang_key), ms in claims.members.items():
         if not ms:
             continue
@@ -346,11 +348,23 @@ class _UpstreamTrees:
         return out
 
 
-def _explicit(key: str, podgroup: PodGroupSpec, pods: int) -> Grouping:
-    if pods <= MAX_GANG_PODS:
-        return Grouping(key=key, podgroup=podgroup, source=f"PodGroup {key}")
-    error = FieldError(f"PodGroup {key}", "metadata.name", f"{pods:,} pods name it; {beyond(MAX_GANG_PODS)}")
-    return Grouping(key=key, podgroup=None, errors=(error,), source=f"PodGroup {key}")
+def _explicit(key: str, podgroup: PodGroupSpec, pods: list[PodInfo]) -> Grouping:
+    """A PodGroup object's gang. Its misspelt annotation keys made it invalid as it was parsed;
+    its unknown ones and its pods' keys are checked here."""
+    source = f"PodGroup {key}"
+    if len(pods) > MAX_GANG_PODS:
+        error = FieldError(source, "metadata.name", f"{len(pods):,} pods name it; {beyond(MAX_GANG_PODS)}")
+        return Grouping(key=key, podgroup=None, errors=(error,), source=source)
+    errors: list[FieldError] = []
+    warnings: list[str] = []
+    annotation_keys(podgroup.annotations, source, "", errors, warnings)
+    for pod in pods:
+        annotation_keys(pod.annotations, f"Pod {pod.key}", "", errors, warnings)
+    if errors:
+        return Grouping(
+            key=key, podgroup=None, errors=said_once(errors), warnings=said_once_text(warnings), source=source
+        )
+    return Grouping(key=key, podgroup=podgroup, warnings=said_once_text(warnings), source=source)
 
 
 def _ri_grouper(ri: ResourceInterface) -> Grouper:

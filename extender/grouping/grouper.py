@@ -51,6 +51,9 @@ class GangDraft:
     errors: list[FieldError] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     uid: str = ""
+    # The pods carry annotations of their own (no template was read): each pod's keys are checked,
+    # not the parts' templates made from them (the grouper checks the group objects it read).
+    keys_on_pods: bool = False
 
 
 @dataclass(frozen=True)

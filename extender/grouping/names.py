@@ -6,34 +6,36 @@ of topogang's own PodGroup API (`pod-group-name`, `kai.scheduler/subgroup-name`,
 
 from __future__ import annotations
 
-from extender.model.labels import TOPOLOGY_ANNOTATION
+from extender.model import annotation_keys as keys
 
+# The annotations are defined once, with every other key of their projects, in
+# extender.model.annotation_keys; these are the names the grouper uses.
 # -- KAI's workload annotations (KAI's segment design) --------------------------------------------------------
-KAI_TOPOLOGY = TOPOLOGY_ANNOTATION  # "kai.scheduler/topology": which Topology object
-KAI_REQUIRED = "kai.scheduler/topology-required-placement"
-KAI_PREFERRED = "kai.scheduler/topology-preferred-placement"
-KAI_SEGMENT_SIZE = "kai.scheduler/segment-size"
-KAI_SEGMENT_REQUIRED = "kai.scheduler/segment-topology-required-placement"
-KAI_SEGMENT_PREFERRED = "kai.scheduler/segment-topology-preferred-placement"
-KAI_POD_INDEX_LABEL = "kai.scheduler/pod-index-label"
+KAI_TOPOLOGY = keys.KAI_TOPOLOGY  # which Topology object
+KAI_REQUIRED = keys.KAI_REQUIRED
+KAI_PREFERRED = keys.KAI_PREFERRED
+KAI_SEGMENT_SIZE = keys.KAI_SEGMENT_SIZE
+KAI_SEGMENT_REQUIRED = keys.KAI_SEGMENT_REQUIRED
+KAI_SEGMENT_PREFERRED = keys.KAI_SEGMENT_PREFERRED
+KAI_POD_INDEX_LABEL = keys.KAI_POD_INDEX_LABEL
 KAI_SEGMENT_ANNOTATIONS = (KAI_SEGMENT_SIZE, KAI_SEGMENT_REQUIRED, KAI_SEGMENT_PREFERRED)
 
 # -- Kueue's PodSet annotations (Kueue's TAS KEP and Kueue's TAS API) -------------------------------------
-KUEUE_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
-KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
-KUEUE_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
-KUEUE_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
-KUEUE_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
-KUEUE_SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
+KUEUE_REQUIRED = keys.KUEUE_REQUIRED
+KUEUE_PREFERRED = keys.KUEUE_PREFERRED
+KUEUE_UNCONSTRAINED = keys.KUEUE_UNCONSTRAINED
+KUEUE_SLICE_REQUIRED = keys.KUEUE_SLICE_REQUIRED
+KUEUE_SLICE_SIZE = keys.KUEUE_SLICE_SIZE
+KUEUE_SLICE_CONSTRAINTS = keys.KUEUE_SLICE_CONSTRAINTS
 KUEUE_MAX_LAYERS = 3
 # PodSets (PodTemplates) that share this name are placed under one constraint, in one domain.
-KUEUE_PODSET_GROUP = "kueue.x-k8s.io/podset-group-name"
+KUEUE_PODSET_GROUP = keys.KUEUE_PODSET_GROUP
 # The scheduling gate Kueue puts on the PodTemplate of a workload it admitted to a flavor with
 # spec.topologyName (its Topology Aware Scheduling): Kueue then picks each pod's domain itself.
 KUEUE_TAS_GATE = "kueue.x-k8s.io/topology"
 # The TAS KEP's own names, read as aliases of the podset-* ones.
-KUEUE_REQUIRE = "kueue.x-k8s.io/require-topology"
-KUEUE_PREFER = "kueue.x-k8s.io/prefer-topology"
+KUEUE_REQUIRE = keys.KUEUE_REQUIRE
+KUEUE_PREFER = keys.KUEUE_PREFER
 
 # Every spelling of a scope's placement, in the order they are read, with the attribute it sets.
 KUEUE_SPELLINGS = (

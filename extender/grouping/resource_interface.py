@@ -261,6 +261,7 @@ def _constraint(
     ev: _Evaluator, entry: Mapping[str, Any], scope: Mapping[str, Any], where: str
 ) -> TopologyConstraint | None:
     levels: dict[str, str] = {}
+    fields: dict[str, str] = {}  # attribute -> the path that resolved it
     for attr, key in (
         ("required", "requiredTopologyConstraintsPath"),
         ("preferred", "preferredTopologyConstraintsPath"),
@@ -275,9 +276,17 @@ def _constraint(
             ev.fail(field, f"{expr} resolves to {short(value)}, expected a topology level name")
             continue
         levels[attr] = value
+        fields[attr] = source.partition(": ")[0]
     if not levels:
         return None
-    return TopologyConstraint(required=levels.get("required"), preferred=levels.get("preferred"), field=where)
+    return TopologyConstraint(
+        required=levels.get("required"),
+        preferred=levels.get("preferred"),
+        field=where,
+        required_fields=(fields["required"],) if "required" in levels else (),
+        obj=ev.obj,
+        preferred_at=fields.get("preferred", ""),
+    )
 
 
 def _classifier(

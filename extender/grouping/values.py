@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from extender.model import annotation_keys as keys
 from extender.model.errors import FieldError
 from extender.model.limits import MAX_REPLICAS, beyond
 from extender.model.pod import OwnerRef, PodInfo
@@ -23,6 +24,16 @@ _UINT = re.compile(r"^[0-9]+$")
 def ann_field(where: str, annotation: str) -> str:
     """The field of an annotation on the object (where="") or on a PodTemplate at `where`."""
     return f"{where}.metadata.annotations[{annotation}]" if where else f"metadata.annotations[{annotation}]"
+
+
+def annotation_keys(
+    ann: Mapping[str, str], obj: str, where: str, errors: list[FieldError], warnings: list[str]
+) -> None:
+    """A misspelt key under a prefix topogang reads is an error naming the key it misspells; one
+    close to nothing, a warning (extender/model/annotation_keys.py)."""
+    found, ignored = keys.problems(ann, obj, f"{where}.metadata.annotations" if where else "metadata.annotations")
+    errors.extend(found)
+    warnings.extend(ignored)
 
 
 def label_field(label: str) -> str:

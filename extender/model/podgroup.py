@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from extender.model import annotation_keys
 from extender.model.errors import ErrorList
 from extender.model.labels import TOPOLOGY_ANNOTATION
 from extender.model.limits import MAX_SUBGROUPS, beyond
@@ -59,6 +60,12 @@ class TopologyConstraint:
     # first, was written when that is not `<field>.requiredTopologyLevel`.
     more_required: tuple[str, ...] = ()
     required_fields: tuple[str, ...] = ()
+    # A constraint the grouper read from a workload (its annotations, a ResourceInterface's path):
+    # the object the user wrote it on, and where its preferred level and Topology were written,
+    # so that a message names them there and never a field of the PodGroup topogang built.
+    obj: str = ""
+    preferred_at: str = ""
+    topology_at: str = ""
 
     @property
     def empty(self) -> bool:
@@ -76,7 +83,10 @@ class TopologyConstraint:
         ]
 
     def preferred_field(self) -> str:
-        return f"{self.field}.preferredTopologyLevel"
+        return self.preferred_at or f"{self.field}.preferredTopologyLevel"
+
+    def topology_field(self) -> str:
+        return self.topology_at or f"{self.field}.topology"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +123,9 @@ class PodGroupSpec:
     annotations: Mapping[str, str] = field(default_factory=dict)
     created: float | None = None
     generation: int = 0  # metadata.generation: what a status's observedGeneration refers to
+    # The workload topogang derived this PodGroup from ("TFJob ml/train"), whose annotations
+    # these are; "" for a PodGroup object. Messages about the annotations name it.
+    derived_from: str = ""
 
     @property
     def key(self) -> str:
@@ -228,6 +241,10 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
         elif not names:
             errors.add(f"{where}.subGroups", "expected a list of SubGroup names")
 
+    annotations = str_map(meta.get("annotations"), "metadata.annotations", errors)
+    # A misspelt annotation (kai.scheduler/topolgy) would drop what it says: refused, as a field
+    # is; unknown ones are only warned about, with the gang (grouping).
+    errors.errors.extend(annotation_keys.problems(annotations, errors.obj)[0])
     pg = PodGroupSpec(
         namespace=namespace,
         name=name,
@@ -244,7 +261,7 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
         uid=opt_str(meta.get("uid"), "metadata.uid", errors) or "",
         api_version=api_version,
         labels=str_map(meta.get("labels"), "metadata.labels", errors),
-        annotations=str_map(meta.get("annotations"), "metadata.annotations", errors),
+        annotations=annotations,
         created=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp", errors),
         generation=opt_int(meta.get("generation"), "metadata.generation", errors) or 0,
     )

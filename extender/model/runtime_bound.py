@@ -14,10 +14,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from extender.model import annotation_keys as keys
 from extender.model.errors import FieldError, InvalidObject
 from extender.model.raw import literal
 
-RUNTIME_BOUND_ANNOTATION = "scheduling.topogang.io/runtime-bound"
+RUNTIME_BOUND_ANNOTATION = keys.RUNTIME_BOUND
 
 _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")

@@ -7,6 +7,7 @@ level: when the last listed label is not `kubernetes.io/hostname`, that level is
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -88,11 +89,23 @@ class TopologySpec:
         found = self._names.get(name)
         label = f"Topology {self.name}" if self.name else "the node-only topology"
         if not found:
-            raise LevelError(f"{name!r} is not a level of {label} (valid: {', '.join(self.valid_names())})")
+            meant = self.meant(name)
+            hint = f"did you mean {meant}?" if meant else f"(valid: {', '.join(self.valid_names())})"
+            raise LevelError(f"{name!r} is not a level of {label}{';' if meant else ''} {hint}")
         if len(found) > 1:
             labels = ", ".join(self.levels[i].node_label for i in sorted(found))
             raise LevelError(f"{name!r} is ambiguous in {label}: it names {labels}; use the full node label")
         return next(iter(found))
+
+    def meant(self, name: str) -> str | None:
+        """The level NAME misspells: the one that differs only in case, else the closest by
+        difflib (ratio 0.8, case aside); None when none is that close."""
+        valid = self.valid_names()
+        lowered = {v.lower(): v for v in reversed(valid)}  # the first in sorted order wins
+        if name.lower() in lowered:
+            return lowered[name.lower()]
+        close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.8)
+        return lowered[close[0]] if close else None
 
     def describe(self) -> str:
         return " > ".join(level.display for level in self.levels)

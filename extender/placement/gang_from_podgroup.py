@@ -4,8 +4,10 @@ engine places.
 This is where names become levels: each constraint picks its Topology (its own `topology`, else
 the PodGroup's `kai.scheduler/topology` annotation, else the only Topology object), and level
 names resolve against it. Problems with the PodGroup make the whole gang invalid, with errors
-that name the field; a pod that cannot join (no SubGroup label, an unknown SubGroup) is left out
-with its own reason, and the gang goes on without it.
+that name the field as the user wrote it (a derived PodGroup's constraints name the workload's
+annotations, never the PodGroup built from them), each said once however many SubGroups share the
+constraint; a pod that cannot join (no SubGroup label, an unknown SubGroup) is left out with its
+own reason, and the gang goes on without it.
 """
 
 from __future__ import annotations
@@ -57,13 +59,15 @@ def build_gang(
     `default_topology` is the Topology when the PodGroup names none (a Kueue ResourceFlavor's).
     """
     errors: list[FieldError] = []
-    topology = _choose_topology(pg, topologies, f"PodGroup {pg.key}", errors, default_topology)
+    topology = _choose_topology(pg, topologies, errors, default_topology)
     builder = _GangBuilder(pg, topology, errors, order or {})
     members, stray = _assign_pods(pg, pods, subgroup_of or {})
     root = builder.root(members)
+    # Segments share their replica type's constraint: what is wrong with it is said once.
     if errors or topology is None:
-        return BuiltGang(None, tuple(errors), stray)
-    return BuiltGang(Gang(pg.key, root, builder.shapes(), topology), (), stray, tuple(builder.warnings))
+        return BuiltGang(None, tuple(dict.fromkeys(errors)), stray)
+    warnings = tuple(dict.fromkeys(builder.warnings))
+    return BuiltGang(Gang(pg.key, root, builder.shapes(), topology), (), stray, warnings)
 
 
 def _assign_pods(
@@ -106,6 +110,7 @@ class _GangBuilder:
     ) -> None:
         self.pg = pg
         self.obj = f"PodGroup {pg.key}"
+        self.written = pg.derived_from or self.obj  # who wrote what is not on a constraint
         self.topology = topology
         self.errors = errors
         self.rank = rank
@@ -142,7 +147,7 @@ class _GangBuilder:
             try:
                 preferred = self._level(c.preferred, "preferred")
             except LevelError as exc:
-                self.errors.append(FieldError(self.obj, c.preferred_field(), str(exc)))
+                self.errors.append(FieldError(c.obj or self.written, c.preferred_field(), str(exc)))
         level = required[0] if required is not None else None
         if preferred is not None and level is not None and preferred <= level:
             preferred = None  # already implied by the required level
@@ -157,7 +162,7 @@ class _GangBuilder:
             try:
                 level = self._level(name, "required")
             except LevelError as exc:
-                self.errors.append(FieldError(self.obj, where, str(exc)))
+                self.errors.append(FieldError(c.obj or self.written, where, str(exc)))
                 continue
             if best is None or level > best[0]:
                 best = (level, name, where)
@@ -171,7 +176,7 @@ class _GangBuilder:
             return outer
         finest = self._finest(c)
         assert finest is not None
-        return _Held(*finest)
+        return _Held(*finest, c.obj)
 
     def _enter(self, rule: Rule | None, c: TopologyConstraint | None) -> _Held | None:
         """Check the scope's constraint against the ones above it, and hold its descendants;
@@ -187,9 +192,10 @@ class _GangBuilder:
                 except LevelError:
                     continue  # reported by rule()
                 if level < outer.level:
+                    above = outer.field if outer.obj == c.obj else f"{outer.obj or self.written} {outer.field}"
                     self.warnings.append(
-                        f"{where}={name!r} cannot take effect: it is coarser than"
-                        f" {outer.field}={outer.name!r} above it, which already"
+                        f"{c.obj + ': ' if c.obj else ''}{where}={name!r} cannot take effect: it is coarser than"
+                        f" {above}={outer.name!r} above it, which already"
                         f" holds the SubGroup in one {outer.name}"
                     )
         self._outer = self._holds(rule, c, outer)
@@ -265,6 +271,7 @@ class _Held:
     level: int
     name: str  # the level as written
     field: str  # where it was written (spec.topologyConstraints.global.requiredTopologyLevel)
+    obj: str = ""  # on which object, when not the PodGroup (TopologyConstraint.obj)
 
 
 def _first(*values: int | None) -> int:
@@ -274,18 +281,20 @@ def _first(*values: int | None) -> int:
 def _choose_topology(
     pg: PodGroupSpec,
     topologies: Mapping[str, TopologySpec],
-    obj: str,
     errors: list[FieldError],
     default: str | None = None,
 ) -> TopologySpec | None:
     """One Topology for the whole gang; constraints that name different ones are an error."""
+    obj = pg.derived_from or f"PodGroup {pg.key}"  # whose kai.scheduler/topology annotation it is
     written = [pg.global_constraint, *pg.subgroup_constraints.values(), *(s.constraint for s in pg.subgroup_sets)]
     constraints = [c for c in written if c is not None]
     have = ", ".join(sorted(topologies)) or "none"
-    chosen: dict[str, str] = {}  # topology name -> the first field that chose it
+    chosen: dict[str, tuple[str, str, str]] = {}  # topology name -> the first (constraint, object, field) choosing it
     for c in constraints:
         name = c.topology or pg.topology_name or default
-        where = f"{c.field}.topology" if c.topology else f"metadata.annotations[{TOPOLOGY_ANNOTATION}]"
+        at, where = (
+            (c.obj or obj, c.topology_field()) if c.topology else (obj, f"metadata.annotations[{TOPOLOGY_ANNOTATION}]")
+        )
         if not c.topology and not pg.topology_name and default:
             where = "the pods' Kueue ResourceFlavor spec.topologyName"
         if name is None:
@@ -293,25 +302,23 @@ def _choose_topology(
                 name = next(iter(topologies))
             else:
                 why = "no Topology object exists" if not topologies else f"{len(topologies)} exist ({have})"
-                errors.append(
-                    FieldError(
-                        obj,
-                        f"{c.field}.topology",
-                        f"names no Topology and {why}; set it or the annotation {TOPOLOGY_ANNOTATION}",
-                    )
-                )
+                # A workload's constraint has no topology field: name the level it wrote.
+                field = (c.required_levels() or [("", c.preferred_field())])[0][1] if c.obj else c.topology_field()
+                msg = f"names no Topology and {why}; set it or the annotation {TOPOLOGY_ANNOTATION}"
+                errors.append(FieldError(c.obj or obj, field, msg))
                 continue
         if name not in topologies:
-            errors.append(FieldError(obj, where, f"names Topology {name!r}, which does not exist (have: {have})"))
+            errors.append(FieldError(at, where, f"names Topology {name!r}, which does not exist (have: {have})"))
             continue
-        chosen.setdefault(name, c.field)
+        chosen.setdefault(name, (c.field, at, where))
     if len(chosen) > 1:
-        shown = ", ".join(f"{name} ({where})" for name, where in chosen.items())
-        errors.append(
-            FieldError(
-                obj, "spec.topologyConstraints", f"constraints of one PodGroup must use one Topology; found {shown}"
-            )
-        )
+        shown = ", ".join(f"{name} ({field})" for name, (field, _, _) in chosen.items())
+        if pg.derived_from:  # the workload has no such field: named where the second Topology was chosen
+            _, at, where = list(chosen.values())[1]
+            errors.append(FieldError(at, where, f"constraints of one gang must use one Topology; found {shown}"))
+        else:
+            msg = f"constraints of one PodGroup must use one Topology; found {shown}"
+            errors.append(FieldError(obj, "spec.topologyConstraints", msg))
         return None
     if errors:
         return None

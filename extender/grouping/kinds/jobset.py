@@ -22,7 +22,17 @@ from extender.grouping.kinds.common import gang, spec, template
 from extender.grouping.kinds.job import BATCH_V1, COMPLETION_INDEX, job_pods, job_replicas
 from extender.grouping.kinds.kind import WorkloadKind, owner
 from extender.grouping.synthesis import Synthesis, uid_for
-from extender.grouping.values import ann_field, annotations_of, count, label_field, level, list_at, mapping_at
+from extender.grouping.values import (
+    ann_field,
+    annotation_keys,
+    annotations_of,
+    count,
+    label_field,
+    level,
+    list_at,
+    mapping_at,
+)
+from extender.model import annotation_keys as keys
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import SubGroupSpec, TopologyConstraint
@@ -34,7 +44,7 @@ REPLICATED_JOB_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 JOB_KEY = "jobset.sigs.k8s.io/job-key"
-EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+EXCLUSIVE = keys.JOBSET_EXCLUSIVE
 
 
 def group_jobset(link: Link) -> WorkloadDraft:
@@ -58,6 +68,7 @@ def group_jobset(link: Link) -> WorkloadDraft:
         _, annotations, pod_where = template(job_spec, "template", obj, f"{where}.template.spec", errors)
         indexed = job_spec.get("completionMode") == "Indexed"
         job_ann = annotations_of(job_template)
+        annotation_keys(job_ann, obj, f"{where}.template", errors, draft.warnings)
         exclusive_field = ann_field(f"{where}.template", EXCLUSIVE)
         exclusive = level(job_ann.get(EXCLUSIVE), obj, exclusive_field, errors)
         if exclusive is None and js_exclusive is not None:
@@ -79,7 +90,13 @@ def group_jobset(link: Link) -> WorkloadDraft:
             )
             draft.parts.append(part)
             if exclusive is not None:
-                c = TopologyConstraint(required=exclusive, field=exclusive_field, exclusive=True)
+                c = TopologyConstraint(
+                    required=exclusive,
+                    field=exclusive_field,
+                    exclusive=True,
+                    required_fields=(exclusive_field,),
+                    obj=obj,
+                )
                 draft.constraints[part.name] = c
     key = draft.key
 

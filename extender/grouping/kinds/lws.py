@@ -30,7 +30,17 @@ from extender.grouping.grouper import Claim, Classifier, GangDraft, Link, Part, 
 from extender.grouping.kinds.common import body, gang, spec, template
 from extender.grouping.kinds.kind import WorkloadKind, owner
 from extender.grouping.synthesis import Synthesis, owner_ref, uid_for
-from extender.grouping.values import ann_field, annotations_of, count, label_field, level, mapping_at, positive_int
+from extender.grouping.values import (
+    ann_field,
+    annotation_keys,
+    annotations_of,
+    count,
+    label_field,
+    level,
+    mapping_at,
+    positive_int,
+)
+from extender.model import annotation_keys as keys
 from extender.model.errors import ErrorList, FieldError
 from extender.model.pod import PodInfo
 from extender.model.podgroup import TopologyConstraint
@@ -45,8 +55,8 @@ LEADER_NAME = "leaderworkerset.sigs.k8s.io/leader-name"
 SUBGROUP_INDEX = "leaderworkerset.sigs.k8s.io/subgroup-index"
 SUBGROUP_SIZE = "leaderworkerset.sigs.k8s.io/subgroup-size"
 SUBGROUP_KEY = "leaderworkerset.sigs.k8s.io/subgroup-key"
-EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
-SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+EXCLUSIVE = keys.LWS_EXCLUSIVE
+SUBGROUP_EXCLUSIVE = keys.LWS_SUBGROUP_EXCLUSIVE
 LEADER_COUNT = 1  # one leader per group; workers' worker-index starts after it
 
 # Extended resources that count as an accelerator (LWS shifts subgroup indexes when the leader
@@ -189,6 +199,7 @@ def group_lws(link: Link) -> WorkloadDraft:
             members[name] = members.get(name, 0) + 1
         parts = [Part(name, c, c) for name, c in members.items()]
         for t_ann, t_where in ((leader_ann, leader_where), (worker_ann, worker_where)):
+            annotation_keys(t_ann, obj, t_where, errors, warnings)  # no part carries these templates
             ignored = [a for a in _TEMPLATE_ANNOTATIONS if a in t_ann]
             if ignored:
                 why = f"{SUBGROUP_EXCLUSIVE} cuts the group into subgroups"
@@ -206,12 +217,16 @@ def group_lws(link: Link) -> WorkloadDraft:
         draft.warnings = list(warnings)
         if exclusive is not None:
             field = ann_field("", EXCLUSIVE)
-            draft.global_constraint = TopologyConstraint(required=exclusive, field=field, exclusive=True)
+            draft.global_constraint = TopologyConstraint(
+                required=exclusive, field=field, exclusive=True, required_fields=(field,), obj=obj
+            )
         if shape.sgs is not None:
             field = ann_field("", SUBGROUP_EXCLUSIVE)
             for p in parts:
                 if p.name != LEADER:
-                    draft.constraints[p.name] = TopologyConstraint(required=sub_level, field=field, exclusive=True)
+                    draft.constraints[p.name] = TopologyConstraint(
+                        required=sub_level, field=field, exclusive=True, required_fields=(field,), obj=obj
+                    )
         gangs[draft.key] = draft
     return WorkloadDraft(gangs, _classifier(link, shape), obj, obj, link.ref)
 

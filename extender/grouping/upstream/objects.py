@@ -134,11 +134,16 @@ def topology_constraint(raw: object, where: str, shown: str, errors: ErrorList) 
             errors.errors.extend(found)
         else:
             keys.append(key)
-            fields.append(f"{shown}{at}.key")
+            fields.append(f"{at}.key")
     if not keys:
         return None
+    # SHOWN stays in `field` (explain shows which group wrote it); errors name the object itself.
     return TopologyConstraint(
-        required=keys[0], more_required=tuple(keys[1:]), required_fields=tuple(fields), field=f"{shown}{where}"
+        required=keys[0],
+        more_required=tuple(keys[1:]),
+        required_fields=tuple(fields),
+        field=f"{shown}{where}",
+        obj=errors.obj,
     )
 
 

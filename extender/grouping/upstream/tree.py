@@ -26,6 +26,7 @@ from extender.grouping.annotations import merge, placement
 from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.objects import ObjectLookup
 from extender.grouping.upstream.objects import COMPOSITE, GROUP, MAX_DEPTH, PODGROUP, Group, api_versions, read_group
+from extender.grouping.values import annotation_keys
 from extender.model.errors import FieldError
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.limits import MAX_REPLICAS, MAX_SUBGROUPS, beyond
@@ -180,8 +181,10 @@ def build_tree(
     # the gang's own annotations: its Topology and its repair policy (the rest is per group)
     annotations = {k: root.annotations[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE) if k in root.annotations}
     draft = GangDraft(gang_key(root), root.label, root.label, owner, annotations, uid=root.uid)
+    draft.keys_on_pods = True  # the pods' own; each group's are checked here, as it is read
     tree = _Tree(root, draft, pod_annotations=pod_annotations or {})
     draft.errors.extend(root.errors)
+    annotation_keys(root.annotations, root.label, "", draft.errors, draft.warnings)
     if root.kind == PODGROUP:
         _leaf(tree, root, None, counts)
         draft.root_min = 1
@@ -193,6 +196,7 @@ def build_tree(
     while stack:
         g, depth = stack.pop()
         draft.errors.extend(g.errors)
+        annotation_keys(g.annotations, g.label, "", draft.errors, draft.warnings)
         parent = None if g.parent == root.name else g.parent
         if depth > MAX_DEPTH:
             why = f"makes the tree deeper than {MAX_DEPTH} levels (Kubernetes' limit)"

@@ -34,7 +34,14 @@ def _pack(parent: Mapping[str, Any], obj: str, where: str, errors: list[FieldErr
         levels[attr] = level(value or None, obj, f"{at}.{attr}", errors)
     if not levels["required"] and not levels["preferred"]:
         return None
-    return TopologyConstraint(required=levels["required"], preferred=levels["preferred"], field=at)
+    return TopologyConstraint(
+        required=levels["required"],
+        preferred=levels["preferred"],
+        field=at,
+        required_fields=(f"{at}.required",) if levels["required"] else (),
+        obj=obj,
+        preferred_at=f"{at}.preferred",
+    )
 
 
 @dataclass
