@@ -2,8 +2,11 @@
 
 YAML that cannot be read, or an object the API server would refuse (a Pod with a malformed
 quantity, a Node without a name), stops the simulation with a message that names the file and
-line. Objects that are well-formed but wrong for topogang (an invalid PodGroup) are loaded and
-reported in the results instead, as the server would report them.
+line. A key written twice in one mapping is such YAML: `kubectl apply` refuses it, and reading
+it as PyYAML does (the last one wins) would drop the first silently (a second `annotations:`
+block, or two objects run together where a `---` is missing). Objects that are well-formed but
+wrong for topogang (an invalid PodGroup) are loaded and reported in the results instead, as the
+server would report them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 EXTENSIONS = (".yaml", ".yml", ".json")
 
@@ -65,8 +70,37 @@ def expand(paths: Sequence[str]) -> list[str]:
     return out
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key written twice in one mapping, at any depth, as the YAML
+    spec and `kubectl apply` do (PyYAML keeps the last one)."""
+
+    _root: Node | None = None  # the document being read: a clash there is two objects run together
+
+    def construct_document(self, node: Node) -> Any:
+        self._root = node
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            seen: dict[str, int] = {}
+            for key_node, _ in node.value:
+                # `<<` merges are overridden by design; only keys written here can clash
+                if key_node.tag == MERGE_TAG or not isinstance(key_node, ScalarNode):
+                    continue
+                key, line = str(key_node.value), key_node.start_mark.line + 1
+                if key in seen:
+                    hint = " (a --- missing between two objects?)" if node is self._root else ""
+                    problem = f'mapping key "{key}" already defined at line {seen[key]}{hint}'
+                    raise ConstructorError(None, None, problem, key_node.start_mark)
+                seen[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def _documents(text: str, name: str) -> Iterator[tuple[Any, int]]:
-    loader = yaml.SafeLoader(text)
+    loader = _StrictLoader(text)
     try:
         while loader.check_node():
             node = loader.get_node()
