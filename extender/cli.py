@@ -19,7 +19,12 @@ def _simulate(args: argparse.Namespace) -> int:
     except InputError as exc:
         print(f"topogang simulate: {exc}", file=sys.stderr)
         return 2
-    print(to_json(result) if args.output == "json" else to_text(result))
+    if args.output == "json":
+        print(to_json(result))
+        for warning in result.warnings:  # in the document too; said where a person sees them
+            print(f"topogang simulate: warning: {warning}", file=sys.stderr)
+    else:
+        print(to_text(result))
     return 0
 
 

@@ -46,6 +46,7 @@ def to_json(result: SimResult) -> str:
             }
             for v in result.preempted
         ],
+        "warnings": result.warnings,  # input the simulation could not use, and what to give instead
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
@@ -89,7 +90,10 @@ def to_text(result: SimResult) -> str:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
             out.append(f"  {shown}: {reason}")
         out.append("")
-    out.append(f"{len(placed)} pod(s) placed, {len(pending)} pending, {len(result.groups)} PodGroup(s).")
+    if result.warnings:
+        out += [f"Warnings ({len(result.warnings)}):", *(f"  {w}" for w in result.warnings), ""]
+    summary = f"{len(placed)} pod(s) placed, {len(pending)} pending, {len(result.groups)} PodGroup(s)"
+    out.append(summary + (f", {len(result.warnings)} warning(s)." if result.warnings else "."))
     return "\n".join(out)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from extender.core.apply import apply_object
-from extender.core.cluster import ClusterState, object_key
+from extender.core.cluster import ClusterState, ObjectKey, object_key
 from extender.core.decisions import BIND, INVALID, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.reservations import Settings
 from extender.core.scheduler import GangScheduler
@@ -31,6 +31,7 @@ from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo, parse_pod
 from extender.placement import DomainRef
+from extender.simulate.coverage import key_of, owner_chains, replicaset_owners, unused
 from extender.simulate.loader import InputError, Loaded
 from extender.simulate.order import queue_key
 
@@ -85,35 +86,46 @@ class Simulation:
                 self._add(obj)
             except InvalidObject as exc:
                 raise InputError(f"{obj.source}: {exc}") from None
-        self._synthesize(objects)
+        made = self._synthesize(objects)
+        used = made | owner_chains(self.state, self.state.pods.values())
+        self.warnings += unused(objects, self.state, self.scheduler.lookup, used)
 
-    def _synthesize(self, objects: Sequence[Loaded]) -> None:
+    def _synthesize(self, objects: Sequence[Loaded]) -> set[ObjectKey]:
         """A workload given without pods gets the pods (and intermediate owners, such as a
         JobSet's Jobs) its controller would create; pods and owners given in the input are used
-        as they are."""
+        as they are. Returns the workloads whose pods were made (or that were found Invalid)."""
         with_pods = self.scheduler.lookup.families()
+        # the owners of the pods given, and the Deployments given with a ReplicaSet (whose pods
+        # are made, not a second set): their pods are not made again
+        owning = owner_chains(self.state, self.state.pods.values()) | replicaset_owners(objects)
+        latest = {key_of(obj): obj for obj in objects}  # an object given twice: the later one, as kubectl applies
+        made: set[ObjectKey] = set()
         for obj in objects:
             meta = obj.body.get("metadata") or {}
             name, ns = meta.get("name"), meta.get("namespace") or "default"
             if not can_synthesize(obj.api_version, obj.kind) or Family(obj.kind, GroupKey(ns, str(name))) in with_pods:
                 continue
+            if (key := key_of(obj)) in owning or latest[key] is not obj:
+                continue
+            made.add(key)
             try:
-                made = synthesize(obj.body)
+                synthesized = synthesize(obj.body)
             except InvalidObject as exc:  # this workload is Invalid; the others are simulated
-                key = str(GroupKey(ns, f"{str(obj.kind).lower()}-{name}"))
-                self.invalid.append(GroupStatus(key, INVALID, f"{obj.source}: {exc}", reason=R_INVALID))
+                group = str(GroupKey(ns, f"{str(obj.kind).lower()}-{name}"))
+                self.invalid.append(GroupStatus(group, INVALID, f"{obj.source}: {exc}", reason=R_INVALID))
                 continue
             try:
-                for owner in made.owners:
+                for owner in synthesized.owners:
                     if self._given(owner):
                         continue  # given in the input (a Grove PodGang as Grove wrote it): used as it is
                     apply_object(self.scheduler, owner)
-                for body in made.pods:
+                for body in synthesized.pods:
                     pod = parse_pod(body)
                     self.order[pod.key] = len(self.order)
                     self.scheduler.observe_pod(pod)
             except InvalidObject as exc:
                 raise InputError(f"{obj.source}: {exc}") from None
+        return made
 
     def _given(self, owner: Mapping[str, Any]) -> bool:
         meta = owner.get("metadata") or {}
