@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate",
         help="place the pods of Kubernetes YAML on its nodes, offline",
         description="Run topogang's planning and the extender's decisions over Kubernetes objects read from "
-        "files, directories (their *.yaml, *.yml, *.json, by name) or - for stdin. Pods with spec.nodeName "
-        "are running; every other pod is scheduled as kube-scheduler with topogang would.",
+        "files, directories (their *.yaml, *.yml, *.json and those of their subfolders, by path; hidden ones "
+        "skipped) or - for stdin. Pods with spec.nodeName are running; every other pod is scheduled as "
+        "kube-scheduler with topogang would.",
     )
     sim.add_argument("-f", "--file", action="append", required=True, metavar="PATH", help="a file, a directory or -")
     sim.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")

@@ -100,3 +100,56 @@ def test_yaml_merge_keys_still_override(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0, err
     doc: dict[str, Any] = json.loads(out)
     assert [(p["name"], p["labels"]) for p in doc["pods"]] == [("solo-0", {"a": "c", "team": "ml"})]
+
+
+LONELY = """---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata: {name: lonely}
+spec: {minMember: 4}
+"""
+
+
+def test_a_podgroup_without_pods_is_shown_waiting_for_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "in.yaml", NODES + LONELY)
+    code, out, err = run(capsys, "simulate", "-o", "json", "-f", str(path))
+    assert code == 0, err
+    assert json.loads(out)["podGroups"] == [
+        {
+            "namespace": "default",
+            "name": "lonely",
+            "phase": "Pending",
+            "reason": "GangIncomplete",
+            "message": "PodGroup default/lonely: gang 0/4 pods present; waiting for its pods: no pod names it"
+            " (label scheduling.x-k8s.io/pod-group: lonely, or annotation pod-group-name: lonely)",
+        }
+    ]
+    code, out, _ = run(capsys, "simulate", "-f", str(path))
+    assert "default/lonely  Pending" in out
+    assert out.endswith("0 pod(s) placed, 0 pending, 1 PodGroup(s).\n")
+
+
+def test_an_invalid_podgroup_without_pods_is_shown_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = LONELY.replace("{minMember: 4}", "{minMember: 1, subGroups: [{name: a, parent: nope}]}")
+    _, out, _ = run(capsys, "simulate", "-o", "json", "-f", str(write(tmp_path, "in.yaml", NODES + bad)))
+    (group,) = json.loads(out)["podGroups"]
+    assert (group["name"], group["phase"]) == ("lonely", "Invalid")
+    assert "spec.subGroups[0].parent: names SubGroup 'nope', which does not exist" in group["message"]
+
+
+def test_a_folder_is_read_with_its_subfolders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path, "00-nodes.yaml", NODES)
+    (tmp_path / "team-a" / "jobs").mkdir(parents=True)
+    write(tmp_path / "team-a" / "jobs", "job.yml", JOB.replace("  annotations:\n    team: ml\n", ""))
+    solo = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo"}, "spec": {"containers": [{"name": "c"}]}}
+    write(tmp_path / "team-a", "pod.json", json.dumps(solo))
+    write(tmp_path / "team-a", "README.md", "not read: not YAML")
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / ".git", "config.yaml", "[core]\n")  # hidden: skipped, else a YAML error
+    (tmp_path / "empty").mkdir()
+    code, out, err = run(capsys, "simulate", "-o", "json", "-f", str(tmp_path))
+    assert code == 0, err
+    assert sorted(p["name"] for p in json.loads(out)["pods"]) == ["solo", "train-0", "train-1"]
+    code, _, err = run(capsys, "simulate", "-f", str(tmp_path / "empty"))
+    assert code == 2
+    assert err.endswith("empty: no .yaml, .yml, .json files in this directory or below\n")

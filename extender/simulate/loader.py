@@ -11,6 +11,7 @@ server would report them.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +52,17 @@ class Loaded:
         return str(self.body.get("apiVersion", ""))
 
 
+def _files_below(root: Path) -> list[Path]:
+    """The YAML and JSON files in ROOT and its subfolders, in the order `kubectl apply -R` reads
+    them (by path); hidden files and folders (.git) are skipped, symbolic links to folders not
+    followed (a link back up would never end)."""
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [Path(folder, f) for f in files if not f.startswith(".") and Path(f).suffix in EXTENSIONS]
+    return sorted((f for f in found if f.is_file()), key=lambda f: f.relative_to(root).parts)
+
+
 def expand(paths: Sequence[str]) -> list[str]:
     out: list[str] = []
     for p in paths:
@@ -59,9 +71,9 @@ def expand(paths: Sequence[str]) -> list[str]:
             continue
         path = Path(p)
         if path.is_dir():
-            files = sorted(f for f in path.iterdir() if f.is_file() and f.suffix in EXTENSIONS)
+            files = _files_below(path)
             if not files:
-                raise InputError(f"{p}: no {', '.join(EXTENSIONS)} files in this directory")
+                raise InputError(f"{p}: no {', '.join(EXTENSIONS)} files in this directory or below")
             out.extend(str(f) for f in files)
         elif path.is_file():
             out.append(p)

@@ -22,13 +22,14 @@ import numpy as np
 
 from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState, ObjectKey, object_key
-from extender.core.decisions import BIND, INVALID, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
+from extender.core.decisions import BIND, INVALID, PENDING, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.reservations import Settings
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
 from extender.grouping import Family, can_synthesize, synthesize
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
+from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
 from extender.model.pod import PodInfo, parse_pod
 from extender.placement import DomainRef
 from extender.simulate.coverage import key_of, owner_chains, replicaset_owners, unused
@@ -305,8 +306,19 @@ class Simulation:
                     "" if pod.node_name else reasons.get(key, ""),
                 )
             )
-        groups = [self.scheduler.status(g) for g in scheduler.lookup.groups()] + self.invalid
+        # PodGroup objects no pod joins are shown too: they wait for their pods
+        named = set(self.state.podgroups) | set(self.state.invalid_podgroups)
+        groups = [self._status(g) for g in sorted(set(scheduler.lookup.groups()) | named)] + self.invalid
         return SimResult(pods, groups, events, self.state, self.warnings, self.preempted)
+
+    def _status(self, group: str) -> GroupStatus:
+        status = self.scheduler.status(group)
+        if status.phase != PENDING or status.pods or self.scheduler.lookup.has_pods(group):
+            return status
+        name = GroupKey.parse(group).name
+        names = f"label {POD_GROUP_LABEL}: {name}, or annotation {POD_GROUP_ANNOTATION}: {name}"
+        hint = f"waiting for its pods: no pod names it ({names})"
+        return replace(status, warnings=(*status.warnings, hint))
 
 
 def gated(pod: PodInfo) -> str:
