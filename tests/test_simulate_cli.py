@@ -15,11 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STORY2 = ROOT / "examples" / "podgroup-story2"
 
 
-def simulate_json(capsys: pytest.CaptureFixture[str], *paths: str | Path) -> dict[str, object]:
+def simulate_json(capsys: pytest.CaptureFixture[str], *paths: str | Path, exit_code: int = 0) -> dict[str, object]:
     args = ["simulate", "--output", "json"]
     for p in paths:
         args += ["-f", str(p)]
-    assert main(args) == 0
+    assert main(args) == exit_code
     return dict(json.loads(capsys.readouterr().out))
 
 
@@ -106,7 +106,7 @@ spec: {minMember: 1}
         + pods("bad", 1)
         + pods("good", 1),
     )
-    doc = simulate_json(capsys, tmp_path)
+    doc = simulate_json(capsys, tmp_path, exit_code=3)  # simulated, and a gang is Invalid
     groups = {g["name"]: g for g in doc["podGroups"]}  # type: ignore[union-attr]
     assert groups["bad"]["phase"] == "Invalid"
     assert groups["bad"]["message"] == (
@@ -277,3 +277,38 @@ def test_a_priority_class_whose_global_default_is_not_a_boolean_is_refused_namin
     write(tmp_path, "a.yaml", NODES + "---\n" + bad)
     assert main(["simulate", "-f", str(tmp_path)]) == 2
     assert "PriorityClass x: globalDefault: expected true or false, got 'yes-please'" in capsys.readouterr().err
+
+
+def test_exit_3_when_a_gang_or_object_is_invalid_so_ci_can_gate_on_it(tmp_path: Path) -> None:
+    bad = "---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {name: bad}\n"
+    bad += "spec: {minMember: 1, topologyConstraints: {global: {requiredTopologyLevel: row}}}\n" + pods("bad", 1)
+    huge = "---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: huge}\nspec: {parallelism: 1000000000}\n"
+    cases = {
+        "good.yaml": (NODES + pods("solo", 1).replace("annotations: {pod-group-name: solo}", "labels: {}"), 0),
+        "warned.yaml": (NODES + "---\napiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t}\n", 0),
+        "bad-gang.yaml": (NODES + bad, 3),
+        "bad-workload.yaml": (NODES + huge, 3),
+        "unreadable.yaml": (NODES + "---\nkind: [\n", 2),
+    }
+    for name, (text, want) in cases.items():
+        run = subprocess.run(
+            [sys.executable, "-m", "extender.cli", "simulate", "-f", str(write(tmp_path, name, text))],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+        )
+        assert run.returncode == want, (name, run.stderr)
+        if want == 3:
+            assert run.stdout  # the results are printed all the same
+            assert run.stderr.startswith("topogang simulate: Invalid: default/")
+            assert run.stderr.endswith(" (exit 3)\n")
+
+
+def test_help_says_f_repeats_and_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "repeat -f for more" in text
+    assert "Exit status: 0 simulated; 2 input that cannot be read" in text
+    assert "3 simulated, but a gang or an object is Invalid" in text

@@ -131,7 +131,8 @@ def test_a_podgroup_without_pods_is_shown_waiting_for_them(tmp_path: Path, capsy
 
 def test_an_invalid_podgroup_without_pods_is_shown_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = LONELY.replace("{minMember: 4}", "{minMember: 1, subGroups: [{name: a, parent: nope}]}")
-    _, out, _ = run(capsys, "simulate", "-o", "json", "-f", str(write(tmp_path, "in.yaml", NODES + bad)))
+    code, out, _ = run(capsys, "simulate", "-o", "json", "-f", str(write(tmp_path, "in.yaml", NODES + bad)))
+    assert code == 3
     (group,) = json.loads(out)["podGroups"]
     assert (group["name"], group["phase"]) == ("lonely", "Invalid")
     assert "spec.subGroups[0].parent: names SubGroup 'nope', which does not exist" in group["message"]

@@ -141,7 +141,7 @@ def test_a_deployment_of_a_billion_replicas_is_invalid_alone(
 ) -> None:
     good = "apiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {name: good}\nspec: {minMember: 1}\n"
     text = NODES + "---\n" + json.dumps(workload("Deployment", "huge", replicas=10**9)) + "\n---\n" + good
-    main(["simulate", "-o", "json", "-f", str(write(tmp_path, "in.yaml", text + pods("good", 1)))])
+    assert main(["simulate", "-o", "json", "-f", str(write(tmp_path, "in.yaml", text + pods("good", 1)))]) == 3
     doc = json.loads(capsys.readouterr().out)
     (huge,) = [g for g in doc["podGroups"] if g["name"] == "deployment-huge"]
     assert huge["phase"] == "Invalid"

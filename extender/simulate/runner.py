@@ -66,6 +66,11 @@ class SimResult:
     warnings: list[str] = field(default_factory=list)
     preempted: list[Preempted] = field(default_factory=list)
 
+    @property
+    def invalid(self) -> list[str]:
+        """The gangs (and workloads whose pods could not be made) that are Invalid."""
+        return [g.key for g in self.groups if g.phase == INVALID]
+
 
 class Simulation:
     def __init__(self, objects: Sequence[Loaded]) -> None:
