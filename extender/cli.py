@@ -56,10 +56,15 @@ def _explain(args: argparse.Namespace) -> int:
     else:
         import asyncio
 
+        from extender.kube.client import ClusterConfigError
         from extender.server.live import synced_scheduler
 
         try:
             scheduler = asyncio.run(synced_scheduler(args.kubeconfig, args.timeout))
+        except ClusterConfigError as exc:
+            where = "set --kubeconfig or KUBECONFIG to a kubeconfig, run it in a pod, or explain a simulation (-f)"
+            print(f"topogang explain: {exc}; {where}", file=sys.stderr)
+            return 2
         except (OSError, TimeoutError) as exc:
             print(f"topogang explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 2
