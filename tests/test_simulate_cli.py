@@ -176,7 +176,7 @@ def test_stdin_and_the_console_script(tmp_path: Path) -> None:
 def test_text_output_draws_the_racks(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "-f", str(STORY2)]) == 0
     out = capsys.readouterr().out
-    assert "Where the pods landed (Topology default: zone > block > rack > node):" in out
+    assert "Where the pods landed (Topology default: zone > block > rack > node)" in out
     assert "19 pod(s) placed, 0 pending, 1 PodGroup(s)." in out
 
 
@@ -312,3 +312,41 @@ def test_help_says_f_repeats_and_lists_the_exit_codes(capsys: pytest.CaptureFixt
     assert "repeat -f for more" in text
     assert "Exit status: 0 simulated; 2 input that cannot be read" in text
     assert "3 simulated, but a gang or an object is Invalid" in text
+
+
+def test_the_picture_shows_the_pods_already_running_and_the_cordoned_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    # The demo: why the first segment starts at node 4 of rack r1, and what the last rack holds.
+    assert main(["simulate", "-f", str(ROOT / "examples" / "tfjob-segments")]) == 0
+    out = capsys.readouterr().out
+    picture = out[out.index("Where the pods landed") :].splitlines()
+    assert picture[0] == (
+        "Where the pods landed (Topology default: zone > block > rack > node), with each rack's running pods and"
+        " cordoned nodes:"
+    )
+    rack_r1 = picture[picture.index("      rack r1") + 1 : picture.index("      rack r1") + 5]
+    assert [line.strip() for line in rack_r1] == [
+        "gpu-z1-b1-r1-1: distributed-training-chief-0 distributed-training-ps-0 distributed-training-ps-1"
+        " (running: serving/inference-0)",
+        "gpu-z1-b1-r1-2: (running: serving/inference-1)",
+        "gpu-z1-b1-r1-3: (running: serving/inference-2)",
+        "gpu-z1-b1-r1-4: distributed-training-worker-0",
+    ]
+    assert "        gpu-z1-b2-r2-8: (cordoned)" in picture
+    assert not any("gpu-z2" in line for line in picture)  # racks where nothing landed are left out
+
+
+def test_bound_is_shown_against_the_gangs_minimum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    groups = ""
+    for name, minimum in (("short", 4), ("placed", 1)):
+        groups += f"---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {{name: {name}}}\n"
+        groups += f"spec: {{minMember: {minimum}}}\n"
+    bad = "---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {name: bad}\n"
+    bad += "spec: {minMember: 1, subGroups: [{name: a, parent: nope}]}\n"
+    path = write(tmp_path, "in.yaml", NODES + groups + bad + pods("short", 2) + pods("placed", 2, gpus=1))
+    assert main(["simulate", "-f", str(path)]) == 3
+    rows = {line.split()[0]: line.split()[1:3] for line in capsys.readouterr().out.splitlines()[1:4]}
+    assert rows == {
+        "default/short": ["Pending", "0/4"],  # 2 of its 4 pods present, none bound
+        "default/placed": ["Scheduled", "2/1"],  # more bound than the minimum
+        "default/bad": ["Invalid", "-"],
+    }
