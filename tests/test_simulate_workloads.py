@@ -16,9 +16,11 @@ import pytest
 
 from extender.cli import main
 from extender.grouping import synthesize
+from extender.model.errors import InvalidObject
 from extender.model.pod import parse_pod
 from extender.simulate.loader import load
 from extender.simulate.runner import Simulation
+from tests.grouping_builders import jobset, lws
 from tests.test_simulate_cli import NODES, pods, write
 
 GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"  # the API server's alphabet for generated names
@@ -216,3 +218,28 @@ def test_an_owner_its_pods_reach_and_an_object_given_twice(tmp_path: Path) -> No
         "in.yaml:27: Service ml/web is given again at in.yaml:32, which replaces it",
         "not read by the simulator: Service ml/web",
     ]
+
+
+@pytest.mark.parametrize(
+    "workload_body", [lws(replicas=2, size=3), jobset([("workers", 2, 2)])], ids=["leaderworkerset", "jobset"]
+)
+def test_a_workload_given_with_the_objects_its_controller_made_gets_its_pods_once(
+    tmp_path: Path, workload_body: dict[str, Any]
+) -> None:
+    # A dump of a LeaderWorkerSet and its StatefulSets (or a JobSet and its Jobs), without pods:
+    # the StatefulSets and Jobs are not expanded on their own beside their workload's pods.
+    made = synthesize(workload_body)
+    docs = [workload_body, *made.owners]
+    path = write(tmp_path, "in.yaml", NODES + "".join(f"---\n{json.dumps(d)}\n" for d in docs))
+    simulation = Simulation(load([str(path)]))
+    assert sorted(simulation.state.pods) == sorted(
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in made.pods
+    )
+    assert simulation.warnings == []
+
+
+def test_a_statefulset_start_ordinal_is_not_a_size() -> None:
+    far = workload("StatefulSet", "db", replicas=1, ordinals={"start": 2_000_000_000})
+    assert [p["metadata"]["name"] for p in synthesize(far).pods] == ["db-2000000000"]
+    with pytest.raises(InvalidObject, match=r"spec.ordinals.start: expected an integer >= 0, got -1"):
+        synthesize(workload("StatefulSet", "db", ordinals={"start": -1}))

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence, Set
 
 from extender.core.cluster import ClusterState, ObjectKey, object_key
 from extender.core.lookup import Lookup
-from extender.grouping import synthesized_versions
+from extender.grouping import can_synthesize, synthesized_versions
 from extender.grouping.values import controller_ref
 from extender.model.pod import PodInfo
 from extender.simulate.loader import Loaded
@@ -98,6 +98,30 @@ def replicaset_owners(objects: Iterable[Loaded]) -> set[ObjectKey]:
         if obj.kind == "ReplicaSet" and (ref := controller_ref(obj.body)) is not None:
             out.add(object_key(ref.api_version, ref.kind, key_of(obj)[2], ref.name))
     return out
+
+
+def owned_by_pod(obj: Loaded) -> bool:
+    ref = controller_ref(obj.body)
+    return ref is not None and (ref.api_version, ref.kind) == ("v1", "Pod")
+
+
+def made_by_controller(obj: Loaded, given: Set[ObjectKey], pods: Set[str]) -> bool:
+    """Whether OBJ's pods come from its controller, not from OBJ: a workload given too whose
+    synthesis makes them (a JobSet's Job, a LeaderWorkerSet's StatefulSet), or a pod given or
+    made (a LeaderWorkerSet leader's StatefulSet of workers). A Deployment's ReplicaSet makes
+    its own: the Deployment is the one left out (`replicaset_owners`)."""
+    ref = controller_ref(obj.body)
+    if ref is None:
+        return False
+    namespace = key_of(obj)[2]
+    if (ref.api_version, ref.kind) == ("v1", "Pod"):
+        return f"{namespace}/{ref.name}" in pods
+    if (obj.kind, ref.kind) == ("ReplicaSet", "Deployment"):
+        return False
+    return (
+        can_synthesize(ref.api_version, ref.kind)
+        and object_key(ref.api_version, ref.kind, namespace, ref.name) in given
+    )
 
 
 def key_of(obj: Loaded) -> ObjectKey:

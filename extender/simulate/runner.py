@@ -32,7 +32,14 @@ from extender.model.keys import GroupKey
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
 from extender.model.pod import PodInfo, parse_pod
 from extender.placement import DomainRef
-from extender.simulate.coverage import key_of, owner_chains, replicaset_owners, unused
+from extender.simulate.coverage import (
+    key_of,
+    made_by_controller,
+    owned_by_pod,
+    owner_chains,
+    replicaset_owners,
+    unused,
+)
 from extender.simulate.loader import InputError, Loaded
 from extender.simulate.order import queue_key
 
@@ -106,7 +113,8 @@ class Simulation:
         owning = owner_chains(self.state, self.state.pods.values()) | replicaset_owners(objects)
         latest = {key_of(obj): obj for obj in objects}  # an object given twice: the later one, as kubectl applies
         made: set[ObjectKey] = set()
-        for obj in objects:
+        # objects a pod owns (a LeaderWorkerSet's workers) last, once the pods they hang from are made
+        for obj in sorted(objects, key=owned_by_pod):
             meta = obj.body.get("metadata") or {}
             name, ns = meta.get("name"), meta.get("namespace") or "default"
             if not can_synthesize(obj.api_version, obj.kind) or Family(obj.kind, GroupKey(ns, str(name))) in with_pods:
@@ -114,6 +122,8 @@ class Simulation:
             if (key := key_of(obj)) in owning or latest[key] is not obj:
                 continue
             made.add(key)
+            if made_by_controller(obj, latest.keys(), self.state.pods.keys()):
+                continue  # a JobSet's Job, an LWS's StatefulSet: given with it, made by its synthesis
             try:
                 synthesized = synthesize(obj.body)
             except InvalidObject as exc:  # this workload is Invalid; the others are simulated

@@ -29,6 +29,8 @@ from extender.grouping import names as n
 from extender.grouping.kinds.kind import Synthesizer
 from extender.grouping.synthesis import JSON, Synthesis
 from extender.grouping.values import count, list_at, mapping_at
+from extender.model.errors import FieldError
+from extender.model.raw import literal
 
 POD_TEMPLATE_HASH = "pod-template-hash"
 REVISION_HASH = "controller-revision-hash"
@@ -106,8 +108,7 @@ def synthesize_deployment(out: Synthesis) -> None:
 def synthesize_statefulset(out: Synthesis) -> None:
     replicas = count(out.spec, "replicas", 1, out.obj, "spec", out.errors)
     template = _template(out, out.spec, "spec")
-    ordinals = mapping_at(out.spec, "ordinals", out.obj, "spec", out.errors)
-    start = count(ordinals, "start", 0, out.obj, "spec.ordinals", out.errors)
+    start = _start_ordinal(out)
     claims = [
         str(c["metadata"]["name"])
         for c in list_at(out.spec, "volumeClaimTemplates", out.obj, "spec", out.errors)
@@ -129,6 +130,15 @@ def synthesize_statefulset(out: Synthesis) -> None:
             volumes = [v for v in spec.get("volumes") or [] if not (isinstance(v, Mapping) and v.get("name") in claims)]
             volumes += [{"name": c, "persistentVolumeClaim": {"claimName": f"{c}-{name}"}} for c in claims]
             spec["volumes"] = volumes
+
+
+def _start_ordinal(out: Synthesis) -> int:
+    """spec.ordinals.start: an int32 >= 0 (not a size: only the replicas count is bounded)."""
+    start = mapping_at(out.spec, "ordinals", out.obj, "spec", out.errors).get("start", 0)
+    if isinstance(start, int) and not isinstance(start, bool) and 0 <= start < 2**31:
+        return start
+    out.errors.append(FieldError(out.obj, "spec.ordinals.start", f"expected an integer >= 0, got {literal(start)}"))
+    return 0
 
 
 def _labels(template: Mapping[str, Any]) -> dict[str, str]:
