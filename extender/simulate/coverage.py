@@ -1,4 +1,5 @@
-"""What the simulation used of its input, and a warning for each object it could not use.
+"""What the simulation used of its input, and a warning for each object it could not use; and
+which workloads get pods made (none whose pods are given, or made by a controller given too).
 
 Nodes, Pods, PodGroups, Topologies, priority classes, queues and DRA objects are read for what
 they are (`core.apply`). Any other object is kept as a possible owner of pods; it is used when

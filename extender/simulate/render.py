@@ -136,10 +136,8 @@ def _picture(result: SimResult) -> list[str]:
     ]
     shown.sort(key=lambda n: (tuple(v or "~" for v in path(n)), n.name))
     header = " > ".join(lv.display for lv in topo.levels)
-    finest = topo.levels[len(labels) - 1].display if labels else "cluster"
-    out = [
-        f"Where the pods landed (Topology {topo.name}: {header}), with each {finest}'s running pods and cordoned nodes:"
-    ]
+    where = f"each {topo.levels[len(labels) - 1].display}'s" if labels else "the"
+    out = [f"Where the pods landed (Topology {topo.name}: {header}), with {where} running pods and cordoned nodes:"]
     drawn: list[str | None] = [None] * len(labels)
     for node in shown:
         node_path = path(node)
