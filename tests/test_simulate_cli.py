@@ -279,7 +279,9 @@ def test_a_priority_class_whose_global_default_is_not_a_boolean_is_refused_namin
     assert "PriorityClass x: globalDefault: expected true or false, got 'yes-please'" in capsys.readouterr().err
 
 
-def test_exit_3_when_a_gang_or_object_is_invalid_so_ci_can_gate_on_it(tmp_path: Path) -> None:
+def test_exit_3_when_a_gang_or_object_is_invalid_so_ci_can_gate_on_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = "---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {name: bad}\n"
     bad += "spec: {minMember: 1, topologyConstraints: {global: {requiredTopologyLevel: row}}}\n" + pods("bad", 1)
     huge = "---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: huge}\nspec: {parallelism: 1000000000}\n"
@@ -291,18 +293,21 @@ def test_exit_3_when_a_gang_or_object_is_invalid_so_ci_can_gate_on_it(tmp_path: 
         "unreadable.yaml": (NODES + "---\nkind: [\n", 2),
     }
     for name, (text, want) in cases.items():
-        run = subprocess.run(
-            [sys.executable, "-m", "extender.cli", "simulate", "-f", str(write(tmp_path, name, text))],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=ROOT,
-        )
-        assert run.returncode == want, (name, run.stderr)
+        assert main(["simulate", "-f", str(write(tmp_path, name, text))]) == want, name
+        out, err = capsys.readouterr()
         if want == 3:
-            assert run.stdout  # the results are printed all the same
-            assert run.stderr.startswith("topogang simulate: Invalid: default/")
-            assert run.stderr.endswith(" (exit 3)\n")
+            assert out  # the results are printed all the same
+            assert err.startswith("topogang simulate: Invalid: default/")
+            assert err.endswith(" (exit 3)\n")
+    # the process's own status, as a CI step sees it
+    run = subprocess.run(
+        [sys.executable, "-m", "extender.cli", "simulate", "-f", str(tmp_path / "bad-gang.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert (run.returncode, run.stderr) == (3, "topogang simulate: Invalid: default/bad (exit 3)\n")
 
 
 def test_help_says_f_repeats_and_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
