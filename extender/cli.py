@@ -8,6 +8,10 @@ from collections.abc import Sequence
 
 from extender import __version__
 
+# `topogang simulate`'s exit codes (its --help and the README list them)
+EXIT_UNREADABLE = 2  # input that cannot be read: nothing simulated
+EXIT_INVALID = 3  # simulated, but some gang or object is Invalid
+
 
 def _simulate(args: argparse.Namespace) -> int:
     from extender.simulate.loader import InputError, load
@@ -18,8 +22,17 @@ def _simulate(args: argparse.Namespace) -> int:
         result = simulate(load(args.file))
     except InputError as exc:
         print(f"topogang simulate: {exc}", file=sys.stderr)
-        return 2
-    print(to_json(result) if args.output == "json" else to_text(result))
+        return EXIT_UNREADABLE
+    if args.output == "json":
+        print(to_json(result))
+        for warning in result.warnings:  # in the document too; said where a person sees them
+            print(f"topogang simulate: warning: {warning}", file=sys.stderr)
+    else:
+        print(to_text(result))
+    if invalid := result.invalid:
+        shown = ", ".join(invalid[:6]) + (f" and {len(invalid) - 6} more" if len(invalid) > 6 else "")
+        print(f"topogang simulate: Invalid: {shown} (exit {EXIT_INVALID})", file=sys.stderr)
+        return EXIT_INVALID
     return 0
 
 
@@ -43,10 +56,15 @@ def _explain(args: argparse.Namespace) -> int:
     else:
         import asyncio
 
+        from extender.kube.client import ClusterConfigError
         from extender.server.live import synced_scheduler
 
         try:
             scheduler = asyncio.run(synced_scheduler(args.kubeconfig, args.timeout))
+        except ClusterConfigError as exc:
+            where = "set --kubeconfig or KUBECONFIG to a kubeconfig, run it in a pod, or explain a simulation (-f)"
+            print(f"topogang explain: {exc}; {where}", file=sys.stderr)
+            return 2
         except (OSError, TimeoutError) as exc:
             print(f"topogang explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 2
@@ -79,10 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate",
         help="place the pods of Kubernetes YAML on its nodes, offline",
         description="Run topogang's planning and the extender's decisions over Kubernetes objects read from "
-        "files, directories (their *.yaml, *.yml, *.json, by name) or - for stdin. Pods with spec.nodeName "
-        "are running; every other pod is scheduled as kube-scheduler with topogang would.",
+        "files, directories (their *.yaml, *.yml, *.json and those of their subfolders, by path; hidden ones "
+        "skipped) or - for stdin. Pods with spec.nodeName are running; every other pod is scheduled as "
+        "kube-scheduler with topogang would.",
+        epilog=f"Exit status: 0 simulated; {EXIT_UNREADABLE} input that cannot be read (file and line on stderr; "
+        f"nothing simulated); {EXIT_INVALID} simulated, but a gang or an object is Invalid (its message says why), "
+        "for a CI pipeline to gate on. Warnings (objects the simulation could not use) leave it 0.",
     )
-    sim.add_argument("-f", "--file", action="append", required=True, metavar="PATH", help="a file, a directory or -")
+    sim.add_argument(
+        "-f",
+        "--file",
+        action="append",
+        required=True,
+        metavar="PATH",
+        help="a file, a directory or - (stdin); repeat -f for more, read in the order given",
+    )
     sim.add_argument("-o", "--output", choices=("text", "json"), default="text", help="text (default) or json")
     sim.set_defaults(func=_simulate)
     from extender.server.gates_settings import add_gates_arguments

@@ -52,9 +52,9 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def simulate(tmp: Path, capsys: pytest.CaptureFixture[str], text: str) -> dict[str, Any]:
+def simulate(tmp: Path, capsys: pytest.CaptureFixture[str], text: str, exit_code: int = 0) -> dict[str, Any]:
     code, out, err = run(capsys, "simulate", "-o", "json", "-f", str(write(tmp, "in.yaml", NODES + text)))
-    assert code == 0, err
+    assert code == exit_code, err
     doc: dict[str, Any] = json.loads(out)
     return doc
 
@@ -84,7 +84,7 @@ TYPO_MESSAGE = (
 
 
 def test_a_misspelt_podgroup_field_is_reported_by_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    doc = simulate(tmp_path, capsys, TYPO_PODGROUP + GOOD)
+    doc = simulate(tmp_path, capsys, TYPO_PODGROUP + GOOD, exit_code=3)
     assert groups(doc)["typo"]["phase"] == "Invalid"
     assert groups(doc)["typo"]["message"] == TYPO_MESSAGE
     assert nodes(doc) == {"typo-0": None, "good-0": "n1"}
@@ -108,7 +108,7 @@ def test_a_misspelt_resource_interface_field_is_reported_by_simulate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = (RAY_RI % "head").replace("minReplicas:", "minReplica:") + GOOD
-    doc = simulate(tmp_path, capsys, text)
+    doc = simulate(tmp_path, capsys, text, exit_code=3)
     assert groups(doc)["raycluster-rc"]["message"] == (
         "ResourceInterface ray: spec.gangScheduling.podGroups[0].subgroups[0].minReplica: unknown field;"
         " did you mean minReplicas?; ResourceInterface ray: spec.gangScheduling.podGroups[0].subgroups[0]: a leaf"
@@ -130,7 +130,7 @@ kind: TFJob
 metadata: {name: huge}
 spec: {tfReplicaSpecs: {Worker: {replicas: 1000000000, template: {spec: {containers: []}}}}}
 """
-    doc = simulate(tmp_path, capsys, tfjob + GOOD)
+    doc = simulate(tmp_path, capsys, tfjob + GOOD, exit_code=3)
     assert groups(doc)["tfjob-huge"]["phase"] == "Invalid"
     assert groups(doc)["tfjob-huge"]["reason"] == "Invalid"
     assert groups(doc)["tfjob-huge"]["message"].endswith(
@@ -143,7 +143,7 @@ spec: {tfReplicaSpecs: {Worker: {replicas: 1000000000, template: {spec: {contain
 def test_a_jq_expression_that_never_ends_is_invalid_and_the_rest_is_placed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    doc = simulate(tmp_path, capsys, RAY_RI % '"(def f: f; f)"' + GOOD)
+    doc = simulate(tmp_path, capsys, RAY_RI % '"(def f: f; f)"' + GOOD, exit_code=3)
     assert groups(doc)["raycluster-rc"]["message"] == (
         "ResourceInterface ray: spec.gangScheduling.podGroups[0].subgroups[0].componentName:"
         " expression '(def f: f; f)' did not finish within the 1 s budget"

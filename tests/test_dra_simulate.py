@@ -57,7 +57,7 @@ def test_a_missing_device_class_makes_its_gang_invalid_and_the_other_is_placed(
     (tmp_path / "gangs.yaml").write_text(
         gang("bad", "nope", "gpu.nope", 2) + "---\n" + gang("good", "gpus", "gpu.example.com", 8)
     )
-    assert main(["simulate", "-f", str(CLUSTER), "-f", str(tmp_path), "-o", "json"]) == 0
+    assert main(["simulate", "-f", str(CLUSTER), "-f", str(tmp_path), "-o", "json"]) == 3  # a gang is Invalid
     doc = json.loads(capsys.readouterr().out)
     phases = {g["name"]: (g["phase"], g["message"]) for g in doc["podGroups"]}
     assert phases["good"][0] == "Scheduled"

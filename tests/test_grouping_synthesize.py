@@ -339,12 +339,12 @@ def test_names_and_uids_are_stable() -> None:
 
 
 def test_unsupported_kind_and_bad_fields_raise() -> None:
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {}}
-    assert not can_synthesize("apps/v1", "Deployment")
+    daemonset = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"}, "spec": {}}
+    assert not can_synthesize("apps/v1", "DaemonSet")
     with pytest.raises(
-        InvalidObject, match=r"Deployment default/web: kind: topogang cannot create the pods of Deployment"
+        InvalidObject, match=r"DaemonSet default/agent: kind: topogang cannot create the pods of DaemonSet"
     ):
-        synthesize(deployment)
+        synthesize(daemonset)
     with pytest.raises(InvalidObject, match=r"spec.tfReplicaSpecs.Worker.replicas: expected an integer >= 0, got -1"):
         synthesize(kubeflow("TFJob", {"Worker": -1}))
     selector = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "r"}, "spec": {"clusterSelector": {}}}

@@ -163,3 +163,40 @@ def test_serve_help_names_every_flags_environment_variable() -> None:
         assert env is not None, f"{action.option_strings[0]}: no environment variable in its help"
         assert f"`{action.option_strings[0]}`" in readme, action.option_strings[0]
         assert f"`{env.group(0)}`" in readme, env.group(0)
+
+
+BOOLEANS = [
+    ("--nominate", "nominate", "TOPOGANG_NOMINATE"),
+    ("--bind-ahead", "bind_ahead", "TOPOGANG_BIND_AHEAD"),
+    ("--leader-elect", "leader_elect", "TOPOGANG_LEADER_ELECT"),
+    ("--insecure-http", "insecure_http", "TOPOGANG_INSECURE_HTTP"),
+]
+
+
+@pytest.mark.parametrize(("flag", "field", "env"), BOOLEANS, ids=[b[0] for b in BOOLEANS])
+def test_every_boolean_flag_takes_its_value_alike(flag: str, field: str, env: str) -> None:
+    def value(*flags: str, want: bool, **environ: str) -> bool:
+        # plain HTTP for the others; for --insecure-http itself, TLS files when it is to be false
+        transport = [] if flag == "--insecure-http" else ["--insecure-http"]
+        if flag == "--insecure-http" and not want:
+            transport = list(TLS)
+        return bool(getattr(parse(*transport, *flags, **environ), field))
+
+    forms: list[tuple[list[str], dict[str, str], bool]] = [
+        ([flag], {}, True),  # alone: true
+        ([f"{flag}=true"], {}, True),
+        ([f"{flag}=false"], {}, False),
+        ([f"{flag}=TRUE"], {}, True),
+        ([f"{flag}=0"], {}, False),
+        ([flag, "false"], {}, False),  # the older spelling still works
+        ([], {env: "false"}, False),
+        ([], {env: "1"}, True),
+        ([flag], {env: "false"}, True),  # a flag wins over its variable
+    ]
+    for flags, environ, want in forms:
+        assert value(*flags, want=want, **environ) is want, (flags, environ)
+    with pytest.raises(SettingsError, match=rf"^{flag} \({env}\): expected true or false, got 'maybe'$"):
+        parse("--insecure-http" if flag != "--insecure-http" else "--nominate", f"{flag}=maybe")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert f"[{flag} [BOOL]]" in parser.format_usage()

@@ -15,11 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 STORY2 = ROOT / "examples" / "podgroup-story2"
 
 
-def simulate_json(capsys: pytest.CaptureFixture[str], *paths: str | Path) -> dict[str, object]:
+def simulate_json(capsys: pytest.CaptureFixture[str], *paths: str | Path, exit_code: int = 0) -> dict[str, object]:
     args = ["simulate", "--output", "json"]
     for p in paths:
         args += ["-f", str(p)]
-    assert main(args) == 0
+    assert main(args) == exit_code
     return dict(json.loads(capsys.readouterr().out))
 
 
@@ -106,7 +106,7 @@ spec: {minMember: 1}
         + pods("bad", 1)
         + pods("good", 1),
     )
-    doc = simulate_json(capsys, tmp_path)
+    doc = simulate_json(capsys, tmp_path, exit_code=3)  # simulated, and a gang is Invalid
     groups = {g["name"]: g for g in doc["podGroups"]}  # type: ignore[union-attr]
     assert groups["bad"]["phase"] == "Invalid"
     assert groups["bad"]["message"] == (
@@ -176,7 +176,7 @@ def test_stdin_and_the_console_script(tmp_path: Path) -> None:
 def test_text_output_draws_the_racks(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "-f", str(STORY2)]) == 0
     out = capsys.readouterr().out
-    assert "Where the pods landed (Topology default: zone > block > rack > node):" in out
+    assert "Where the pods landed (Topology default: zone > block > rack > node)" in out
     assert "19 pod(s) placed, 0 pending, 1 PodGroup(s)." in out
 
 
@@ -321,7 +321,8 @@ spec:
 def test_a_misspelt_required_placement_is_refused_not_dropped(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], annotation: str, phase: str, message: str
 ) -> None:
-    doc = simulate_json(capsys, CLUSTER_64, write(tmp_path, "job.yaml", job_of_12(annotation)))
+    exit_code = 3 if phase == "Invalid" else 0  # an Invalid gang fails the run (so CI can gate on it)
+    doc = simulate_json(capsys, CLUSTER_64, write(tmp_path, "job.yaml", job_of_12(annotation)), exit_code=exit_code)
     (group,) = doc["podGroups"]  # type: ignore[misc]
     assert (group["phase"], group["message"]) == (phase, message)
     assert all(p["node"] is None for p in doc["pods"])  # type: ignore[union-attr]
@@ -343,8 +344,86 @@ spec:
           annotations: {kai.scheduler/segment-size: "2", kai.scheduler/segment-topology-required-placement: Rack}
         spec: {containers: [{name: c, resources: {requests: {cpu: "1"}}}]}
 """
-    assert main(["simulate", "-f", str(CLUSTER_64), "-f", str(write(tmp_path, "tf.yaml", tfjob))]) == 0
+    assert main(["simulate", "-f", str(CLUSTER_64), "-f", str(write(tmp_path, "tf.yaml", tfjob))]) == 3  # Invalid
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ml/tfjob-t"))
     assert line.count("is not a level") == 1
     assert line.endswith("'Rack' is not a level of Topology default; did you mean rack?")
     assert len(line) < 300
+
+
+def test_exit_3_when_a_gang_or_object_is_invalid_so_ci_can_gate_on_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = "---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {name: bad}\n"
+    bad += "spec: {minMember: 1, topologyConstraints: {global: {requiredTopologyLevel: row}}}\n" + pods("bad", 1)
+    huge = "---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: huge}\nspec: {parallelism: 1000000000}\n"
+    cases = {
+        "good.yaml": (NODES + pods("solo", 1).replace("annotations: {pod-group-name: solo}", "labels: {}"), 0),
+        "warned.yaml": (NODES + "---\napiVersion: example.com/v1\nkind: Thing\nmetadata: {name: t}\n", 0),
+        "bad-gang.yaml": (NODES + bad, 3),
+        "bad-workload.yaml": (NODES + huge, 3),
+        "unreadable.yaml": (NODES + "---\nkind: [\n", 2),
+    }
+    for name, (text, want) in cases.items():
+        assert main(["simulate", "-f", str(write(tmp_path, name, text))]) == want, name
+        out, err = capsys.readouterr()
+        if want == 3:
+            assert out  # the results are printed all the same
+            assert err.startswith("topogang simulate: Invalid: default/")
+            assert err.endswith(" (exit 3)\n")
+    # the process's own status, as a CI step sees it
+    run = subprocess.run(
+        [sys.executable, "-m", "extender.cli", "simulate", "-f", str(tmp_path / "bad-gang.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert (run.returncode, run.stderr) == (3, "topogang simulate: Invalid: default/bad (exit 3)\n")
+
+
+def test_help_says_f_repeats_and_lists_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "repeat -f for more" in text
+    assert "Exit status: 0 simulated; 2 input that cannot be read" in text
+    assert "3 simulated, but a gang or an object is Invalid" in text
+
+
+def test_the_picture_shows_the_pods_already_running_and_the_cordoned_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    # The demo: why the first segment starts at node 4 of rack r1, and what the last rack holds.
+    assert main(["simulate", "-f", str(ROOT / "examples" / "tfjob-segments")]) == 0
+    out = capsys.readouterr().out
+    picture = out[out.index("Where the pods landed") :].splitlines()
+    assert picture[0] == (
+        "Where the pods landed (Topology default: zone > block > rack > node), with each rack's running pods and"
+        " cordoned nodes:"
+    )
+    rack_r1 = picture[picture.index("      rack r1") + 1 : picture.index("      rack r1") + 5]
+    assert [line.strip() for line in rack_r1] == [
+        "gpu-z1-b1-r1-1: distributed-training-chief-0 distributed-training-ps-0 distributed-training-ps-1"
+        " (running: serving/inference-0)",
+        "gpu-z1-b1-r1-2: (running: serving/inference-1)",
+        "gpu-z1-b1-r1-3: (running: serving/inference-2)",
+        "gpu-z1-b1-r1-4: distributed-training-worker-0",
+    ]
+    assert "        gpu-z1-b2-r2-8: (cordoned)" in picture
+    assert not any("gpu-z2" in line for line in picture)  # racks where nothing landed are left out
+
+
+def test_bound_is_shown_against_the_gangs_minimum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    groups = ""
+    for name, minimum in (("short", 4), ("placed", 1)):
+        groups += f"---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {{name: {name}}}\n"
+        groups += f"spec: {{minMember: {minimum}}}\n"
+    bad = "---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {name: bad}\n"
+    bad += "spec: {minMember: 1, subGroups: [{name: a, parent: nope}]}\n"
+    path = write(tmp_path, "in.yaml", NODES + groups + bad + pods("short", 2) + pods("placed", 2, gpus=1))
+    assert main(["simulate", "-f", str(path)]) == 3
+    rows = {line.split()[0]: line.split()[1:3] for line in capsys.readouterr().out.splitlines()[1:4]}
+    assert rows == {
+        "default/short": ["Pending", "0/4"],  # 2 of its 4 pods present, none bound
+        "default/placed": ["Scheduled", "2/1"],  # more bound than the minimum
+        "default/bad": ["Invalid", "-"],
+    }

@@ -460,6 +460,7 @@ class GroupStatus:
     pods: int = 0
     planned: int = 0
     bound: int = 0
+    minimum: int = 0  # pods its minimum tree needs at the least (0: elastic, or Invalid)
     subgroups: tuple[SubGroupStatus, ...] = ()
     domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
     reason: str = ""  # one of the R_* reasons above, or a Shortfall kind

@@ -41,6 +41,10 @@ class Lookup:
         """The families that have pods (see Membership.families)."""
         return self._membership.families()
 
+    def read_by_pods(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether some pod's grouping read this object (its owner chain, or its grouper's reads)."""
+        return self._membership.read(kind, namespace, name)
+
     def has_pods(self, group: str) -> bool:
         return self._membership.has(group)
 

@@ -304,6 +304,12 @@ class Membership:
         family = self._family.get(pod)
         return self._family_waiting.get(family, {}).get(pod) if family else None
 
+    def read(self, kind: str, namespace: str, name: str) -> bool:
+        """Whether grouping some pod read this object: an owner on its chain, or an object its
+        grouper reads besides (a Grove PodGang)."""
+        self._sync_pods()
+        return bool(self._readers.get((kind, namespace, name)))
+
     def families(self) -> set[Family]:
         """The families that have pods: a PodGroup's, or a top owner's."""
         self._sync()

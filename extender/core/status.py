@@ -40,7 +40,7 @@ from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reserving import Reserving
 from extender.model.errors import FieldError, said_once_text
-from extender.placement import build_gang, incomplete, meets_minimum
+from extender.placement import build_gang, incomplete, meets_minimum, minimum_pods
 
 
 def queue_of(state: ClusterState, view: GroupView) -> tuple[str | None, str | None]:
@@ -78,11 +78,14 @@ class Status:
         bound = sum(1 for p in pods if p.node_name is not None)
         if not view.valid:
             return GroupStatus(group, INVALID, view.message, len(pods), 0, bound, reason=R_INVALID)
+        minimum = minimum_pods(view.built.gang) if view.built is not None and view.built.gang is not None else 0
         if pods and all(p.terminal for p in pods):
             # The workload ran: its pods are done, not missing.
             succeeded = sum(1 for p in pods if p.phase == "Succeeded")
             finished = (Finished(succeeded, len(pods) - succeeded),)
-            return GroupStatus(group, FINISHED, pods=len(pods), bound=bound, reason=R_FINISHED, said=finished)
+            return GroupStatus(
+                group, FINISHED, pods=len(pods), bound=bound, minimum=minimum, reason=R_FINISHED, said=finished
+            )
         gp = self._plans.get(group)
         said, phase, reason = self._standing(view, gp, {p.key for p in pods if p.node_name is not None})
         _, queue_warning = queue_of(self._state, view)
@@ -100,6 +103,7 @@ class Status:
             pods=len(pods),
             planned=bound + (len(gp.reserved) if gp else 0),
             bound=bound,
+            minimum=minimum,
             subgroups=tuple(self._subgroups(view, gp)),
             domains=dict(self._plans.domains(group)),
             reason=reason,

@@ -41,7 +41,8 @@ The rules, module by module: `group` (the order in which a pod's group is decide
 (what a grouper reads and answers), `assemble` (replica types and segments become the SubGroup
 tree), `annotations` (KAI's and Kueue's placement, segment and slice annotations), `kinds`
 (one module per workload kind: its grouper, pod synthesizer, index label, owner Resource and
-labels; `kinds.KINDS` lists them), `resource_interface` (KAI's pod-grouping design's declarative grouper with jq),
+labels; `kinds.KINDS` lists them; `kinds.apps` only makes the pods of Deployments, ReplicaSets
+and StatefulSets), `resource_interface` (KAI's pod-grouping design's declarative grouper with jq),
 `synthesize` (pods for workloads given without them), `objects` (what the grouper reads besides
 pods, and an ObjectLookup over a list of raw objects), `result` (what `group_pods` returns).
 """
@@ -49,7 +50,7 @@ pods, and an ObjectLookup over a list of raw objects), `result` (what `group_pod
 from extender.grouping.group import PODGROUP, Family, explicit_group, family_key, group_pods
 from extender.grouping.objects import ObjectIndex, ObjectLookup
 from extender.grouping.result import Grouping, GroupingResult
-from extender.grouping.synthesize import Synthesized, can_synthesize, synthesize
+from extender.grouping.synthesize import Synthesized, can_synthesize, synthesize, synthesized_versions
 
 __all__ = [
     "PODGROUP",
@@ -64,4 +65,5 @@ __all__ = [
     "family_key",
     "group_pods",
     "synthesize",
+    "synthesized_versions",
 ]

@@ -17,9 +17,13 @@ that the grouper's owner walk finds them:
     RayCluster      RayCluster -> Pod                      <rc>-head, <rc>-<group>-worker-<i>
     RayJob          RayJob -> RayCluster <rj>-raycluster -> Pod   (the submitter Job comes later,
                     once the cluster runs, and is not created here)
+    Deployment      Deployment -> ReplicaSet <deploy>-<hash> -> Pod <deploy>-<hash>-<suffix>
+    ReplicaSet      ReplicaSet -> Pod <rs>-<suffix>
+    StatefulSet     StatefulSet -> Pod <sts>-<ordinal>
 
-Real controllers add a random suffix to some of these names; synthesized names have none, so
-they are stable. UIDs are derived from kind, namespace and name (uuid5) unless the workload
+Real controllers add a random suffix to some of these names; synthesized names have none, or
+(a ReplicaSet's pods, whose names are only a prefix and a suffix) a suffix derived from the
+pod's position, so they are stable. UIDs are derived from kind, namespace and name (uuid5) unless the workload
 has one. A workload that cannot be read raises InvalidObject naming the field. What each kind
 makes is written in its module under `kinds`.
 """
@@ -36,6 +40,13 @@ from extender.model.errors import FieldError, InvalidObject
 
 def can_synthesize(api_version: str, kind: str) -> bool:
     return (api_version, kind) in SYNTHESIZERS
+
+
+def synthesized_versions(api_version: str, kind: str) -> tuple[str, ...]:
+    """The apiVersions of the same API group and kind whose pods topogang can make (a TFJob of
+    kubeflow.org/v2 -> ("kubeflow.org/v1",)); () for a kind it makes no pods for."""
+    group = api_version.rpartition("/")[0]
+    return tuple(sorted(v for v, k in SYNTHESIZERS if k == kind and v.rpartition("/")[0] == group))
 
 
 def synthesize(workload: Mapping[str, Any], default_namespace: str = "default") -> Synthesized:
@@ -58,4 +69,4 @@ def synthesize(workload: Mapping[str, Any], default_namespace: str = "default") 
     return Synthesized(tuple(out.pods), tuple(out.owners))
 
 
-__all__ = ["Synthesized", "can_synthesize", "synthesize"]
+__all__ = ["Synthesized", "can_synthesize", "synthesize", "synthesized_versions"]

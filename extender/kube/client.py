@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+import yaml
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from yarl import URL
@@ -99,19 +100,34 @@ class NotLeading(ApiError):
         super().__init__(0, message, reason="NotLeader", method=method, path=path)
 
 
+class ClusterConfigError(Exception):
+    """Where the cluster is and how to log in cannot be read: not in a pod and no kubeconfig, or
+    a kubeconfig that is missing or broken. The message is one line naming what is wrong; the
+    command adds what to set."""
+
+
+# What kubernetes-asyncio raises on a kubeconfig it cannot use: its own ConfigException, and
+# from a file that is empty, not YAML or of the wrong shape, whatever reading it met first.
+_CONFIG_ERRORS = (k8s_config.ConfigException, OSError, yaml.YAMLError, TypeError, ValueError, KeyError, AttributeError)
+
+
 async def make_api_client(kubeconfig: str | Path | None = None, *, context: str | None = None) -> k8s.ApiClient:
     """An ApiClient for KUBECONFIG (its current context, or CONTEXT), or the in-cluster config
-    (the pod's ServiceAccount token, refreshed as it rotates) when KUBECONFIG is None."""
+    (the pod's ServiceAccount token, refreshed as it rotates) when KUBECONFIG is None. Raises
+    ClusterConfigError when neither can be used."""
     configuration = type.__call__(k8s.Configuration)  # not a copy of the process-wide default
-    if kubeconfig is None:
-        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        await k8s_config.load_kube_config(
-            config_file=_expand(kubeconfig),
-            context=context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
+    try:
+        if kubeconfig is None:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            await k8s_config.load_kube_config(
+                config_file=_kubeconfig_file(kubeconfig),
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except _CONFIG_ERRORS as exc:
+        raise ClusterConfigError(_config_problem(kubeconfig, exc)) from None
     # Every informer holds one connection for its watch; writes need their own on top.
     configuration.connection_pool_maxsize = 256
     return k8s.ApiClient(configuration=configuration)
@@ -119,6 +135,31 @@ async def make_api_client(kubeconfig: str | Path | None = None, *, context: str 
 
 def _expand(path: str | Path) -> str:
     return os.path.expanduser(path)
+
+
+def _kubeconfig_file(kubeconfig: str | Path) -> str:
+    """The kubeconfig's path; a path that is no file is said so (kubernetes-asyncio would
+    complain of a missing current-context instead)."""
+    path = _expand(kubeconfig)
+    if not os.path.isfile(path):
+        why = "is a directory" if os.path.isdir(path) else "no such file"
+        raise ClusterConfigError(f"kubeconfig {kubeconfig}: {why}")
+    return path
+
+
+def _config_problem(kubeconfig: str | Path | None, exc: Exception) -> str:
+    """What went wrong reading the cluster's config, on one line."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        text = f"not valid YAML at line {exc.problem_mark.line + 1}: {exc.problem}"
+    elif isinstance(exc, TypeError | ValueError | KeyError | AttributeError):
+        text = f"not a kubeconfig ({type(exc).__name__}: {exc})"
+    else:
+        text = " ".join(str(exc).split()).rstrip(".")
+    if kubeconfig is not None:
+        return f"kubeconfig {kubeconfig}: {text}"
+    if "host/port is not set" in text:  # kubernetes-asyncio's words for "not in a pod"
+        return "no kubeconfig given and not in a pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT unset)"
+    return f"no kubeconfig given, and the in-cluster config cannot be used: {text}"
 
 
 class KubeClient:

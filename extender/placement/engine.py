@@ -431,6 +431,11 @@ def meets_minimum(gang: Gang, placed: Set[str]) -> bool:
     return met(gang.root)
 
 
+def minimum_pods(gang: Gang) -> int:
+    """Pods the gang's minimum tree needs at the least (0 for an elastic gang)."""
+    return _minimum_pods(gang.root)
+
+
 def _minimum_pods(scope: Scope) -> int:
     """Pods the minimum tree needs, choosing the smallest children where only some are needed."""
     if scope.leaf:

@@ -29,7 +29,7 @@ from extender.core.reservations import Settings as ReservationSettings
 from extender.core.scheduler import GangScheduler
 from extender.kube.actions import KubeActions
 from extender.kube.cache import ClusterCache
-from extender.kube.client import KubeClient
+from extender.kube.client import ClusterConfigError, KubeClient
 from extender.kube.leader_label import LeaderLabel
 from extender.kube.lease import LeaderElector, LeaseConfig
 from extender.kube.podgroups import PodGroupWriter
@@ -43,6 +43,7 @@ from extender.server.settings import Settings, SettingsError, settings_from
 from extender.server.tls import TlsError, reload_on_change, server_context
 
 log = structlog.get_logger("topogang")
+SET_CLUSTER = "set --kubeconfig (or TOPOGANG_KUBECONFIG, KUBECONFIG) to a kubeconfig, or run topogang in a pod"
 STOP_DUMP_AFTER = 15.0  # seconds after SIGTERM before a still-running server dumps its threads' stacks
 EXPIRE_EVERY = 5.0  # seconds between sweeps for plans that stopped making progress
 
@@ -302,6 +303,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"topogang serve: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level, settings.log_format)
-    asyncio.run(serve(settings, context, gates=gates))
+    try:
+        asyncio.run(serve(settings, context, gates=gates))
+    except ClusterConfigError as exc:  # raised before anything is served or written
+        print(f"topogang serve: {exc}; {SET_CLUSTER}", file=sys.stderr)
+        return 2
     faulthandler.cancel_dump_traceback_later()
     return 0

@@ -50,7 +50,7 @@ reservations        --reservations    TOPOGANG_RESERVATIONS   1 (gangs that may 
                                                               this level, e.g. topology.kubernetes.io/zone,
                                                               or a coarser one may hold room)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
-request body limit  --max-body        TOPOGANG_MAX_BODY       64 (MiB; see server/limits.py)
+request body limit  --max-body        TOPOGANG_MAX_BODY       32 (MiB; see server/limits.py)
 
 Transport: mTLS (kube-scheduler presents a client certificate) unless plain HTTP is asked for:
 serving cert, key   --tls-cert, --tls-key  TOPOGANG_TLS_CERT, TOPOGANG_TLS_KEY  (PEM files)
@@ -78,6 +78,9 @@ identity            POD_NAME, else the hostname with a random suffix
 own pod             POD_NAME in POD_NAMESPACE (the downward API): the leader labels it
                     scheduling.topogang.io/leader=true, which the Service selects; either unset
                     (a laptop, the e2e tests): no label
+
+Every boolean flag (BOOL_FLAGS) is written alike: `--flag` alone is true, and `--flag=true`,
+`--flag=false` or `--flag false` (1 and 0 too) say it; its variable takes the same values.
 """
 
 from __future__ import annotations
@@ -144,8 +147,8 @@ class Settings:
     max_body: int = DEFAULT_MAX_BODY_MIB * 2**20
 
 
-# Every flag of `topogang serve` but --insecure-http: (flag, metavar, help); the help names the
-# environment variable and the default.
+# Every flag of `topogang serve` that takes a value but no boolean: (flag, metavar, help); the
+# help names the environment variable and the default.
 FLAGS: tuple[tuple[str, str, str], ...] = (
     ("--listen", "HOST:PORT", "address to serve on (TOPOGANG_LISTEN; 0.0.0.0:8888)"),
     ("--url-prefix", "PATH", "path before /filter etc. (TOPOGANG_URL_PREFIX; /topogang)"),
@@ -179,19 +182,6 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         " (TOPOGANG_REPAIR_TIMEOUT; 300)",
     ),
     (
-        "--nominate",
-        "BOOL",
-        "steer planned gang members with status.nominatedNodeName; false for kube-scheduler before 1.35,"
-        " whose configuration must then set percentageOfNodesToScore: 100 (TOPOGANG_NOMINATE; true)",
-    ),
-    (
-        "--bind-ahead",
-        "BOOL",
-        "bind a gang as it is planned, all of it, when its pods need nothing but what the plan judges"
-        " (no volume or resource claims, host ports, inter-pod affinity, spread constraints);"
-        " false: each member waits for its own bind call (TOPOGANG_BIND_AHEAD; true)",
-    ),
-    (
         "--reservations",
         "N",
         f"gangs that may hold room at once while they wait; 0: none"
@@ -219,11 +209,6 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
     ),
     ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
     ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
-    (
-        "--leader-elect",
-        "BOOL",
-        "elect a leader on a Lease (TOPOGANG_LEADER_ELECT; true in-cluster, false with a kubeconfig)",
-    ),
     ("--lease-namespace", "NS", "the Lease's namespace (TOPOGANG_LEASE_NAMESPACE; the pod's own)"),
     ("--lease-name", "NAME", "the Lease's name (TOPOGANG_LEASE_NAME; topogang)"),
     ("--lease-duration", "SECONDS", "how long a Lease holds unrenewed (TOPOGANG_LEASE_DURATION; 15)"),
@@ -245,16 +230,42 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# The boolean flags: (flag, help). Each takes `--flag` (true) or `--flag=true|false`.
+BOOL_FLAGS: tuple[tuple[str, str], ...] = (
+    (
+        "--nominate",
+        "steer planned gang members with status.nominatedNodeName; false for kube-scheduler before 1.35,"
+        " whose configuration must then set percentageOfNodesToScore: 100 (TOPOGANG_NOMINATE; true)",
+    ),
+    (
+        "--bind-ahead",
+        "bind a gang as it is planned, all of it, when its pods need nothing but what the plan judges"
+        " (no volume or resource claims, host ports, inter-pod affinity, spread constraints);"
+        " false: each member waits for its own bind call (TOPOGANG_BIND_AHEAD; true)",
+    ),
+    (
+        "--leader-elect",
+        "elect a leader on a Lease (TOPOGANG_LEADER_ELECT; true in-cluster, false with a kubeconfig)",
+    ),
+    ("--insecure-http", "serve plain HTTP without TLS, for local runs (TOPOGANG_INSECURE_HTTP; false)"),
+)
+BOOL_VALUES = {"true": True, "1": True, "false": False, "0": False}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, metavar, help_text in FLAGS:
         parser.add_argument(flag, metavar=metavar, help=help_text)
-    parser.add_argument(
-        "--insecure-http",
-        metavar="BOOL",
-        nargs="?",
-        const="true",
-        help="serve plain HTTP without TLS, for local runs (TOPOGANG_INSECURE_HTTP; false)",
-    )
+    for flag, help_text in BOOL_FLAGS:
+        # nargs="?": `--flag` alone is true; `--flag=false` and the older `--flag false` both work
+        parser.add_argument(flag, metavar="BOOL", nargs="?", const="true", help=f"{help_text}; {flag} alone means true")
+
+
+def boolean(name: str, env: str, text: str) -> bool:
+    """A boolean flag's or variable's value: true, false, 1 or 0 (any case)."""
+    value = BOOL_VALUES.get(text.strip().lower())
+    if value is None:
+        raise SettingsError(f"{name} ({env}): expected true or false, got {text!r}")
+    return value
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -293,11 +304,11 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         log_format=pick(args.log_format, "TOPOGANG_LOG_FORMAT") or "auto",
     )
     elect = pick(args.leader_elect, "TOPOGANG_LEADER_ELECT")
-    if elect is not None and elect.lower() not in ("true", "false", "1", "0"):
-        raise SettingsError(f"--leader-elect (TOPOGANG_LEADER_ELECT): expected true or false, got {elect!r}")
     settings = replace(
         settings,
-        leader_elect=settings.kubeconfig is None if elect is None else elect.lower() in ("true", "1"),
+        leader_elect=(
+            settings.kubeconfig is None if elect is None else boolean("--leader-elect", "TOPOGANG_LEADER_ELECT", elect)
+        ),
         lease_namespace=pick(args.lease_namespace, "TOPOGANG_LEASE_NAMESPACE", "POD_NAMESPACE") or _own_namespace(),
         lease_name=pick(args.lease_name, "TOPOGANG_LEASE_NAME") or "topogang",
         lease_duration=seconds("--lease-duration", args.lease_duration, "TOPOGANG_LEASE_DURATION", 15.0),
@@ -312,14 +323,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         pod_name=environ.get("POD_NAME") or None,
         pod_namespace=environ.get("POD_NAMESPACE") or None,
     )
-    nominate = pick(args.nominate, "TOPOGANG_NOMINATE") or "true"
-    if nominate.lower() not in ("true", "false", "1", "0"):
-        raise SettingsError(f"--nominate (TOPOGANG_NOMINATE): expected true or false, got {nominate!r}")
-    settings = replace(settings, nominate=nominate.lower() in ("true", "1"))
-    ahead = pick(args.bind_ahead, "TOPOGANG_BIND_AHEAD") or "true"
-    if ahead.lower() not in ("true", "false", "1", "0"):
-        raise SettingsError(f"--bind-ahead (TOPOGANG_BIND_AHEAD): expected true or false, got {ahead!r}")
-    settings = replace(settings, bind_ahead=ahead.lower() in ("true", "1"))
+    nominate = boolean("--nominate", "TOPOGANG_NOMINATE", pick(args.nominate, "TOPOGANG_NOMINATE") or "true")
+    ahead = boolean("--bind-ahead", "TOPOGANG_BIND_AHEAD", pick(args.bind_ahead, "TOPOGANG_BIND_AHEAD") or "true")
+    settings = replace(settings, nominate=nominate, bind_ahead=ahead)
     limit, after, largest, level = _reservations(args, pick, seconds)
     settings = replace(
         settings, reservations=limit, reserve_after=after, reserve_largest_first=largest, reserve_level=level
@@ -384,9 +390,7 @@ def _transport(settings: Settings, args: argparse.Namespace, pick: Callable[...,
     """mTLS, or plain HTTP when asked for explicitly; the probe listener; the body limit."""
     files = [pick(getattr(args, flag[2:].replace("-", "_")), env) for flag, env in TLS_FLAGS]
     insecure_text = pick(args.insecure_http, "TOPOGANG_INSECURE_HTTP") or "false"
-    if insecure_text.lower() not in ("true", "false", "1", "0"):
-        raise SettingsError(f"--insecure-http (TOPOGANG_INSECURE_HTTP): expected true or false, got {insecure_text!r}")
-    insecure = insecure_text.lower() in ("true", "1")
+    insecure = boolean("--insecure-http", "TOPOGANG_INSECURE_HTTP", insecure_text)
     given = [f"{flag} ({env})" for (flag, env), path in zip(TLS_FLAGS, files, strict=True) if path]
     if insecure and given:
         raise SettingsError(f"--insecure-http: plain HTTP and {', '.join(given)} exclude each other; choose one")

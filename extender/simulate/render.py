@@ -6,11 +6,14 @@ from collections import defaultdict
 
 import orjson
 
+from extender.core.decisions import INVALID
 from extender.model.keys import GroupKey
 from extender.model.node import NodeInfo
 from extender.model.topology import TopologySpec
 from extender.placement import DomainRef
 from extender.simulate.runner import SimResult
+
+SHOWN_RUNNING = 4  # running pods named on one node before "and N more"
 
 
 def to_json(result: SimResult) -> str:
@@ -46,6 +49,7 @@ def to_json(result: SimResult) -> str:
             }
             for v in result.preempted
         ],
+        "warnings": result.warnings,  # input the simulation could not use, and what to give instead
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
@@ -58,8 +62,11 @@ def _table(rows: list[list[str]]) -> list[str]:
 def to_text(result: SimResult) -> str:
     out: list[str] = []
     if result.groups:
-        rows = [["PODGROUP", "PHASE", "BOUND", "MESSAGE"]]
-        rows += [[g.key, g.phase, f"{g.bound}/{g.pods}", g.message] for g in result.groups]
+        # bound against the minimum the gang needs (an Invalid gang has none to show)
+        rows = [["PODGROUP", "PHASE", "BOUND/MIN", "MESSAGE"]]
+        rows += [
+            [g.key, g.phase, "-" if g.phase == INVALID else f"{g.bound}/{g.minimum}", g.message] for g in result.groups
+        ]
         out += [*_table(rows), ""]
     placed = [p for p in result.pods if p.node]
     pending = [p for p in result.pods if not p.node]
@@ -70,7 +77,7 @@ def to_text(result: SimResult) -> str:
         ]
         out += [*_table(rows), ""]
     if placed:
-        out += _picture(result, {p.node: p for p in placed if p.node})
+        out += _picture(result)
     if result.preempted:
         out.append(f"Preempted ({len(result.preempted)}):")
         by: dict[tuple[str, DomainRef], list[str]] = defaultdict(list)
@@ -89,35 +96,70 @@ def to_text(result: SimResult) -> str:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
             out.append(f"  {shown}: {reason}")
         out.append("")
-    out.append(f"{len(placed)} pod(s) placed, {len(pending)} pending, {len(result.groups)} PodGroup(s).")
+    if result.warnings:
+        out += [f"Warnings ({len(result.warnings)}):", *(f"  {w}" for w in result.warnings), ""]
+    summary = f"{len(placed)} pod(s) placed, {len(pending)} pending, {len(result.groups)} PodGroup(s)"
+    out.append(summary + (f", {len(result.warnings)} warning(s)." if result.warnings else "."))
     return "\n".join(out)
 
 
-def _picture(result: SimResult, _: object) -> list[str]:
-    """Where the pods landed, domain by domain, for the cluster's Topology."""
+def _picture(result: SimResult) -> list[str]:
+    """Where the pods landed, domain by domain, for the cluster's Topology. The domains of its
+    finest level that took a pod (the racks) are shown whole enough to read why: each node there
+    with a pod already running or that is cordoned is drawn too, with those pods."""
     topologies = sorted(result.state.topologies.values(), key=lambda t: t.name)
     if not topologies:
         return []
     topo: TopologySpec = topologies[0]
     labels = [lv.node_label for lv in topo.levels[:-1]]
-    pods_on: dict[str, list[str]] = defaultdict(list)
+    nodes_by_name = result.state.nodes
+    placed: dict[str, list[str]] = defaultdict(list)
     for p in result.pods:
         if p.node:
-            pods_on[p.node].append(p.name)
-    if not pods_on:
+            placed[p.node].append(p.name)
+    if not placed:
         return []
-    nodes: list[NodeInfo] = [result.state.nodes[n] for n in pods_on if n in result.state.nodes]
-    nodes.sort(key=lambda n: (tuple(n.labels.get(lb, "~") for lb in labels), n.name))
+
+    def path(node: NodeInfo) -> tuple[str | None, ...]:
+        return tuple(node.labels.get(lb) for lb in labels)
+
+    near = {path(nodes_by_name[n]) for n in placed if n in nodes_by_name}
+    new = {f"{p.namespace}/{p.name}" for p in result.pods}
+    running: dict[str, list[str]] = defaultdict(list)
+    for pod in result.state.pods.values():
+        if pod.node_name is not None and pod.key not in new:
+            running[pod.node_name].append(pod.key)
+    shown = [
+        n
+        for n in nodes_by_name.values()
+        if n.name in placed or (path(n) in near and (n.name in running or not n.schedulable))
+    ]
+    shown.sort(key=lambda n: (tuple(v or "~" for v in path(n)), n.name))
     header = " > ".join(lv.display for lv in topo.levels)
-    out = [f"Where the pods landed (Topology {topo.name}: {header}):"]
-    shown: list[str | None] = [None] * len(labels)
-    for node in nodes:
-        path = [node.labels.get(lb) for lb in labels]
-        for depth, value in enumerate(path):
-            if value != shown[depth] or any(shown[d] != path[d] for d in range(depth)):
+    where = f"each {topo.levels[len(labels) - 1].display}'s" if labels else "the"
+    out = [f"Where the pods landed (Topology {topo.name}: {header}), with {where} running pods and cordoned nodes:"]
+    drawn: list[str | None] = [None] * len(labels)
+    for node in shown:
+        node_path = path(node)
+        for depth, value in enumerate(node_path):
+            if value != drawn[depth] or any(drawn[d] != node_path[d] for d in range(depth)):
                 out.append(f"{'  ' * (depth + 1)}{topo.levels[depth].display} {value or '(unlabeled)'}")
-                shown[depth] = value
+                drawn[depth] = value
                 for deeper in range(depth + 1, len(labels)):
-                    shown[deeper] = None
-        out.append(f"{'  ' * (len(labels) + 1)}{node.name}: {' '.join(sorted(pods_on[node.name]))}")
+                    drawn[deeper] = None
+        out.append(f"{'  ' * (len(labels) + 1)}{node.name}: {_on_node(node, placed[node.name], running[node.name])}")
     return [*out, ""]
+
+
+def _on_node(node: NodeInfo, placed: list[str], running: list[str]) -> str:
+    """The pods placed on NODE, then what was running there and whether it takes pods."""
+    parts = sorted(placed)
+    if running:
+        names = sorted(running)
+        more = f" and {len(names) - SHOWN_RUNNING} more" if len(names) > SHOWN_RUNNING else ""
+        parts.append(f"(running: {', '.join(names[:SHOWN_RUNNING])}{more})")
+    if node.unschedulable:
+        parts.append("(cordoned)")
+    elif not node.ready:
+        parts.append("(not ready)")
+    return " ".join(parts)

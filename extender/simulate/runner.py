@@ -21,16 +21,25 @@ from typing import Any
 import numpy as np
 
 from extender.core.apply import apply_object
-from extender.core.cluster import ClusterState, object_key
-from extender.core.decisions import BIND, INVALID, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
+from extender.core.cluster import ClusterState, ObjectKey, object_key
+from extender.core.decisions import BIND, INVALID, PENDING, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
 from extender.core.reservations import Settings
 from extender.core.scheduler import GangScheduler
 from extender.core.usage import UsageLedger
 from extender.grouping import Family, can_synthesize, synthesize
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
+from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
 from extender.model.pod import PodInfo, parse_pod
 from extender.placement import DomainRef
+from extender.simulate.coverage import (
+    key_of,
+    made_by_controller,
+    owned_by_pod,
+    owner_chains,
+    replicaset_owners,
+    unused,
+)
 from extender.simulate.loader import InputError, Loaded
 from extender.simulate.order import queue_key
 
@@ -64,6 +73,11 @@ class SimResult:
     warnings: list[str] = field(default_factory=list)
     preempted: list[Preempted] = field(default_factory=list)
 
+    @property
+    def invalid(self) -> list[str]:
+        """The gangs (and workloads whose pods could not be made) that are Invalid."""
+        return [g.key for g in self.groups if g.phase == INVALID]
+
 
 class Simulation:
     def __init__(self, objects: Sequence[Loaded]) -> None:
@@ -85,35 +99,49 @@ class Simulation:
                 self._add(obj)
             except InvalidObject as exc:
                 raise InputError(f"{obj.source}: {exc}") from None
-        self._synthesize(objects)
+        made = self._synthesize(objects)
+        used = made | owner_chains(self.state, self.state.pods.values())
+        self.warnings += unused(objects, self.state, self.scheduler.lookup, used)
 
-    def _synthesize(self, objects: Sequence[Loaded]) -> None:
+    def _synthesize(self, objects: Sequence[Loaded]) -> set[ObjectKey]:
         """A workload given without pods gets the pods (and intermediate owners, such as a
         JobSet's Jobs) its controller would create; pods and owners given in the input are used
-        as they are."""
+        as they are. Returns the workloads whose pods were made (or that were found Invalid)."""
         with_pods = self.scheduler.lookup.families()
-        for obj in objects:
+        # the owners of the pods given, and the Deployments given with a ReplicaSet (whose pods
+        # are made, not a second set): their pods are not made again
+        owning = owner_chains(self.state, self.state.pods.values()) | replicaset_owners(objects)
+        latest = {key_of(obj): obj for obj in objects}  # an object given twice: the later one, as kubectl applies
+        made: set[ObjectKey] = set()
+        # objects a pod owns (a LeaderWorkerSet's workers) last, once the pods they hang from are made
+        for obj in sorted(objects, key=owned_by_pod):
             meta = obj.body.get("metadata") or {}
             name, ns = meta.get("name"), meta.get("namespace") or "default"
             if not can_synthesize(obj.api_version, obj.kind) or Family(obj.kind, GroupKey(ns, str(name))) in with_pods:
                 continue
+            if (key := key_of(obj)) in owning or latest[key] is not obj:
+                continue
+            made.add(key)
+            if made_by_controller(obj, latest.keys(), self.state.pods.keys()):
+                continue  # a JobSet's Job, an LWS's StatefulSet: given with it, made by its synthesis
             try:
-                made = synthesize(obj.body)
+                synthesized = synthesize(obj.body)
             except InvalidObject as exc:  # this workload is Invalid; the others are simulated
-                key = str(GroupKey(ns, f"{str(obj.kind).lower()}-{name}"))
-                self.invalid.append(GroupStatus(key, INVALID, f"{obj.source}: {exc}", reason=R_INVALID))
+                group = str(GroupKey(ns, f"{str(obj.kind).lower()}-{name}"))
+                self.invalid.append(GroupStatus(group, INVALID, f"{obj.source}: {exc}", reason=R_INVALID))
                 continue
             try:
-                for owner in made.owners:
+                for owner in synthesized.owners:
                     if self._given(owner):
                         continue  # given in the input (a Grove PodGang as Grove wrote it): used as it is
                     apply_object(self.scheduler, owner)
-                for body in made.pods:
+                for body in synthesized.pods:
                     pod = parse_pod(body)
                     self.order[pod.key] = len(self.order)
                     self.scheduler.observe_pod(pod)
             except InvalidObject as exc:
                 raise InputError(f"{obj.source}: {exc}") from None
+        return made
 
     def _given(self, owner: Mapping[str, Any]) -> bool:
         meta = owner.get("metadata") or {}
@@ -293,8 +321,19 @@ class Simulation:
                     "" if pod.node_name else reasons.get(key, ""),
                 )
             )
-        groups = [self.scheduler.status(g) for g in scheduler.lookup.groups()] + self.invalid
+        # PodGroup objects no pod joins are shown too: they wait for their pods
+        named = set(self.state.podgroups) | set(self.state.invalid_podgroups)
+        groups = [self._status(g) for g in sorted(set(scheduler.lookup.groups()) | named)] + self.invalid
         return SimResult(pods, groups, events, self.state, self.warnings, self.preempted)
+
+    def _status(self, group: str) -> GroupStatus:
+        status = self.scheduler.status(group)
+        if status.phase != PENDING or status.pods or self.scheduler.lookup.has_pods(group):
+            return status
+        name = GroupKey.parse(group).name
+        names = f"label {POD_GROUP_LABEL}: {name}, or annotation {POD_GROUP_ANNOTATION}: {name}"
+        hint = f"waiting for its pods: no pod names it ({names})"
+        return replace(status, warnings=(*status.warnings, hint))
 
 
 def gated(pod: PodInfo) -> str:

@@ -1,12 +1,15 @@
 """The workload kinds topogang groups, each declared once in its own module (grouper, pod
 synthesizer, index label, owner Resource and label names together). Adding a kind means a
 module with a `KINDS` tuple and one entry below; every table is derived from `KINDS`.
+
+`apps` is apart: Deployments, ReplicaSets and StatefulSets have a pod synthesizer (for the
+simulator) and no grouper, so they add to SYNTHESIZERS only.
 """
 
 from __future__ import annotations
 
 from extender.grouping.grouper import Grouper
-from extender.grouping.kinds import grove, job, jobset, kubeflow, lws, ray
+from extender.grouping.kinds import apps, grove, job, jobset, kubeflow, lws, ray
 from extender.grouping.kinds.kind import Reads, Synthesizer, WorkloadKind, no_reads, owner
 from extender.model.resource import Resource
 
@@ -23,7 +26,12 @@ BY_GVK: dict[tuple[str, str], WorkloadKind] = {k.gvk: k for k in KINDS}
 
 # The built-in groupers and synthesizers, by the (apiVersion, kind) of the owner they read.
 BUILTIN: dict[tuple[str, str], Grouper] = {gvk: k.group for gvk, k in BY_GVK.items()}
-SYNTHESIZERS: dict[tuple[str, str], Synthesizer] = {gvk: k.synthesize for gvk, k in BY_GVK.items()}
+# apps/v1 Deployments, ReplicaSets and StatefulSets have pods made for them but no grouper: their
+# pods are grouped by the rule for owners no grouper knows (group.py).
+SYNTHESIZERS: dict[tuple[str, str], Synthesizer] = {
+    **{gvk: k.synthesize for gvk, k in BY_GVK.items()},
+    **apps.SYNTHESIZERS,
+}
 # The objects besides owners each grouper reads for a pod (only kinds that read some).
 SIDE_READS: dict[tuple[str, str], Reads] = {gvk: k.reads for gvk, k in BY_GVK.items() if k.reads is not no_reads}
 
