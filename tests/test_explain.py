@@ -90,3 +90,74 @@ def test_logs_go_to_stderr_and_stdout_is_the_explanation(capsys: pytest.CaptureF
     assert captured.out.startswith("default/tfjob-distributed-training  ")
     assert "a log line" in captured.err
     assert "a log line" not in captured.out
+
+
+# -- times ---------------------------------------------------------------------------------------
+
+UNTIMED = """
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: Topology
+metadata: {name: dc}
+spec:
+  levels: [{nodeLabel: zone}, {nodeLabel: rack}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {zone: z1, RACK1 kubernetes.io/hostname: n1}}
+status: {allocatable: {nvidia.com/gpu: "8", cpu: "64", pods: "110"}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n2, labels: {zone: z1, RACK1 kubernetes.io/hostname: n2}}
+status: {allocatable: {nvidia.com/gpu: "8", cpu: "64", pods: "110"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: running, namespace: ml}
+spec:
+  nodeName: n1
+  activeDeadlineSeconds: 3600
+  containers: [{name: c, resources: {requests: {nvidia.com/gpu: "8"}}}]
+status: {phase: Running}
+---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata: {name: big, namespace: ml, annotations: {kai.scheduler/topology: dc}}
+spec: {minMember: 2, topologyConstraints: {global: {requiredTopologyLevel: rack}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: big-0, namespace: ml, annotations: {pod-group-name: big}}
+spec:
+  containers: [{name: c, resources: {requests: {nvidia.com/gpu: "8"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: big-1, namespace: ml, annotations: {pod-group-name: big}}
+spec:
+  containers: [{name: c, resources: {requests: {nvidia.com/gpu: "8"}}}]
+"""
+
+
+def test_an_input_without_times_shows_no_1970(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The input has no creation or start time: there is no wall clock, and the room held says so
+    (and how long after the last pass it should start) instead of dating it 1970-01-01."""
+    (tmp_path / "in.yaml").write_text(UNTIMED.replace("RACK1", "rack: r1,"))
+    assert main(["explain", "ml/big", "-f", str(tmp_path / "in.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "1970" not in out
+    assert (
+        "\n  Reservation: room held for it in rack z1/r1 (2 nodes), since a moment not known (no wall clock);"
+        " expected to start 1h0m after the last reservation pass\n"
+    ) in out
+
+
+def test_a_gang_whose_nodes_lack_its_level_label_holds_no_room(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "in.yaml").write_text(UNTIMED.replace("RACK1", ""))
+    assert main(["explain", "ml/big", "-f", str(tmp_path / "in.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1] == "  PodGroup ml/big: 2 pods x {nvidia.com/gpu: 8} in one rack; no node has label rack"
+    assert "Reservation" not in out
+    assert "room held" not in out

@@ -271,9 +271,9 @@ class GangScheduler:
         bound = None if not bounds or None in bounds else max(b for b in bounds if b is not None)
         return self.reserving.held_from(group, view.priority, bound, now)
 
-    def refresh_reservations(self, now: float, wall: float) -> tuple[list[str], list[str]]:
+    def refresh_reservations(self, now: float, wall: float | None) -> tuple[list[str], list[str]]:
         """Who holds room where (the sweep): (gangs given a reservation, gangs whose reservation
-        went). WALL: the wall clock at NOW, for pods' start times and estimated starts."""
+        went). WALL: the wall clock at NOW, for pods' start times and estimated starts (None: none)."""
         if self.reserving.enabled:
             for group in self._discover(now):
                 self.reserving.told.add(group)

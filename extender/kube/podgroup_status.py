@@ -189,12 +189,10 @@ def _last_repair(status: GroupStatus, previous: Mapping[str, Any] | None, now: s
 
 
 def _reservation(room: ReservedRoom) -> JSON:
-    return {
-        "domain": str(room.domain),
-        "nodes": room.nodes,
-        "since": rfc3339(room.made),
-        "estimatedStart": rfc3339(room.start),
-    }
+    out: JSON = {"domain": str(room.domain), "nodes": room.nodes}
+    if room.made is not None and room.start is not None:  # (the server always has a wall clock)
+        out |= {"since": rfc3339(room.made), "estimatedStart": rfc3339(room.start)}
+    return out
 
 
 def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:
