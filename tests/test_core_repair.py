@@ -228,3 +228,14 @@ async def test_the_server_evicts_the_moved_pods_whether_the_repair_came_from_a_f
         assert actions.evicted == ["default/w-5"], path
         assert ("g", "GangRepair: " + scheduler.repairs.last_text("default/g")) in actions.events, path
         await extender.close()
+
+
+def test_a_gang_evicted_whole_as_unrepairable_is_remembered() -> None:
+    scheduler, keys = setup(spare_rack=False, evict_whole=True)
+    replacement = fail_node(scheduler, "z1-b1-r3-n1", 4)
+    scheduler.filter(replacement, names(scheduler), 0.0)
+    scheduler.expire_repairs(61.0)
+    evicted = scheduler.evicted.of("default/g")
+    assert evicted is not None
+    assert (evicted.cause, evicted.count, evicted.at) == ("Unrepairable", 7, 61.0)
+    assert evicted.pods == tuple(sorted(k for k in keys if k != "default/w-4"))
