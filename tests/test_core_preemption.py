@@ -372,3 +372,25 @@ def test_a_gang_only_protected_victims_could_make_room_for_waits_and_evicts_noth
     assert after.event.preemption.victims == ("default/b",)
     assert after.event.preemption.guarded == tuple(f"default/b-{i}" for i in range(4))
     assert sched.status("default/urgent").reason == "Preempting"
+
+
+def test_the_victims_are_remembered_with_whom_they_made_room_for_and_when() -> None:
+    """Once evicted, a victim gang has no pods, and no gang to look at: the scheduler keeps what
+    evicted it (bounded), so `explain` still answers for it, by its name or a pod's."""
+    sched = scheduler()
+    sched.filter(sched.state.pods["default/urgent-0"], NODES, 7.0)
+    for i in range(4):
+        sched.delete_pod(f"default/one-{i}")
+    sched.refresh_reservations(8.0, 1_764_000_008.0)  # the pass that gives the scheduler's clock a wall clock
+    assert not sched.lookup.has_pods("default/one")
+    evicted = "\n".join(
+        [
+            "default/one  (PodGroup default/one)  Evicted",
+            "  none of its pods exists now; its workload may create them again",
+            "  Asked about pod default/one-3: evicted (it no longer exists)",
+            "  Evicted: preempted at 2025-11-24T16:00:07Z by default/urgent, for rack z1/b1/r3: 4 pod(s) evicted"
+            " (default/one-0, default/one-1, default/one-2, default/one-3); the victims in all: 1 workload(s), 4"
+            " pod(s), priority <= 10, taking nvidia.com/gpu 32, cpu 4",
+        ]
+    )
+    assert render([explain(sched, "default/one", "default/one-3")]) == evicted + "\n"
