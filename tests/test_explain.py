@@ -303,6 +303,7 @@ def test_explain_json_is_the_same_content_in_a_documented_structure(capsys: pyte
         "time": "2026-01-01T00:00:00Z",
         "when": "at 2026-01-01T00:00:00Z",
         "for": "rack z1/b1/r3",
+        "message": EVICTED.format(asked="").splitlines()[2].removeprefix("  Evicted: "),
     }
 
 

@@ -475,6 +475,7 @@ class GroupStatus:
     # marked unschedulable on the node pool; -1 (or unset) never marks it.
     node_pool_unschedulable: bool = False
     last_repair: str = ""  # what the gang's last repair moved, from where to where
+    last_eviction: str = ""  # what evicted its pods last (preempted, given up), kept for its status
     said: tuple[Said, ...] = ()  # what the message says, in order
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why) of pods waiting outside the gang, sorted
     warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings

@@ -7,7 +7,9 @@ given up by recovery or as unrepairable), by whom, where, which pods and when (t
 clock). The parts record as they decide (`Preempting`, `Repairs`, recovery); `explain` reads.
 
 Bounded: at most LIMIT workloads are kept (the oldest forgotten first) and at most POD_LIMIT pod
-names each (a pod beyond them is not found by name; its gang still is).
+names each (a pod beyond them is not found by name; its gang still is). What PodGroup statuses
+tell of evictions (`note`: a leader wrote them, `explain` on a live cluster reads them) is one
+text per PodGroup object, dropped with the object.
 """
 
 from __future__ import annotations
@@ -38,21 +40,22 @@ class Eviction:
     gang: bool = True  # False: a plain pod
     where: str = ""  # the domain the room was made in (a preemption)
 
-    def render(self, when: str) -> str:
+    def render(self, when: str = "") -> str:
+        """The eviction in words; WHEN ("at 2026-...Z") follows the verb (the PodGroup status
+        keeps the time in a field of its own, so it renders without)."""
+        at = f" {when}" if when else ""
         shown = ", ".join(self.pods[:8]) + (f" and {self.count - 8} more" if self.count > 8 else "")
         if self.cause == PREEMPTED:
             part = "" if self.whole else " beyond its minimum"
-            head = (
-                f"preempted {when} by {self.by}, for {self.where}: {self.count} pod(s){part} evicted ({shown}); "
+            return (
+                f"preempted{at} by {self.by}, for {self.where}: {self.count} pod(s){part} evicted ({shown}); "
                 f"the victims in all: {self.what}"
             )
-        elif self.cause == REPAIRED:
-            head = f"repaired {when}: {self.what}; pods evicted to move: {shown}"
-        elif self.cause == RECOVERY:
-            head = f"evicted {when}: {self.what} ({shown})"
-        else:
-            head = f"evicted whole {when}, unrepairable: {self.what} ({shown})"
-        return head
+        if self.cause == REPAIRED:
+            return f"repaired{at}: {self.what}; pods evicted to move: {shown}"
+        if self.cause == RECOVERY:
+            return f"evicted{at}: {self.what} ({shown})"
+        return f"evicted whole{at}, unrepairable: {self.what} ({shown})"
 
 
 class Evicted:
@@ -60,6 +63,9 @@ class Evicted:
         self.limit = limit
         self._by_workload: OrderedDict[str, Eviction] = OrderedDict()
         self._by_pod: dict[str, str] = {}  # evicted pod -> its workload (of the kept records)
+        # group -> the last eviction its PodGroup's status tells of (a leader wrote it; `explain`
+        # on a live cluster has no memory of its own): one per PodGroup object, gone with it
+        self._noted: dict[str, str] = {}
 
     def record(self, eviction: Eviction) -> None:
         old = self._by_workload.pop(eviction.workload, None)
@@ -90,6 +96,19 @@ class Evicted:
 
     def of(self, workload: str) -> Eviction | None:
         return self._by_workload.get(workload)
+
+    def note(self, group: str, text: str | None) -> None:
+        """What GROUP's PodGroup status says evicted it last (None: nothing)."""
+        if text is None:
+            self._noted.pop(group, None)
+        else:
+            self._noted[group] = text
+
+    def noted(self, group: str) -> str:
+        return self._noted.get(group, "")
+
+    def noted_groups(self) -> list[str]:
+        return list(self._noted)
 
     def made_for(self, group: str) -> list[Eviction]:
         """The preemptions' victims GROUP's room was made from, oldest first."""

@@ -63,7 +63,8 @@ class Explanation:
     devices: tuple[str, ...] = ()  # devices (Dynamic Resource Allocation) asked and free per domain
     asked: Asked | None = None  # the pod NAME was, when `explain` was asked about a pod
     why: Why | None = None  # why there: the engine's rankings (a replay once placed, else the dry run)
-    eviction: Eviction | None = None  # what evicted (or moved) its pods last
+    evicted: str = ""  # what evicted its pods last, and when, in words
+    eviction: Eviction | None = None  # the same as data, when this process decided it (else the status told)
     evicted_at: str = ""  # when, in words ("at 2026-11-25T10:30:00Z")
     evicted_time: str | None = None  # when, RFC 3339 (None: no wall clock known)
     evicted_for: tuple[str, ...] = ()  # the workloads preempted to make room for it, and when
@@ -92,9 +93,9 @@ BOUND, PLANNED, PENDING, EVICTED = "Bound", "Planned", "Pending", "Evicted"
 
 def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
     """GROUP explained; POD: the pod the question was about (one of its members, or evicted)."""
-    evicted = scheduler.evicted.of(group)
-    if not scheduler.lookup.has_pods(group) and evicted is not None:
-        return _gone(scheduler, group, evicted, pod)
+    memory = scheduler.evicted
+    if not scheduler.lookup.has_pods(group) and (memory.of(group) is not None or memory.noted(group)):
+        return _gone(scheduler, group, pod)
     view = scheduler.lookup.view(group)
     status = scheduler.status(group)
     notes = [*view.warnings, *(f"{pod}: {why}" for pod, why in sorted(view.waiting.items()))]
@@ -152,6 +153,7 @@ def _remembered(scheduler: GangScheduler, group: str, gang: Gang | None, pod: st
     evicted = scheduler.evicted.of(group)
     shown = evicted if evicted is not None and evicted.cause != REPAIRED else None  # (a repair has its own line)
     at, time = _when(scheduler, shown.at) if shown is not None else ("", None)
+    told = shown.render(at) if shown is not None else scheduler.evicted.noted(group)  # (a live cluster: the status)
     victims = tuple(
         f"{v.workload} ({v.count} pod(s){'' if v.whole else ' beyond its minimum'}) {_when(scheduler, v.at)[0]}"
         for v in scheduler.evicted.made_for(group)
@@ -160,6 +162,7 @@ def _remembered(scheduler: GangScheduler, group: str, gang: Gang | None, pod: st
         e,
         last_repair=_last_repair(scheduler, group),
         asked=_asked(scheduler, group, gang, pod) if pod else None,
+        evicted=told,
         eviction=shown,
         evicted_at=at,
         evicted_time=time,
@@ -167,15 +170,16 @@ def _remembered(scheduler: GangScheduler, group: str, gang: Gang | None, pod: st
     )
 
 
-def _gone(scheduler: GangScheduler, group: str, evicted: Eviction, pod: str) -> Explanation:
+def _gone(scheduler: GangScheduler, group: str, pod: str) -> Explanation:
     """A gang (or plain pod) none of whose pods exists any more: what evicted it, and when."""
-    kind = "PodGroup" if scheduler.lookup.podgroup(group) is not None else "gang" if evicted.gang else "plain pod"
-    message = "none of its pods exists now" + ("; its workload may create them again" if evicted.gang else "")
-    asked = Asked(pod, "", EVICTED) if pod else None
-    at, time = _when(scheduler, evicted.at)
-    return Explanation(
-        group, f"{kind} {group}", EVICTED, message, asked=asked, eviction=evicted, evicted_at=at, evicted_time=time
-    )
+    evicted = scheduler.evicted.of(group)
+    gang = evicted is None or evicted.gang
+    kind = "PodGroup" if scheduler.lookup.podgroup(group) is not None else "gang" if gang else "plain pod"
+    message = "none of its pods exists now" + ("; its workload may create them again" if gang else "")
+    told = Explanation(group, f"{kind} {group}", EVICTED, message)
+    if evicted is not None and evicted.cause == REPAIRED:  # (its moved pods, while they are made again)
+        return replace(_remembered(scheduler, group, None, pod, told), last_repair=evicted.render())
+    return _remembered(scheduler, group, None, pod, told)
 
 
 def _when(scheduler: GangScheduler, at: float) -> tuple[str, str | None]:
@@ -303,8 +307,8 @@ def render(explanations: Sequence[Explanation]) -> str:
         out.append(f"  {e.message}")
         if e.asked is not None:
             out.append(f"  Asked about {e.asked.render()}")
-        if e.eviction is not None:
-            out.append(f"  Evicted: {e.eviction.render(e.evicted_at)}")
+        if e.evicted:
+            out.append(f"  Evicted: {e.evicted}")
         if e.topology:
             out.append(f"  Topology {e.topology}")
         if e.lines:

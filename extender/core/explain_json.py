@@ -25,7 +25,6 @@ def document(explanations: Sequence[Explanation]) -> dict[str, Any]:
 
 def gang_json(e: Explanation) -> dict[str, Any]:
     asked = e.asked
-    evicted = e.eviction
     return {
         "gang": e.group,
         "source": e.source or None,
@@ -59,23 +58,34 @@ def gang_json(e: Explanation) -> dict[str, Any]:
         "preemption": list(e.preemption),
         "lastRepair": e.last_repair or None,
         "reservation": e.reservation or None,
-        "evicted": None
-        if evicted is None
-        else {
-            "workload": evicted.workload,
-            "cause": evicted.cause,
-            "by": evicted.by,
-            "what": evicted.what,
-            "pods": list(evicted.pods),
-            "podCount": evicted.count,
-            "whole": evicted.whole,
-            "time": e.evicted_time,  # RFC 3339; null when no wall clock is known
-            "when": e.evicted_at,
-            "for": evicted.where or None,
-        },
+        "evicted": _evicted(e),
         "preemptedForIt": list(e.evicted_for),
         "notes": list(e.notes),
     }
+
+
+def _evicted(e: Explanation) -> dict[str, Any] | None:
+    """What evicted it last: the record of this process, else (a live cluster) the status's words."""
+    evicted = e.eviction
+    if evicted is None:
+        told = {"workload": e.group, "pods": [], "message": e.evicted}
+        return dict.fromkeys(_EVICTED_FIELDS) | told if e.evicted else None
+    return {
+        "workload": evicted.workload,
+        "cause": evicted.cause,
+        "by": evicted.by,
+        "what": evicted.what,
+        "pods": list(evicted.pods),
+        "podCount": evicted.count,
+        "whole": evicted.whole,
+        "time": e.evicted_time,  # RFC 3339; null when no wall clock is known
+        "when": e.evicted_at,
+        "for": evicted.where or None,
+        "message": e.evicted,
+    }
+
+
+_EVICTED_FIELDS = ("workload", "cause", "by", "what", "pods", "podCount", "whole", "time", "when", "for", "message")
 
 
 def _by_count(reasons: Mapping[Excluded, int]) -> list[tuple[Excluded, int]]:

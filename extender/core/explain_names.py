@@ -32,6 +32,7 @@ def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
     or evicted."""
     groups = scheduler.lookup.groups()
     evicted = [g for g in scheduler.evicted.workloads() if (e := scheduler.evicted.of(g)) is not None and e.gang]
+    evicted += scheduler.evicted.noted_groups()  # (a live cluster: the PodGroup statuses say so)
     if name in groups or name in evicted:
         return [name]
     wanted = GroupKey.parse(name)
