@@ -126,7 +126,7 @@ def test_a_placed_gang_says_why_it_went_there_in_the_planners_own_terms(capsys: 
     ) in why
     assert (
         f"    SubGroup worker-seg-3, required rack: rack z1/b2/r2, the only rack in zone z1 with room for its minimum"
-        f" (4 pods x {shape}); 3 other racks had less\n"
+        f" (4 pods x {shape}); 3 other racks had less room\n"
     ) in why
 
 

@@ -167,7 +167,7 @@ def describe(r: Ranking) -> str:
         count = _plural(r.ranked, r.level)
         out = f"{r.chosen}, ranked {_ordinal(r.chosen_rank + 1)} of {count} in {r.region} {minimum}"
     if r.domains > r.fitting:
-        out += f"; {r.domains - r.fitting} other {r.level}{'' if r.domains - r.fitting == 1 else 's'} had less"
+        out += f"; {r.domains - r.fitting} other {r.level}{'' if r.domains - r.fitting == 1 else 's'} had less room"
     if r.fitting > r.ranked:
         left = "away from its running pods" + (" or held by other gangs" if r.kind == REQUIRED else "")
         out += f"; {r.fitting - r.ranked} left out, {left}"
