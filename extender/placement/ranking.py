@@ -145,8 +145,10 @@ class Recorder:
         tree = self.tree
         order = e.order.tolist()
         rank = order.index(chosen) if chosen is not None else 0
-        keep = sorted({*range(min(SHOWN, len(order))), *(range(rank, min(rank + 2, len(order))) if chosen else ())})
-        candidates = tuple(self._candidate(e, i, order[i]) for i in keep)
+        shown = set(range(min(SHOWN, len(order))))
+        if chosen is not None:  # the chosen one and its runner-up, wherever they rank
+            shown.update(range(rank, min(rank + 2, len(order))))
+        candidates = tuple(self._candidate(e, i, order[i]) for i in sorted(shown))
         return Ranking(
             e.scope.key,
             e.scope.label,
