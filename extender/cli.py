@@ -38,7 +38,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     from extender import logs
-    from extender.core.explain import explain, find_groups, render
+    from extender.core.explain import explain, render
+    from extender.core.explain_names import resolve
 
     logs.configure(args.log_level, "console", cache=False)  # on stderr: stdout carries the explanation alone
 
@@ -68,14 +69,19 @@ def _explain(args: argparse.Namespace) -> int:
         except (OSError, TimeoutError) as exc:
             print(f"topogang explain: cannot read the cluster: {exc}", file=sys.stderr)
             return 2
-    groups = find_groups(scheduler, args.name)
-    if not groups:
-        print(
-            f"topogang explain: no gang named {args.name} (a PodGroup, or a workload as namespace/name)",
-            file=sys.stderr,
-        )
+    named = resolve(scheduler, args.name)
+    if not named.groups:
+        print(f"topogang explain: {named.problem}", file=sys.stderr)
         return 1
-    print(render([explain(scheduler, g) for g in groups]), end="")
+    explanations = [explain(scheduler, g, named.pod) for g in named.groups]
+    if args.output == "json":
+        import orjson
+
+        from extender.core.explain_json import document
+
+        sys.stdout.write(orjson.dumps(document(explanations), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(render(explanations), end="")
     return 0
 
 
@@ -133,11 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     exp = sub.add_parser(
         "explain",
         help="why a gang is where it is, or is not placed",
-        description="Explain a gang: its SubGroup tree, each constraint, where its pods are or would go, and the "
-        "nodes left out with counts by reason. NAME is a PodGroup or a workload, as namespace/name. Reads a "
+        description="Explain a gang: its SubGroup tree, each constraint, where its pods are or would go and why "
+        "there (the planner's ranking of the candidate domains, and what the runner-up lacked), the nodes left out "
+        "with counts by reason, and what evicted or moved it and when. NAME is a PodGroup, a workload or a pod "
+        "(explained through its gang), as namespace/name; a gang or pod topogang evicted is still found. Reads a "
         "live cluster (--kubeconfig, else KUBECONFIG or in-cluster), or a simulation input (-f).",
     )
     exp.add_argument("name", metavar="NAMESPACE/NAME")
+    exp.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="text (default) or json (see the README)"
+    )
     exp.add_argument(
         "-f", "--file", action="append", metavar="PATH", help="explain against a simulation of these files"
     )

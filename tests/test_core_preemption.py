@@ -16,11 +16,13 @@ import pytest
 from extender.core.apply import apply_object, delete_object
 from extender.core.cluster import ClusterState
 from extender.core.explain import explain, render
+from extender.core.explain_names import Named, resolve
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination
 from extender.core.preempting import Preempting
 from extender.core.preemption import find_preemption, running_workloads
 from extender.core.scheduler import GangScheduler
+from extender.kube.podgroup_status import status_body
 from extender.model.budget import parse_budget
 from extender.model.errors import InvalidObject
 from extender.model.pod import parse_pod
@@ -372,3 +374,55 @@ def test_a_gang_only_protected_victims_could_make_room_for_waits_and_evicts_noth
     assert after.event.preemption.victims == ("default/b",)
     assert after.event.preemption.guarded == tuple(f"default/b-{i}" for i in range(4))
     assert sched.status("default/urgent").reason == "Preempting"
+
+
+def test_the_victims_are_remembered_with_whom_they_made_room_for_and_when() -> None:
+    """Once evicted, a victim gang has no pods, and no gang to look at: the scheduler keeps what
+    evicted it (bounded), so `explain` still answers for it, by its name or a pod's."""
+    sched = scheduler()
+    sched.filter(sched.state.pods["default/urgent-0"], NODES, 7.0)
+    for i in range(4):
+        sched.delete_pod(f"default/one-{i}")
+    sched.refresh_reservations(8.0, 1_764_000_008.0)  # the pass that gives the scheduler's clock a wall clock
+    assert not sched.lookup.has_pods("default/one")
+    evicted = "\n".join(
+        [
+            "default/one  (PodGroup default/one)  Evicted",
+            "  none of its pods exists now; its workload may create them again",
+            "  Asked about pod default/one-3: evicted (it no longer exists)",
+            "  Evicted: preempted at 2025-11-24T16:00:07Z by default/urgent, for rack z1/b1/r3: 4 pod(s) evicted"
+            " (default/one-0, default/one-1, default/one-2, default/one-3); the victims in all: 1 workload(s), 4"
+            " pod(s), priority <= 10, taking nvidia.com/gpu 32, cpu 4",
+        ]
+    )
+    assert render([explain(sched, "default/one", "default/one-3")]) == evicted + "\n"
+
+
+def test_the_eviction_is_kept_in_the_podgroup_status_and_explain_on_a_live_cluster_reads_it() -> None:
+    """`explain` against a live cluster builds a scheduler of its own, with no memory of what the
+    leader evicted: the leader writes it in the victim's PodGroup status, and explain reads it."""
+    sched = scheduler()
+    sched.filter(sched.state.pods["default/urgent-0"], NODES, 7.0)
+    for i in range(4):
+        sched.delete_pod(f"default/one-{i}")
+    message = (
+        "preempted by default/urgent, for rack z1/b1/r3: 4 pod(s) evicted (default/one-0, default/one-1,"
+        " default/one-2, default/one-3); the victims in all: 1 workload(s), 4 pod(s), priority <= 10, taking"
+        " nvidia.com/gpu 32, cpu 4"
+    )
+    status = sched.status("default/one")
+    assert status.last_eviction == message
+    body = status_body(status, None, "2026-11-23T18:00:00Z")
+    assert body["lastEviction"] == {"message": message, "time": "2026-11-23T18:00:00Z"}
+    assert status_body(status, body, "2026-11-23T18:05:00Z")["lastEviction"]["time"] == "2026-11-23T18:00:00Z"
+    fresh = GangScheduler(ClusterState())  # what `explain` builds from the cluster: no pods of `one` any more
+    pg = {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "one"}}
+    apply_object(fresh, {**pg, "spec": {"minMember": 2}, "status": {"lastEviction": body["lastEviction"]}})
+    assert resolve(fresh, "default/one") == Named(("default/one",))
+    assert render([explain(fresh, "default/one")]) == (
+        "default/one  (PodGroup default/one)  Evicted\n"
+        "  none of its pods exists now; its workload may create them again\n"
+        f"  Evicted: {message} (at 2026-11-23T18:00:00Z)\n"
+    )
+    delete_object(fresh, pg)  # the PodGroup goes: what its status said goes with it
+    assert resolve(fresh, "default/one").groups == ()

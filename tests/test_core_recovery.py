@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND
+from extender.core.explain import explain, render
 from extender.core.recovery import Recovery, cut_mid_bind
 from extender.core.scheduler import GangScheduler
 from extender.model.pod import PodInfo
@@ -124,3 +125,15 @@ def test_cut_mid_bind_reads_the_bind_times_and_the_creation_times() -> None:
     ]
     for name, members, complete, want in cases:
         assert cut_mid_bind(members, complete) is want, name
+
+
+def test_a_gang_recovery_gave_up_on_says_so_in_explain_with_when() -> None:
+    scheduler, keys = cut(nodes=2)
+    recovery = Recovery(within=32.0)
+    recovery.start(scheduler, 0.0)
+    assert recovery.overdue(scheduler, 32.0) == {"default/g": [keys[0]]}
+    said = render([explain(scheduler, "default/g")]).splitlines()
+    assert said[2] == (
+        "  Evicted: evicted at 32s on the scheduler's clock, no wall clock known: evicted 1 bound pod(s): the gang"
+        " was found below its minimum after a restart and the rest could not be placed within 32s (default/g-0)"
+    )

@@ -14,6 +14,7 @@ from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
 from extender.core.decisions import R_REPAIRING, R_UNREPAIRABLE
 from extender.core.explain import explain, render
+from extender.core.explain_names import Named, resolve
 from extender.core.repairing import ON_UNREPAIRABLE
 from extender.core.scheduler import GangScheduler
 from extender.kube.podgroup_status import status_body
@@ -173,7 +174,8 @@ def test_the_last_repair_is_in_the_podgroup_status_and_in_explain() -> None:
     assert body["lastRepair"] == {"message": moved, "time": "2026-11-23T18:00:00Z"}
     later = status_body(status, body, "2026-11-23T18:05:00Z")
     assert later["lastRepair"]["time"] == "2026-11-23T18:00:00Z"  # the same repair keeps its time
-    assert f"  Last repair: {moved}\n" in render([explain(scheduler, "default/g")])
+    when = "at 0s on the scheduler's clock, no wall clock known"  # no reservation pass gave it a wall clock
+    assert f"  Last repair: {moved}, {when}\n" in render([explain(scheduler, "default/g")])
     # A new leader (or `topogang explain`) learns it from the PodGroup's status.
     fresh, _ = setup()
     pg = {"apiVersion": "scheduling.topogang.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}}
@@ -228,3 +230,27 @@ async def test_the_server_evicts_the_moved_pods_whether_the_repair_came_from_a_f
         assert actions.evicted == ["default/w-5"], path
         assert ("g", "GangRepair: " + scheduler.repairs.last_text("default/g")) in actions.events, path
         await extender.close()
+
+
+def test_a_moved_pod_is_explained_through_its_gang_with_the_repair_and_when() -> None:
+    scheduler, _ = setup()
+    replacement = fail_node(scheduler, "z1-b1-r3-n1", 4)
+    scheduler.filter(replacement, names(scheduler), 5.0)
+    scheduler.delete_pod("default/w-5")  # the moved pod, evicted: its name is the one people have
+    scheduler.refresh_reservations(10.0, 1_764_000_010.0)  # a pass gives the scheduler's clock a wall clock
+    assert resolve(scheduler, "default/w-5") == Named(("default/g",), pod="default/w-5")
+    said = render([explain(scheduler, "default/g", "default/w-5")])
+    assert "\n  Asked about pod default/w-5: evicted (it no longer exists)\n" in said
+    moved = "moving SubGroup seg-2 from rack z1/b1/r3 to rack z1/b1/r5 whole (1 running pod(s) evicted)"
+    assert f"\n  Last repair: {moved}, at 2025-11-24T16:00:05Z\n" in said
+
+
+def test_a_gang_evicted_whole_as_unrepairable_is_remembered() -> None:
+    scheduler, keys = setup(spare_rack=False, evict_whole=True)
+    replacement = fail_node(scheduler, "z1-b1-r3-n1", 4)
+    scheduler.filter(replacement, names(scheduler), 0.0)
+    scheduler.expire_repairs(61.0)
+    evicted = scheduler.evicted.of("default/g")
+    assert evicted is not None
+    assert (evicted.cause, evicted.count, evicted.at) == ("Unrepairable", 7, 61.0)
+    assert evicted.pods == tuple(sorted(k for k in keys if k != "default/w-4"))

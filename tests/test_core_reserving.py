@@ -18,7 +18,7 @@ from extender.core.queues import KAI_QUEUE
 from extender.core.reservations import Settings, expected_end
 from extender.core.scheduler import GangScheduler
 from extender.model.pod import PodInfo, parse_pod
-from tests.builders import TOPO, grid, pod, podgroup
+from tests.builders import TOPO, grid, node, pod, podgroup
 
 NODES = [n.name for n in grid(blocks=2, racks=2, nodes=2)]
 WALL = 1_000_000.0  # the wall clock when the scheduler's own clock reads 0
@@ -274,3 +274,49 @@ def test_the_sweep_finds_a_gang_kube_scheduler_never_asked_about() -> None:
     assert made == ["default/big"]
     assert "default/big" in scheduler.reserving.told
     assert "the best block fits 0" in scheduler.reasons.text("default/big")
+
+
+def test_a_gang_waits_reserve_after_from_when_it_queued_even_before_the_first_pass() -> None:
+    """Its pods carry no creation time, and no pass has told the scheduler the wall clock yet when
+    it queues: it has waited from then (the callers' clock made a wall-clock time at the pass), not
+    since the epoch, which would make it the oldest gang and eligible at once."""
+    scheduler, keys = setup(replace(ON, heads=False))
+    assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0).nodes == []
+    assert scheduler.refresh_reservations(0.0, WALL) == ([], [])  # waited 0 s of the 1,800
+    assert scheduler.refresh_reservations(1800.0, WALL + 1800) == (["default/big"], [])
+
+
+def test_a_gang_whose_nodes_lack_its_level_label_holds_no_room() -> None:
+    """No node carries the rack label: no rack can ever hold the gang, so no room is held for it
+    (nodes without a label sit in an unlabeled domain, never reserved for that level)."""
+    state = ClusterState()
+    for name in ("n1", "n2"):
+        state.upsert_node(node(name, rack=None))
+    state.set_topology("default", TOPO)
+    spec = {"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
+    state.set_podgroup("default/g", podgroup(spec, name="g"))
+    scheduler = GangScheduler(state, reservations=ON)
+    members = [pod(f"g-{i}", group="g") for i in range(2)]
+    for p in members:
+        scheduler.observe_pod(p)
+    assert scheduler.filter(members[0], ["n1", "n2"], 0.0).nodes == []
+    assert scheduler.reserving.is_queued("default/g")
+    assert scheduler.refresh_reservations(0.0, WALL) == ([], [])
+    assert scheduler.reserving.of("default/g") is None
+    assert scheduler.status("default/g").message == (
+        "PodGroup default/g: 2 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; no node has label"
+        " example.com/topology-rack"
+    )
+
+
+def test_without_a_wall_clock_the_room_held_names_no_date() -> None:
+    scheduler, keys = setup()
+    assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0).nodes == []
+    assert scheduler.refresh_reservations(0.0, None) == (["default/big"], [])
+    room = scheduler.reserving.of("default/big")
+    assert room is not None
+    assert (room.start, room.made, room.after) == (None, None, 60.0)
+    assert room.render() == (
+        "room held for it in block z1/b1 (4 nodes), since a moment not known (no wall clock); expected to start 1m0s"
+        " after the last reservation pass"
+    )

@@ -155,6 +155,34 @@ def test_plans_never_break_capacity_constraints_or_gangs(cluster: Any, g: Any) -
         check_plan(nodes, used, pg, pods, first)
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), gangs())
+def test_explaining_a_plan_changes_nothing_and_its_rankings_are_where_the_plan_went(cluster: Any, g: Any) -> None:
+    """plan(..., explain=True) records the engine's rankings beside the search: the same plan, and
+    each ranking's chosen domain is the first candidate not tried and failed, and (for a required
+    level) the domain the plan holds the scope in."""
+    nodes, used = cluster
+    pg, pods = g
+    built = build_gang(pg, pods, {"default": TOPO})
+    assert built.gang is not None, built.errors
+    plain = plan(ClusterSnapshot.of(nodes, used), built.gang)
+    told = plan(ClusterSnapshot.of(nodes, used), built.gang, explain=True)
+    if not isinstance(told, Plan):
+        assert told == plain
+        return
+    assert isinstance(plain, Plan)
+    assert plain.rankings == ()
+    assert replace(told, rankings=()) == plain
+    for r in told.rankings:
+        if r.chosen is None:
+            assert r.kind != "required"  # a climb past a level (compactness, a preference)
+            continue
+        assert r.chosen in [c.domain for c in r.candidates]
+        assert r.chosen_rank == len(r.tried) or len(r.tried) == 8  # (tried lists at most 8)
+        if r.kind == "required":
+            assert told.domains[r.scope] == r.chosen
+
+
 @settings(max_examples=200, deadline=None)
 @given(clusters(), st.integers(1, 24), st.sampled_from([1, 2, 4, 8]))
 def test_unconstrained_gang_that_fits_by_capacity_is_placed(cluster: Any, n: int, gpus: int) -> None:

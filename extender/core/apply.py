@@ -55,6 +55,7 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
     elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
         key = _namespaced_key(body)
         _last_repair(scheduler, key, body)
+        _last_eviction(scheduler, key, body)
         _reservation(scheduler, key, body)
         try:
             state.set_podgroup(key, parse_podgroup(body))
@@ -91,6 +92,17 @@ def _last_repair(scheduler: GangScheduler, key: str, body: JSON) -> None:
         scheduler.repairs.note(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
 
 
+def _last_eviction(scheduler: GangScheduler, key: str, body: JSON) -> None:
+    """The PodGroup status's lastEviction (written by the leader), for `explain`; read leniently."""
+    status = body.get("status")
+    last = status.get("lastEviction") if isinstance(status, Mapping) else None
+    if isinstance(last, Mapping) and isinstance(last.get("message"), str):
+        when = last.get("time")
+        scheduler.evicted.note(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
+    else:
+        scheduler.evicted.note(key, None)
+
+
 def _reservation(scheduler: GangScheduler, key: str, body: JSON) -> None:
     """The PodGroup status's reservation (written by the leader), for `explain`; read leniently."""
     status = body.get("status")
@@ -112,6 +124,7 @@ def delete_object(scheduler: GangScheduler, body: JSON) -> None:
         scheduler.delete_pod(_namespaced_key(body))
     elif kind == "PodGroup" and api in PODGROUP_API_VERSIONS:
         state.set_podgroup(_namespaced_key(body), None)
+        scheduler.evicted.note(_namespaced_key(body), None)
     elif kind == "Topology" and api in TOPOLOGY_API_VERSIONS:
         state.set_topology(_name(body), None)
     elif kind == "PriorityClass":

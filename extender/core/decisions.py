@@ -386,14 +386,22 @@ class ReservedRoom:
 
     domain: DomainRef
     nodes: int
-    start: float  # estimated start, wall-clock seconds
-    made: float  # when the reservation was made, wall-clock seconds
+    start: float | None  # estimated start, wall-clock seconds; None: no wall clock is known
+    made: float | None  # when the reservation was made, wall-clock seconds; None: not known
+    after: float = 0.0  # seconds from the last reservation pass to the estimated start
 
     def render(self) -> str:
-        return (
-            f"room held for it in {self.domain} ({self.nodes} nodes) since {rfc3339(self.made)}; "
-            f"expected to start by {rfc3339(self.start)}"
-        )
+        held = f"room held for it in {self.domain} ({self.nodes} nodes)"
+        if self.start is None or self.made is None:
+            return f"{held}, since a moment not known (no wall clock); expected to start {after_pass(self.after)}"
+        return f"{held} since {rfc3339(self.made)}; expected to start by {rfc3339(self.start)}"
+
+
+def after_pass(seconds: float) -> str:
+    """When, without a wall clock to name the moment: "1h0m after the last reservation pass"."""
+    hours, rest = divmod(max(0, round(seconds)), 3600)
+    text = f"{hours}h{rest // 60}m" if hours else f"{rest // 60}m{rest % 60}s" if rest >= 60 else f"{rest}s"
+    return f"{text} after the last reservation pass"
 
 
 def rfc3339(seconds: float) -> str:
@@ -468,6 +476,7 @@ class GroupStatus:
     # marked unschedulable on the node pool; -1 (or unset) never marks it.
     node_pool_unschedulable: bool = False
     last_repair: str = ""  # what the gang's last repair moved, from where to where
+    last_eviction: str = ""  # what evicted its pods last (preempted, given up), kept for its status
     said: tuple[Said, ...] = ()  # what the message says, in order
     waiting: tuple[tuple[str, str], ...] = ()  # (pod, why) of pods waiting outside the gang, sorted
     warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings

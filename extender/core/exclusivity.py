@@ -7,6 +7,8 @@ only built when some gang asks for exclusivity, so ordinary plans pay nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from extender.core.cluster import ClusterState
@@ -20,12 +22,18 @@ def _exclusive(gang: Gang | None) -> bool:
 
 
 def snapshot_for(
-    state: ClusterState, membership: Membership, group: str, gang: Gang, held: BoolArray | None = None
+    state: ClusterState,
+    membership: Membership,
+    group: str,
+    gang: Gang,
+    held: BoolArray | None = None,
+    give_back: Mapping[str, Mapping[str, int]] | None = None,
 ) -> ClusterSnapshot:
     """The cluster as GROUP's plan sees it: HELD (nodes reservations keep from it) and the
     domains other gangs hold exclusively are blocked, and the room of pods other schedulers
-    nominated (of at least its priority) is taken."""
-    base = state.snapshot(taken=nominated_room(state, membership, group))
+    nominated (of at least its priority) is taken. GIVE_BACK: room counted free again (node ->
+    requests; `explain` gives a placed gang its own pods' room back to plan it again)."""
+    base = state.snapshot(give_back, taken=nominated_room(state, membership, group))
     if held is not None:
         base = ClusterSnapshot(base.table, base.usage, held)
     others = []

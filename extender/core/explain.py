@@ -2,8 +2,10 @@
 
 For one gang: its source and phase, the SubGroup tree with each minimum and constraint, how many
 pods exist, are planned and are bound per scope and where they landed, what planning it now would
-do (a dry run against the current cluster, its own reservations given back), and the nodes left
-out for each pod shape with counts by reason. Built as data here; `render` makes the text.
+do (a dry run against the current cluster, its own reservations given back), why there (the
+engine's ranking of the candidate domains at each level: explain_why.py), the nodes left out for
+each pod shape with counts by reason, and what evicted or moved it and when (core/evicted.py).
+Built as data here; `render` makes the text, explain_json.py the JSON.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING, BudgetBlocked, Headline
+from extender.core.decisions import R_WAITING, BudgetBlocked, Headline, rfc3339
+from extender.core.evicted import REPAIRED, Eviction
+from extender.core.exclusivity import snapshot_for
 from extender.core.explain_devices import device_lines
-from extender.core.nominated import nominated_room
+from extender.core.explain_why import DRY_RUN, Why, replay, why_lines
 from extender.core.scheduler import GangScheduler
-from extender.model.keys import GroupKey
 from extender.placement import (
     Excluded,
+    Gang,
     NoPreemption,
     Plan,
     Preemption,
@@ -57,73 +61,72 @@ class Explanation:
     reservation: str = ""  # the room held for it while it waits, and its estimated start
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
     devices: tuple[str, ...] = ()  # devices (Dynamic Resource Allocation) asked and free per domain
+    asked: Asked | None = None  # the pod NAME was, when `explain` was asked about a pod
+    why: Why | None = None  # why there: the engine's rankings (a replay once placed, else the dry run)
+    evicted: str = ""  # what evicted its pods last, and when, in words
+    eviction: Eviction | None = None  # the same as data, when this process decided it (else the status told)
+    evicted_at: str = ""  # when, in words ("at 2026-11-25T10:30:00Z")
+    evicted_time: str | None = None  # when, RFC 3339 (None: no wall clock known)
+    evicted_for: tuple[str, ...] = ()  # the workloads preempted to make room for it, and when
 
 
-def find_groups(scheduler: GangScheduler, name: str) -> list[str]:
-    """Gangs named NAME ("ns/name"): the PodGroup itself, or the gangs of the workload NAME."""
-    groups = scheduler.lookup.groups()
-    if name in groups:
-        return [name]
-    wanted = GroupKey.parse(name)
-    out = []
-    for g in groups:
-        key = GroupKey.parse(g)
-        if key.namespace != wanted.namespace:
-            continue
-        view = scheduler.lookup.view(g)
-        owner = view.owner  # the workload a derived gang comes from
-        if (
-            (owner is not None and owner.name == wanted.name)
-            or key.name.endswith(f"-{wanted.name}")
-            or _owned_by(scheduler, view.pods, wanted.name)
-        ):
-            out.append(g)
-    return sorted(out)
+@dataclass(frozen=True)
+class Asked:
+    """The pod `explain` was asked about, as its gang has it."""
+
+    pod: str
+    scope: str  # the label of its SubGroup (or PodGroup); "" when not known (evicted)
+    state: str  # BOUND, PLANNED, PENDING or EVICTED
+    node: str = ""  # bound to, or planned for
+    note: str = ""  # why it waits outside its gang, a gate
+
+    def render(self) -> str:
+        where = {BOUND: f"bound to {self.node}", PLANNED: f"planned for {self.node}, not bound yet"}
+        where[EVICTED] = "evicted (it no longer exists)"
+        text = where.get(self.state, self.state.lower())
+        scope = f" ({self.scope})" if self.scope else ""
+        return f"pod {self.pod}{scope}: {text}" + (f"; {self.note}" if self.note else "")
 
 
-def _owned_by(scheduler: GangScheduler, pods: Iterable[str], name: str) -> bool:
-    """Whether a pod's controller is NAME (a scheduling.k8s.io PodGroup its Job's controller made)."""
-    first = next(iter(pods), None)
-    pod = scheduler.state.pods.get(first) if first is not None else None
-    controller = pod.controller if pod is not None else None
-    return controller is not None and controller.name == name
+BOUND, PLANNED, PENDING, EVICTED = "Bound", "Planned", "Pending", "Evicted"
 
 
-def explain(scheduler: GangScheduler, group: str) -> Explanation:
+def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
+    """GROUP explained; POD: the pod the question was about (one of its members, or evicted)."""
+    memory = scheduler.evicted
+    if not scheduler.lookup.has_pods(group) and (memory.of(group) is not None or memory.noted(group)):
+        return _gone(scheduler, group, pod)
     view = scheduler.lookup.view(group)
     status = scheduler.status(group)
     notes = [*view.warnings, *(f"{pod}: {why}" for pod, why in sorted(view.waiting.items()))]
     notes += _gated(scheduler, view.pods)
     gang = view.built.gang if view.built is not None else None
-    repaired = scheduler.repairs.last_text(group)
+    told = Explanation(group, view.source, status.phase, status.message, notes=tuple(notes))
+    told = _remembered(scheduler, group, gang, pod, told)
     if gang is None or not view.valid:
-        return Explanation(group, view.source, status.phase, status.message, notes=tuple(notes), last_repair=repaired)
+        return told
     state = scheduler.state
     tree = state.table.tree(gang.topology)
     reserved = scheduler.reserved(group)
     node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
     planned_on = {**reserved, **node_of}
     lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))
-    base = Explanation(
-        group,
-        view.source,
-        status.phase,
-        status.message,
-        f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
-        tuple(lines),
-        notes=tuple(notes),
-        last_repair=repaired,
+    base = replace(
+        told,
+        topology=f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
+        lines=tuple(lines),
         reservation=scheduler.reserving.text(group),
     )
     if all(m.key in node_of for m in gang.members()):
-        return replace(base, outcome="nothing to plan: every pod is bound")
+        return replace(base, outcome="nothing to plan: every pod is bound", why=replay(scheduler, group, gang, node_of))
     # The dry run: this gang's own reservations go back; its bound pods stay where they are.
     give_back: dict[str, Counter[str]] = {}
     for pod_key, node in reserved.items():
         give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
-    snapshot = state.snapshot(give_back, nominated_room(state, scheduler.membership, group))
-    result = plan(snapshot, gang)
+    snapshot = snapshot_for(state, scheduler.membership, group, gang, give_back=give_back)
+    result = plan(snapshot, gang, explain=True)
     preemption = _preemption(scheduler, group, None if isinstance(result, Plan) else result)
+    why = Why(DRY_RUN, result.rankings) if isinstance(result, Plan) else None
     if isinstance(result, Plan):
         levels = "; ".join(f"{lv} {', '.join(d)}" for lv, d in result.levels.items() if d)
         extra = f"; {len(result.unplaced)} optional pod(s) would not fit" if result.unplaced else ""
@@ -139,7 +142,76 @@ def explain(scheduler: GangScheduler, group: str) -> Explanation:
     message = replace(status, said=(Headline(headline),)).message if status.reason == R_WAITING else status.message
     left = {k: v for k, v in shapes.items() if v}
     devices = device_lines(state, gang, snapshot, tree)
-    return replace(base, message=message, outcome=outcome, left_out=left, preemption=preemption, devices=devices)
+    return replace(
+        base, message=message, outcome=outcome, left_out=left, preemption=preemption, devices=devices, why=why
+    )
+
+
+def _remembered(scheduler: GangScheduler, group: str, gang: Gang | None, pod: str, e: Explanation) -> Explanation:
+    """E with what the scheduler remembers of GROUP: its last repair and eviction (with when), the
+    preemptions made for it, and the pod POD asked about."""
+    evicted = scheduler.evicted.of(group)
+    shown = evicted if evicted is not None and evicted.cause != REPAIRED else None  # (a repair has its own line)
+    at, time = _when(scheduler, shown.at) if shown is not None else ("", None)
+    told = shown.render(at) if shown is not None else scheduler.evicted.noted(group)  # (a live cluster: the status)
+    victims = tuple(
+        f"{v.workload} ({v.count} pod(s){'' if v.whole else ' beyond its minimum'}) {_when(scheduler, v.at)[0]}"
+        for v in scheduler.evicted.made_for(group)
+    )
+    return replace(
+        e,
+        last_repair=_last_repair(scheduler, group),
+        asked=_asked(scheduler, group, gang, pod) if pod else None,
+        evicted=told,
+        eviction=shown,
+        evicted_at=at,
+        evicted_time=time,
+        evicted_for=victims,
+    )
+
+
+def _gone(scheduler: GangScheduler, group: str, pod: str) -> Explanation:
+    """A gang (or plain pod) none of whose pods exists any more: what evicted it, and when."""
+    evicted = scheduler.evicted.of(group)
+    gang = evicted is None or evicted.gang
+    kind = "PodGroup" if scheduler.lookup.podgroup(group) is not None else "gang" if gang else "plain pod"
+    message = "none of its pods exists now" + ("; its workload may create them again" if gang else "")
+    told = Explanation(group, f"{kind} {group}", EVICTED, message)
+    if evicted is not None and evicted.cause == REPAIRED:  # (its moved pods, while they are made again)
+        return replace(_remembered(scheduler, group, None, pod, told), last_repair=evicted.render())
+    return _remembered(scheduler, group, None, pod, told)
+
+
+def _when(scheduler: GangScheduler, at: float) -> tuple[str, str | None]:
+    """AT (the scheduler's clock) in words, and as RFC 3339 when a wall clock is known."""
+    wall = scheduler.reserving.wall(at)
+    if wall is None:
+        return f"at {at:g}s on the scheduler's clock, no wall clock known", None
+    time = rfc3339(round(wall))
+    return f"at {time}", time
+
+
+def _last_repair(scheduler: GangScheduler, group: str) -> str:
+    """The last repair with when it started, when this scheduler made it (else as the status tells)."""
+    live = scheduler.repairs.last_of(group)
+    if live is None:
+        return scheduler.repairs.last_text(group)
+    return f"{live.message}, {_when(scheduler, live.at)[0]}"
+
+
+def _asked(scheduler: GangScheduler, group: str, gang: Gang | None, pod: str) -> Asked:
+    """POD, one of GROUP's: which scope holds it and where it is."""
+    scope = next((s.label for s in gang.scopes if any(m.key == pod for m in s.members)), "") if gang else ""
+    info = scheduler.state.pods.get(pod)
+    if info is None:
+        return Asked(pod, scope, EVICTED)
+    view = scheduler.lookup.view(group)
+    gates = f"gated by {', '.join(info.scheduling_gates)}" if info.scheduling_gates else ""
+    note = view.waiting.get(pod, "") or gates
+    if info.node_name is not None:
+        return Asked(pod, scope, BOUND, info.node_name, note)
+    planned = scheduler.reserved(group).get(pod)
+    return Asked(pod, scope, PLANNED if planned else PENDING, planned or "", note)
 
 
 def _preemption(scheduler: GangScheduler, group: str, refused: Unplaceable | None) -> tuple[str, ...]:
@@ -233,6 +305,10 @@ def render(explanations: Sequence[Explanation]) -> str:
     for e in explanations:
         out.append(f"{e.group}  ({e.source or 'no source'})  {e.phase}")
         out.append(f"  {e.message}")
+        if e.asked is not None:
+            out.append(f"  Asked about {e.asked.render()}")
+        if e.evicted:
+            out.append(f"  Evicted: {e.evicted}")
         if e.topology:
             out.append(f"  Topology {e.topology}")
         if e.lines:
@@ -245,6 +321,7 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"{indent}{line.label}: min {line.minimum}{constraint}; {counts}{where}")
         if e.outcome:
             out.append(f"  Planning it now: {e.outcome}")
+        out.extend(f"  {line}" for line in (why_lines(e.why) if e.why is not None else ()))
         for device_line in e.devices:
             out.append(f"  Devices: {device_line}")
         for shape, reasons in e.left_out.items():
@@ -253,6 +330,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"  Nodes left out for pods of {shape}: {shown}")
         for i, text in enumerate(e.preemption):
             out.append(f"  {'Preemption: ' if i == 0 else '    '}{text}")
+        if e.evicted_for:
+            out.append(f"  Preempted for it: {'; '.join(e.evicted_for)}")
         if e.last_repair:
             out.append(f"  Last repair: {e.last_repair}")
         if e.reservation:

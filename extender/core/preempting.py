@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import BudgetBlocked
+from extender.core.evicted import Evicted
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination, Nominations
 from extender.core.preemption import find_preemption
@@ -28,9 +29,19 @@ RETRY = 5.0  # seconds between two searches for one gang that found nothing
 
 
 class Preempting:
-    def __init__(self, state: ClusterState, membership: Membership, *, timeout: float, retry: float = RETRY) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        membership: Membership,
+        *,
+        timeout: float,
+        retry: float = RETRY,
+        evicted: Evicted | None = None,
+    ) -> None:
+        """EVICTED: where the victims of each preemption started are remembered (for `explain`)."""
         self.state = state
         self.membership = membership
+        self.evicted = evicted if evicted is not None else Evicted()
         self.nominations = Nominations(timeout)
         self.retry = retry
         self._tried: dict[str, tuple[int, float]] = {}  # group -> (state version, when) of a fruitless search
@@ -72,6 +83,7 @@ class Preempting:
 
     def _hold(self, preemption: Preemption, now: float) -> Nomination:
         gone = {p for p in preemption.pods if p not in self.state.pods or self.state.pods[p].node_name is None}
+        self.evicted.preempted(preemption, now, self.membership.group_of)
         nom = self.nominations.start(preemption, now, gone)
         for pod, node in nom.reserved.items():
             self.state.reserve(pod, node, self.state.pods[pod].requests)

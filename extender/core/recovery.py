@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from extender.core.decisions import R_PARTIAL_EVICTED, PlanEvent, Released
+from extender.core.evicted import RECOVERY, eviction
 from extender.core.scheduler import GangScheduler
 from extender.model.pod import PodInfo
 from extender.placement import incomplete, meets_minimum
@@ -99,6 +100,8 @@ class Recovery:
                 del self.deadlines[group]
             elif now >= deadline:
                 del self.deadlines[group]
-                scheduler.give_up(group, Released(R_PARTIAL_EVICTED, total=len(bound), seconds=self.within))
+                why = Released(R_PARTIAL_EVICTED, total=len(bound), seconds=self.within)
+                scheduler.give_up(group, why)
+                scheduler.evicted.record(eviction(group, RECOVERY, why.render(), bound, now))
                 out[group] = bound
         return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import R_REPAIRING, Reason, Repairing, Unrepairable
+from extender.core.evicted import REPAIRED, UNREPAIRABLE, Evicted, eviction
 from extender.core.membership import Membership
 from extender.core.nominated import nominated_room
 from extender.model.labels import ON_UNREPAIRABLE
@@ -60,9 +61,13 @@ class LastRepair:
 
 
 class Repairs:
-    def __init__(self, state: ClusterState, membership: Membership, *, timeout: float) -> None:
+    def __init__(
+        self, state: ClusterState, membership: Membership, *, timeout: float, evicted: Evicted | None = None
+    ) -> None:
+        """EVICTED: where the pods each repair moves, and gangs evicted whole, are remembered."""
         self.state = state
         self.membership = membership
+        self.evicted = evicted if evicted is not None else Evicted()
         self.timeout = timeout  # a broken gang no repair mends is given up after this long
         self.underway: dict[str, Underway] = {}
         self.broken: dict[str, float] = {}  # group -> when no repair was first found for it
@@ -106,6 +111,7 @@ class Repairs:
         for pod in pending:
             self._moved[pod] = group
         self.last[group] = LastRepair(repair.describe(), now)
+        self.evicted.record(eviction(group, REPAIRED, repair.describe(), repair.moved, now, whole=False))
         return underway
 
     def gone(self, pod: str) -> None:
@@ -160,14 +166,18 @@ class Repairs:
         return Repairing(underway.repair.describe(), len(underway.pending))
 
     def verdict(
-        self, pods: list[PodInfo], why: Reason | None, group: Mapping[str, str] | None = None
+        self, pods: list[PodInfo], why: Reason | None, group: Mapping[str, str] | None = None, now: float = 0.0
     ) -> tuple[Unrepairable, list[PodInfo]]:
-        """A gang given up (PODS, last said WHY; GROUP: its group object's annotations): the
+        """A gang given up (PODS, last said WHY; GROUP: its group object's annotations) at NOW: the
         reason, and its running pods to evict (none unless the workload asks to be evicted whole)."""
         evict, note = unrepairable_policy(pods, group)
         bound = [p for p in pods if p.node_name is not None and not p.terminal] if evict else []
         text = why.render() if why is not None and why.kind != R_REPAIRING else "the moved pods did not leave"
-        return Unrepairable(text, self.timeout, len(bound), note), bound
+        verdict = Unrepairable(text, self.timeout, len(bound), note)
+        gang = self.membership.group_of(bound[0].key) if bound else None
+        if gang is not None:
+            self.evicted.record(eviction(gang, UNREPAIRABLE, verdict.render(), [p.key for p in bound], now))
+        return verdict, bound
 
     def pending(self, group: str, pod: str) -> bool:
         """Whether POD must still leave for GROUP's repair under way."""

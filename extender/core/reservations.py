@@ -146,12 +146,19 @@ def expected_end(now: float, started: float, bound: float | None, floor: float, 
 
 class Layout:
     """The cluster as reservations see it: per level (0 the cluster ... the last the node itself)
-    each node's domain index, and each node's capacity (nodes x resources)."""
+    each node's domain index, and each node's capacity (nodes x resources). LABELED: per level,
+    per domain, whether its nodes carry the level's label (default: all do); an unlabeled domain
+    (nodes without a rack label, at the rack level) is never reserved, as the engine never
+    places a constraint of that level in it."""
 
-    def __init__(self, domain_of: Sequence[IntArray], capacity: Matrix) -> None:
+    def __init__(self, domain_of: Sequence[IntArray], capacity: Matrix, labeled: Sequence[BoolArray] = ()) -> None:
         self.domain_of = [np.asarray(d, dtype=np.int64) for d in domain_of]
         self.capacity = capacity
         self.counts = [int(d.max()) + 1 if len(d) else 0 for d in self.domain_of]
+        self.labeled = [
+            np.asarray(labeled[i], dtype=np.bool_) if i < len(labeled) else np.ones(c, dtype=np.bool_)
+            for i, c in enumerate(self.counts)
+        ]
         order = [np.argsort(d, kind="stable") for d in self.domain_of]
         bounds = [
             np.searchsorted(d[o], np.arange(c + 1)) for d, o, c in zip(self.domain_of, order, self.counts, strict=True)
@@ -199,7 +206,7 @@ class Layout:
         if demand not in self._level_for:
             found = None
             for level in range(len(self.domain_of) - 1, -1, -1):
-                if (self.room(self.capacity, demand, level) >= demand.pods).any():
+                if ((self.room(self.capacity, demand, level) >= demand.pods) & self.labeled[level]).any():
                     found = level
                     break
             self._level_for[demand] = found
@@ -352,6 +359,7 @@ def reserve(
         if chosen is None:
             continue  # no domain holds it even empty: nothing to reserve
         clear = np.bincount(layout.domain_of[chosen], weights=taken, minlength=layout.counts[chosen]) == 0
+        clear &= layout.labeled[chosen]  # a gang whose nodes lack the level's label holds no room there
         best = soonest(now, w.demand, chosen, free, ordered, layout, clear)
         # Keep the domain unless another is now expected to free clearly sooner: a pod without a
         # bound that outlives its estimate would otherwise hold the gang to that domain.

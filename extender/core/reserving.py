@@ -103,7 +103,9 @@ class Reserving:
         self._below: set[str] = set()  # queued gangs that need less than LEVEL: no reservation
         self.current: tuple[Reservation, ...] = ()
         self._topology: dict[str, str] = {}  # reserved group -> the Topology its domain is of
-        self._queued: dict[str, float] = {}  # group -> since (wall clock) it waits for room
+        # group -> since when it waits for room: its creation (wall clock), else when it queued
+        # (the callers' clock, made a wall-clock time with the offset a pass learns)
+        self._queued: dict[str, tuple[float | None, float]] = {}
         self._tried: dict[str, int] = {}  # group -> the cluster version it was last tried at
         self._rows: dict[str, _Row] = {}  # pod -> what it adds to the running arrays (see _running)
         self._rows_key: tuple[int, tuple[str, ...]] = (-1, ())
@@ -112,6 +114,8 @@ class Reserving:
         self.told: set[str] = set()  # gangs found waiting outside kube-scheduler's calls: status to write
         self._layouts: dict[tuple[int, str], Layout] = {}
         self._offset = 0.0  # wall clock minus the callers' clock, as of the last refresh
+        self._clock = False  # whether a pass was given a wall clock (else times are not shown)
+        self._wall = 0.0  # the wall clock at the last pass
         self._mask: BoolArray | None = None  # nodes some reservation holds (None: none)
         self._names: frozenset[str] | None = None  # their names, once asked
         self._freed = False  # held nodes were let go since take_freed
@@ -127,8 +131,11 @@ class Reserving:
         """GROUP's plan was refused for room: it queues, since its creation (kube-scheduler's
         queue order) or now."""
         if self.enabled and group not in self._queued:
-            created = self._membership.view(group).created
-            self._queued[group] = created if created is not None else now + self._offset
+            self._queued[group] = (self._membership.view(group).created, now)
+
+    def _since(self, group: str) -> float:
+        created, queued = self._queued[group]
+        return created if created is not None else queued + self._offset
 
     def queued(self) -> list[str]:
         return list(self._queued)
@@ -187,7 +194,10 @@ class Reserving:
                 if topology is None:
                     return None
                 tree = self._state.table.tree(topology)
-                return ReservedRoom(tree.ref(Domain(r.level, r.domain)), len(r.nodes), r.start, r.made)
+                ref, after = tree.ref(Domain(r.level, r.domain)), max(0.0, r.start - self._wall)
+                if not self._clock:  # no wall clock was given: the times are only relative
+                    return ReservedRoom(ref, len(r.nodes), None, None, after)
+                return ReservedRoom(ref, len(r.nodes), r.start, r.made, after)
         return None
 
     def note(self, group: str, text: str | None) -> None:
@@ -273,11 +283,19 @@ class Reserving:
 
     # -- the pass ------------------------------------------------------------------------------
 
-    def refresh(self, now: float, wall: float, ready: Mapping[str, Gang]) -> tuple[list[str], list[str]]:
+    def wall(self, now: float) -> float | None:
+        """The wall-clock time of the callers' NOW, once a pass was given a wall clock."""
+        return now + self._offset if self._clock else None
+
+    def refresh(self, now: float, wall: float | None, ready: Mapping[str, Gang]) -> tuple[list[str], list[str]]:
         """Who holds room where now. READY: the queued gangs that may still be planned (built,
-        whole, not planned), which the caller checked. Returns (groups given a reservation now,
+        whole, not planned), which the caller checked. WALL: the wall clock at NOW; None when
+        there is none (a simulation of input without times): the estimates are then made on the
+        callers' clock and shown only as durations. Returns (groups given a reservation now,
         groups whose reservation went)."""
-        self._offset = wall - now
+        self._clock = wall is not None
+        wall = now if wall is None else wall
+        self._offset, self._wall = wall - now, wall
         for group in [g for g in self._queued if g not in ready]:
             del self._queued[group]
         self._current()
@@ -286,7 +304,7 @@ class Reserving:
             self._set(())
             return [], sorted(before)
         table = self._state.table
-        order = sorted(self._queued, key=lambda g: (-self._membership.view(g).priority, self._queued[g], g))
+        order = sorted(self._queued, key=lambda g: (-self._membership.view(g).priority, self._since(g), g))
         by_topology: dict[str, list[str]] = {}
         for g in order:
             by_topology.setdefault(ready[g].topology.name, []).append(g)
@@ -303,10 +321,10 @@ class Reserving:
                 tree = table.tree(spec)
                 capacity = _matrix(table, columns)
                 capacity[~table.schedulable] = 0
-                layout = Layout([li.domain_of_node for li in tree.levels], capacity)
+                layout = Layout([li.domain_of_node for li in tree.levels], capacity, [li.labeled for li in tree.levels])
                 self._layouts = {key: layout}  # one per generation and Topology in use
             queue = [
-                Waiting(g, self._membership.view(g).priority, self._queued[g], gang_demand(ready[g], columns))
+                Waiting(g, self._membership.view(g).priority, self._since(g), gang_demand(ready[g], columns))
                 for g in groups
             ]
             free = np.maximum(layout.capacity - _used(self._state, columns), 0)

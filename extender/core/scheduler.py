@@ -22,6 +22,7 @@ framework and Kueue's scheduler are the models):
   lookup      lookup.Lookup      what the edges read of the cluster and its gangs
   status      status.Status      where each gang stands (read from the parts above)
   reserving   reserving.Reserving  room held for gangs that wait too long (reservations.py)
+  evicted     evicted.Evicted    the evictions decided, remembered for `explain` (bounded)
 
 The edges call the methods below for anything that changes more than one part, and read the
 parts directly (`scheduler.lookup.pod(key)`, `scheduler.gates.progress(group)`, ...).
@@ -46,6 +47,7 @@ from extender.core.decisions import (
     Repairing,
     Split,
 )
+from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
 from extender.core.membership import GroupView, Membership
@@ -101,8 +103,9 @@ class GangScheduler:
         self.reasons = Reasons()
         self.steering = Steering(state, self.membership, self.plans, enabled=nominate)
         self.gates = BindGate(state, self.membership, self.plans)
-        self.preempting = Preempting(state, self.membership, timeout=preemption_timeout)
-        self.repairs = Repairs(state, self.membership, timeout=repair_timeout)
+        self.evicted = Evicted()
+        self.preempting = Preempting(state, self.membership, timeout=preemption_timeout, evicted=self.evicted)
+        self.repairs = Repairs(state, self.membership, timeout=repair_timeout, evicted=self.evicted)
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
         self._status = Status(
@@ -271,9 +274,9 @@ class GangScheduler:
         bound = None if not bounds or None in bounds else max(b for b in bounds if b is not None)
         return self.reserving.held_from(group, view.priority, bound, now)
 
-    def refresh_reservations(self, now: float, wall: float) -> tuple[list[str], list[str]]:
+    def refresh_reservations(self, now: float, wall: float | None) -> tuple[list[str], list[str]]:
         """Who holds room where (the sweep): (gangs given a reservation, gangs whose reservation
-        went). WALL: the wall clock at NOW, for pods' start times and estimated starts."""
+        went). WALL: the wall clock at NOW, for pods' start times and estimated starts (None: none)."""
         if self.reserving.enabled:
             for group in self._discover(now):
                 self.reserving.told.add(group)
@@ -322,8 +325,7 @@ class GangScheduler:
 
     def _repair(self, group: str, gang: Gang, now: float) -> PlanEvent | None:
         """GROUP runs, and pods of it do not fit where it runs: move the smallest broken part whole."""
-        found = self.repairs.find(group, gang, now)
-        if found is None:
+        if (found := self.repairs.find(group, gang, now)) is None:
             return None
         self._release(group, Released(R_REPLANNING))  # a plan carried out: the repair gets a gate of its own
         self.repairs.start(group, found, now)
@@ -333,8 +335,7 @@ class GangScheduler:
 
     def _preempt(self, group: str, now: float) -> PlanEvent | None:
         """Victims whose eviction makes room for GROUP: their room is reserved for it at once."""
-        found = self.preempting.attempt(group, now)
-        if not isinstance(found, Nomination):
+        if not isinstance(found := self.preempting.attempt(group, now), Nomination):
             return None
         self.reserving.placed(group)
         self.reasons.record(group, found.reason())
@@ -383,8 +384,7 @@ class GangScheduler:
 
     def gate_timeout(self, group: str, seconds: float) -> list[str]:
         """Close GROUP's gate (no new member for SECONDS); the pods that were waiting."""
-        why = self.gates.closing(group, seconds)
-        return self._release(group, why) if why is not None else []
+        return self._release(group, why) if (why := self.gates.closing(group, seconds)) is not None else []
 
     def _release(self, group: str, why: Released) -> list[str]:
         """Drop the group's plan and every reservation of its unbound pods; returns the pods that
@@ -437,8 +437,8 @@ class GangScheduler:
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
             spec = self.membership.view(group).spec
-            verdict, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None)
-            self.reasons.record(group, verdict)
+            why, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None, now)
+            self.reasons.record(group, why)
             out.append((group, bound))
         return out
 

@@ -32,6 +32,7 @@ from extender.core.decisions import (
     Said,
     SubGroupStatus,
 )
+from extender.core.evicted import REPAIRED
 from extender.core.membership import GroupView, Membership
 from extender.core.plans import GroupPlan, Plans
 from extender.core.preempting import Preempting
@@ -93,6 +94,7 @@ class Status:
         why = self._reasons.get(group)
         failed = why is not None and reason == why.kind and reason != R_GANG_INCOMPLETE
         repaired = self._repairs.last.get(group)
+        evicted = self._preempting.evicted.of(group)
         held = self._reserving.of(group) if phase == PENDING else None
         if held is not None:
             said = (*said, held)
@@ -109,6 +111,7 @@ class Status:
             reason=reason,
             node_pool_unschedulable=failed and view.spec is not None and view.spec.scheduling_backoff == 1,
             last_repair=repaired.message if repaired else "",
+            last_eviction=evicted.render() if evicted is not None and evicted.cause != REPAIRED else "",
             said=said,
             waiting=tuple(sorted(view.waiting.items())),
             warnings=said_once_text((*view.warnings, *([queue_warning] if queue_warning else []), *warned)),

@@ -10,6 +10,8 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
     domains      {"PodGroup": "zone z1", "<SubGroup>": "rack z1/b1/r3", ...} once placed
     subGroups    [{name, minMember, pods, planned, bound, domain}]
     lastRepair   {message, time}: the last repair (a broken part moved whole), kept across leaders
+    lastEviction {message, time}: what evicted its pods last (preempted for another gang, given up
+                 by recovery or as unrepairable), kept across leaders, for `explain`
     reservation  {domain, nodes, since, estimatedStart}: room held for the gang while it waits
                  (core/reservations.py); absent otherwise
     phase        Pending, Scheduled, Invalid, or Finished once every pod has succeeded or failed
@@ -121,9 +123,10 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
         "bound": status.bound,
         "conditions": _conditions(status, before, message, now, generation),
     }
-    repaired = _last_repair(status, previous, now)
-    if repaired is not None:
-        body["lastRepair"] = repaired
+    for field, text in (("lastRepair", status.last_repair), ("lastEviction", status.last_eviction)):
+        kept = _kept(field, text, previous, now)
+        if kept is not None:
+            body[field] = kept
     if status.reservation is not None:
         body["reservation"] = _reservation(status.reservation)
     if generation:
@@ -177,24 +180,24 @@ def _conditions(
     return out
 
 
-def _last_repair(status: GroupStatus, previous: Mapping[str, Any] | None, now: str) -> Any:
-    if status.last_repair:
-        before = (previous or {}).get("lastRepair") or {}
-        same = isinstance(before, Mapping) and before.get("message") == _message(status.last_repair)
+def _kept(field: str, text: str, previous: Mapping[str, Any] | None, now: str) -> Any:
+    """lastRepair or lastEviction ({message, time}): TEXT, at the time it was first written; with
+    no TEXT (this replica has not seen one), the last one written."""
+    if text:
+        before = (previous or {}).get(field) or {}
+        same = isinstance(before, Mapping) and before.get("message") == _message(text)
         when = before.get("time") if same else now
-        return {"message": _message(status.last_repair), "time": when or now}
-    if previous and isinstance(previous.get("lastRepair"), Mapping):
-        return previous["lastRepair"]  # this replica has not seen a repair: keep the last
+        return {"message": _message(text), "time": when or now}
+    if previous and isinstance(previous.get(field), Mapping):
+        return previous[field]
     return None
 
 
 def _reservation(room: ReservedRoom) -> JSON:
-    return {
-        "domain": str(room.domain),
-        "nodes": room.nodes,
-        "since": rfc3339(room.made),
-        "estimatedStart": rfc3339(room.start),
-    }
+    out: JSON = {"domain": str(room.domain), "nodes": room.nodes}
+    if room.made is not None and room.start is not None:  # (the server always has a wall clock)
+        out |= {"since": rfc3339(room.made), "estimatedStart": rfc3339(room.start)}
+    return out
 
 
 def _standing(body: Mapping[str, Any] | None) -> tuple[str, str]:

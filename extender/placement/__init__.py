@@ -9,9 +9,21 @@ from extender.placement.engine import incomplete, meets_minimum, minimum_pods, p
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.gang_from_podgroup import BuiltGang, build_gang
 from extender.placement.leftout import Excluded, Exclusion, left_out
+from extender.placement.ranking import (
+    COMPACT,
+    HOLDS_ALL,
+    INNER,
+    PATH,
+    PREFERRED,
+    REQUIRED,
+    ROOM,
+    SPANS,
+    RankedDomain,
+    Ranking,
+)
 from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
 from extender.placement.ref import DomainRef
-from extender.placement.repair import Repair, plan_repair
+from extender.placement.repair import Repair, plan_repair, unpin
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, DictUsage, NodeTable
 from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
@@ -28,10 +40,18 @@ from extender.placement.victims import (
 )
 
 __all__ = [
+    "COMPACT",
+    "HOLDS_ALL",
     "INCOMPLETE",
+    "INNER",
     "NO_CAPACITY",
     "NO_DOMAIN",
+    "PATH",
+    "PREFERRED",
+    "REQUIRED",
+    "ROOM",
     "SEARCH_LIMIT",
+    "SPANS",
     "BoolArray",
     "Budget",
     "BuiltGang",
@@ -52,6 +72,8 @@ __all__ = [
     "PlanResult",
     "Preemption",
     "PreemptionResult",
+    "RankedDomain",
+    "Ranking",
     "Repair",
     "Rule",
     "RunningPod",
@@ -69,4 +91,5 @@ __all__ = [
     "minimum_pods",
     "plan",
     "plan_repair",
+    "unpin",
 ]

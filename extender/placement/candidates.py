@@ -16,6 +16,7 @@ import numpy as np
 
 from extender.placement.demand import Demand
 from extender.placement.gang import Scope
+from extender.placement.ranking import COMPACT, HOLDS_ALL, INNER, PATH, PREFERRED, REQUIRED, ROOM, SPANS, Recorder
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.state import AttemptState
 from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
@@ -33,6 +34,7 @@ class Candidates:
         self.demand = demand
         self._parts_of: dict[int, list[Scope]] = {}  # scope -> its constrained parts (see _parts)
         self._inner: dict[int, list[tuple[Scope, int]]] = {}  # scope id -> descendants with a written preference
+        self.recorder: Recorder | None = None  # set only when the plan is to be explained
 
     def required(self, scope: Scope, region: Domain, level: int) -> Sequence[Domain]:
         """Domains of `level` inside `region` that can hold the scope's minimum, best first."""
@@ -40,6 +42,7 @@ class Candidates:
         if opened is None:
             return []
         lo, hi, ok = opened
+        fitting = int(np.count_nonzero(ok)) if self.recorder is not None else 0
         if scope.rule is not None and scope.rule.exclusive:
             ok &= self.free_of_others(scope, level, lo, hi)
         pinned = self.pinned(scope, level)
@@ -56,7 +59,11 @@ class Candidates:
             # constraint means what it means on a child): fewest preferred domains first.
             rank = [self._domains_needed(scope, level, cand, preferred)]
         inner = self.inner_preferences(scope, level, cand)
-        return _Domains(level, cand[self._order(scope, level, cand, *rank, *inner)])
+        order = self._order(scope, level, cand, *rank, *inner)
+        if self.recorder is not None:
+            primary = [(SPANS, k) for k in rank] + [(INNER, k) for k in inner]
+            self._record(REQUIRED, scope, (region, level), (hi - lo, fitting), cand, order, primary, preferred)
+        return _Domains(level, cand[order])
 
     def pinned(self, scope: Scope, level: int) -> Domain | None:
         """The domain of `level` the scope's running pods pin its constraint to (where the most
@@ -77,17 +84,26 @@ class Candidates:
         if opened is None:
             return []
         lo, hi, ok = opened
+        fitting = int(np.count_nonzero(ok)) if self.recorder is not None else 0
         fixed = self.demand.fixed[scope.id]
         if fixed:
             dom = self.tree.levels[level].domain_of_node
             ok &= np.isin(np.arange(lo, hi), [int(dom[n]) for n in fixed])
         cand: IntArray = np.flatnonzero(ok) + lo
         if len(cand) == 0:
+            if self.recorder is not None:  # none held it here: the climb goes on, which explains it
+                kind = COMPACT if implicit else PREFERRED
+                self._record(kind, scope, (region, level), (hi - lo, fitting), cand, cand, [], preferred)
             return []
         own = [] if level == preferred else [self._domains_needed(scope, level, cand, preferred)]
         inner = self.inner_preferences(scope, level, cand)
         primary = [*inner, *own] if implicit else [*own, *inner]
         order = self._order(scope, level, cand, *primary)
+        if self.recorder is not None:
+            named = [(SPANS, k) for k in own] + [(INNER, k) for k in inner]
+            named = [*named[len(own) :], *named[: len(own)]] if implicit else named
+            kind = COMPACT if implicit else PREFERRED
+            self._record(kind, scope, (region, level), (hi - lo, fitting), cand, order, named, preferred)
         return [Domain(level, int(i)) for i in cand[order][:MAX_PREFERRED_CANDIDATES]]
 
     def inner_preferences(self, scope: Scope, level: int, cand: IntArray) -> list[IntArray]:
@@ -155,6 +171,13 @@ class Candidates:
         room, largest first (to take as many optional pods as possible); ties by path."""
         if not self.demand.nshapes:
             return np.lexsort((cand, *reversed(primary)))
+        room, full_ok, need = self._fit(scope, level, cand)
+        leftover = np.where(full_ok, room - need, -room)
+        return np.lexsort((cand, leftover, ~full_ok, *reversed(primary)))
+
+    def _fit(self, scope: Scope, level: int, cand: IntArray) -> tuple[IntArray, BoolArray, int]:
+        """Per candidate: the room for the scope's dominant shape (whole parts), whether it holds
+        every pod of the scope; and the pods of that shape it has to place."""
         counts = self.state.counts
         full = self.demand.full[scope.id]
         s = self.demand.dominant(scope)
@@ -163,8 +186,33 @@ class Candidates:
         for shape, need in enumerate(full):
             if need > 0 and shape != s:
                 full_ok &= counts[shape][level][cand] >= need
-        leftover = np.where(full_ok, room - full[s], -room)
-        return np.lexsort((cand, leftover, ~full_ok, *reversed(primary)))
+        return room, full_ok, full[s]
+
+    def _record(
+        self,
+        kind: str,
+        scope: Scope,
+        where: tuple[Domain, int],
+        counts: tuple[int, int],
+        cand: IntArray,
+        order: IntArray,
+        primary: Sequence[tuple[str, IntArray]],
+        preferred: int | None,
+    ) -> None:
+        """Hand the ranking just made to the recorder: the keys `_order` sorted by, per candidate."""
+        assert self.recorder is not None
+        level = where[1]
+        columns: dict[str, IntArray | BoolArray] = {name: values[order] for name, values in primary}
+        keys = tuple(name for name, _ in primary)
+        s = self.demand.dominant(scope)
+        if self.demand.nshapes:
+            room, full_ok, _ = self._fit(scope, level, cand)
+            columns |= {HOLDS_ALL: full_ok[order], ROOM: room[order], "free": self.state.counts[s][level][cand][order]}
+            keys += (HOLDS_ALL, ROOM)
+        pods = self.demand.full[scope.id][s] if self.demand.nshapes else 0
+        minimum = self.demand.minimum[scope.id][s] if self.demand.nshapes else 0
+        spans = preferred if any(name == SPANS for name, _ in primary) else None
+        self.recorder.ranked(scope, kind, where, counts, cand[order], columns, (*keys, PATH), (pods, minimum, s), spans)
 
     def _usable_room(self, scope: Scope, level: int, cand: IntArray, shape: int) -> IntArray:
         """Room for the scope in each candidate, counting only what its parts can use: where each

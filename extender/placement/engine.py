@@ -40,6 +40,7 @@ from extender.placement.candidates import Candidates
 from extender.placement.demand import Demand
 from extender.placement.failure import Failures
 from extender.placement.gang import Gang, Member, Scope
+from extender.placement.ranking import COMPACT, PREFERRED, REQUIRED, Recorder
 from extender.placement.reasons import INCOMPLETE, Shortfall
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot
@@ -52,17 +53,22 @@ MAX_ATTEMPTS = 20_000
 _FEW_CHILDREN = 64
 
 
-def plan(snapshot: ClusterSnapshot, gang: Gang, *, compact: bool = True) -> PlanResult:
+def plan(snapshot: ClusterSnapshot, gang: Gang, *, compact: bool = True, explain: bool = False) -> PlanResult:
     """Place `gang` on `snapshot`: a Plan, or Unplaceable with the reason as data.
 
     `compact=False` turns off the default compactness of phase 2b (a scope with no preferred level
-    does not climb to the fewest domains); only benchmarks compare with it off.
+    does not climb to the fewest domains); only benchmarks compare with it off. `explain=True`
+    makes the Plan carry the rankings of the candidate domains that decided it (ranking.py);
+    the placement is the same either way.
     """
     missing = incomplete(gang)
     if missing is not None:  # cheap, and checked before any per-attempt array is built
         return Unplaceable(gang.key, missing)
     tree = snapshot.table.tree(gang.topology)
-    return _Placer(snapshot, tree, gang, compact).run()
+    placer = _Placer(snapshot, tree, gang, compact)
+    if explain:
+        placer.recorder = placer.candidates.recorder = Recorder(tree, [s.describe() for s in gang.shapes])
+    return placer.run()
 
 
 def incomplete(gang: Gang) -> Shortfall | None:
@@ -93,6 +99,7 @@ class _Placer:
         self.failures = Failures(snapshot, tree, gang, self.state, self.demand, self.candidates)
         self.attempts = 0
         self.minimum: frozenset[str] = frozenset()
+        self.recorder: Recorder | None = None  # only when the plan is to be explained
 
     def run(self) -> PlanResult:
         root = self.gang.root
@@ -123,7 +130,8 @@ class _Placer:
         for level in range(1, self.tree.node_level):
             used = set(self.tree.levels[level].domain_of_node[nodes].tolist())
             levels[self.tree.level_name(level)] = tuple(sorted(self.tree.path(Domain(level, d)) for d in used))
-        return Plan(self.gang.key, assignments, domains, unplaced, self.minimum, levels, self.attempts)
+        rankings = self.recorder.rankings(self.state.pins) if self.recorder is not None else ()
+        return Plan(self.gang.key, assignments, domains, unplaced, self.minimum, levels, self.attempts, rankings)
 
     def _tick(self) -> None:
         self.attempts += 1
@@ -143,7 +151,13 @@ class _Placer:
             if not candidates:
                 self.failures.record(self.failures.no_domain(scope, region, level), region, scope)
                 return False
-            return any(self.place_scope_in(scope, domain, domain) for domain in candidates)
+            for domain in candidates:
+                placed = self.place_scope_in(scope, domain, domain)
+                if self.recorder is not None:
+                    self.recorder.tried(scope, REQUIRED, domain, placed)
+                if placed:
+                    return True
+            return False
         if not self._fixed_inside(scope, region):
             return False
         if level is not None:
@@ -190,12 +204,18 @@ class _Placer:
         if preferred is not None and preferred > region.level and any(self.demand.minimum[scope.id]):
             saved = self.failures.deepest
             required = self.state.pins[scope.id].required
+            kind = COMPACT if implicit else PREFERRED
+            if self.recorder is not None:
+                self.recorder.begin(scope, kind)
             for level in range(preferred, region.level, -1):
                 for domain in self.candidates.preferred(scope, region, level, preferred, implicit):
                     self._tick()
                     cp = self.state.checkpoint()
                     self.state.pin(scope.id, required, domain)
-                    if self.place_contents(scope, domain):
+                    held = self.place_contents(scope, domain)
+                    if self.recorder is not None:
+                        self.recorder.tried(scope, kind, domain, held)
+                    if held:
                         return True
                     self.state.rollback(cp)
                     self.failures.deepest = saved  # a missed preference explains nothing

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from extender.placement.ranking import Ranking
 from extender.placement.reasons import Shortfall
 from extender.placement.ref import DomainRef
 
@@ -18,6 +19,7 @@ class Plan:
     minimum: frozenset[str] = frozenset()  # the pods of `assignments` that form the minimum tree
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # level -> domains used
     attempts: int = 0  # candidate domains tried: how hard the search had to work
+    rankings: tuple[Ranking, ...] = ()  # why each scope went where it did (only from plan(..., explain=True))
 
 
 @dataclass(frozen=True)

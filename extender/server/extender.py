@@ -199,7 +199,7 @@ class Extender:
                 group=group,
                 domain=str(room.domain),
                 nodes=room.nodes,
-                estimated_start=rfc3339(room.start),
+                estimated_start=rfc3339(room.start) if room.start is not None else None,
                 reason="waited longest for room at its priority",
             )
         for group in released:

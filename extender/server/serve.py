@@ -220,7 +220,7 @@ def _watch(
         trouble=lambda: {**client.trouble.counts, "relist": sum(i.relists for i in cache.informers.values())},
         leading=lambda: float(leading()),
         transitions=lambda: elector.transitions if elector is not None else 0,
-        held=lambda: {group: room.start for group, room in scheduler.reserving.held()},
+        held=lambda: {group: room.start for group, room in scheduler.reserving.held() if room.start is not None},
     )
 
 

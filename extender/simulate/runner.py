@@ -213,11 +213,12 @@ class Simulation:
         self.scheduler.refresh_reservations(now, self._wall())
         return self._result(events, reasons)
 
-    def _wall(self) -> float:
-        """The moment the input shows (its latest creation or start time; 0 without any): the
-        wall clock of the reservations' estimates, so that a run gives the same answer twice."""
+    def _wall(self) -> float | None:
+        """The moment the input shows (its latest creation or start time): the wall clock of the
+        reservations' estimates, so that a run gives the same answer twice. None without any:
+        the input has no clock, and 0 would be shown as 1970."""
         times = [t for p in self.state.pods.values() for t in (p.created, p.started) if t is not None]
-        return max(times, default=0.0)
+        return max(times, default=None)
 
     def _evict(self, event: PlanEvent) -> bool:
         """The victims of a preemption plan leave at once; True when some did."""
