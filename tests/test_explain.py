@@ -376,3 +376,14 @@ def test_a_gang_whose_nodes_lack_its_level_label_holds_no_room(
     assert out.splitlines()[1] == "  PodGroup ml/big: 2 pods x {nvidia.com/gpu: 8} in one rack; no node has label rack"
     assert "Reservation" not in out
     assert "room held" not in out
+
+
+def test_elastic_subgroups_are_counted_apart_from_those_a_pod_is_required_of(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The PyTorchJob's worker has 5 segments of 4; the last 2 lie beyond its minimum (min 0 pods).
+    workload = ROOT / "examples" / "workloads" / "pytorchjob.yaml"
+    assert main(["explain", "default/pytorchjob-elastic", "-f", str(CLUSTER), "-f", str(workload)]) == 0
+    out = capsys.readouterr().out
+    assert "SubGroup worker: min 5 of 5 SubGroups, 2 of them elastic (no pod required); 20 / 20 / 20" in out
+    assert "PodGroup default/pytorchjob-elastic: min 2 of 2 SubGroups; 21 / 21 / 21" in out  # none elastic

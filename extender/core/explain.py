@@ -31,6 +31,7 @@ from extender.placement import (
     Unplaceable,
     left_out,
     plan,
+    scope_minimum_pods,
 )
 
 
@@ -270,6 +271,9 @@ def _lines(
         minimum = f"{scope.min_member} pod{'s' if scope.min_member != 1 else ''}"
     else:
         minimum = f"{scope.min_member} of {sum(c.weight for c in scope.children)} SubGroups"
+        elastic = sum(c.weight for c in scope.children if scope_minimum_pods(c) == 0)
+        if elastic:  # (they count towards the minimum, and need no pod)
+            minimum += f", {elastic} of them elastic (no pod required)"
     rule = scope.rule
     parts = []
     if rule is not None and rule.required is not None:

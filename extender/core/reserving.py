@@ -47,16 +47,7 @@ from extender.core.reservations import (
 )
 from extender.model.pod import PodInfo
 from extender.model.topology import LevelError, TopologySpec
-from extender.placement import Domain, Gang, NodeTable, Scope
-
-
-def scope_minimum(scope: Scope) -> int:
-    """Pods SCOPE needs at least: its minimum of pods, or the pods of its smallest `min_member`
-    children."""
-    if scope.leaf:
-        return min(scope.min_member, len(scope.members))
-    kids = sorted(scope_minimum(c) for c in scope.children)
-    return sum(kids[: scope.min_member])
+from extender.placement import Domain, Gang, NodeTable, Scope, scope_minimum_pods
 
 
 def _parts(root: Scope) -> list[Scope]:
@@ -82,11 +73,11 @@ def gang_demand(gang: Gang, columns: Sequence[str]) -> Demand:
     part = part_level = 0
     parts = _parts(gang.root)
     levels = {p.rule.required for p in parts if p.rule is not None}
-    sizes = [m for p in parts if (m := scope_minimum(p)) > 0]
+    sizes = [m for p in parts if (m := scope_minimum_pods(p)) > 0]
     if sizes and len(levels) == 1:
         (found,) = levels
         part, part_level = min(sizes), found or 0
-    return Demand(request, max(scope_minimum(gang.root), 1), part, part_level, level)
+    return Demand(request, max(scope_minimum_pods(gang.root), 1), part, part_level, level)
 
 
 class Reserving:

@@ -5,7 +5,7 @@ server, the simulator and the benchmarks all call `plan()`; nothing else places 
 packages import placement through this module only.
 """
 
-from extender.placement.engine import incomplete, meets_minimum, minimum_pods, plan
+from extender.placement.engine import incomplete, meets_minimum, minimum_pods, plan, scope_minimum_pods
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.gang_from_podgroup import BuiltGang, build_gang
 from extender.placement.leftout import Excluded, Exclusion, left_out
@@ -91,5 +91,6 @@ __all__ = [
     "minimum_pods",
     "plan",
     "plan_repair",
+    "scope_minimum_pods",
     "unpin",
 ]

@@ -79,7 +79,7 @@ def incomplete(gang: Gang) -> Shortfall | None:
     # The scope that lacks pods, with its own count: a gang can hold more pods than its minimum
     # and still miss some where they are needed.
     present = sum(1 for _ in missing.all_members())
-    return Shortfall(INCOMPLETE, missing.label, _minimum_pods(missing), present=present)
+    return Shortfall(INCOMPLETE, missing.label, scope_minimum_pods(missing), present=present)
 
 
 class _SearchLimit(Exception):
@@ -453,14 +453,15 @@ def meets_minimum(gang: Gang, placed: Set[str]) -> bool:
 
 def minimum_pods(gang: Gang) -> int:
     """Pods the gang's minimum tree needs at the least (0 for an elastic gang)."""
-    return _minimum_pods(gang.root)
+    return scope_minimum_pods(gang.root)
 
 
-def _minimum_pods(scope: Scope) -> int:
-    """Pods the minimum tree needs, choosing the smallest children where only some are needed."""
+def scope_minimum_pods(scope: Scope) -> int:
+    """Pods SCOPE's minimum tree needs, choosing the smallest children where only some are needed
+    (a child counts as its weight: a SubGroupSet stands for the SubGroups it holds)."""
     if scope.leaf:
         return scope.min_member
-    sizes = sorted((_minimum_pods(c), c.weight) for c in scope.children)
+    sizes = sorted((scope_minimum_pods(c), c.weight) for c in scope.children)
     got, total = 0, 0
     for size, weight in sizes:
         if got >= scope.min_member:
