@@ -20,6 +20,7 @@ PATHS = {  # (apiVersion, kind) -> (path prefix, plural, namespaced)
     ("v1", "Pod"): ("/api/v1", "pods", True),
     ("v1", "ConfigMap"): ("/api/v1", "configmaps", True),
     ("batch/v1", "Job"): ("/apis/batch/v1", "jobs", True),
+    ("apps/v1", "Deployment"): ("/apis/apps/v1", "deployments", True),
     ("kubeflow.org/v1", "TFJob"): ("/apis/kubeflow.org/v1", "tfjobs", True),
     ("kubeflow.org/v1", "PyTorchJob"): ("/apis/kubeflow.org/v1", "pytorchjobs", True),
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets", True),

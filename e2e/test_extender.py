@@ -18,7 +18,7 @@ import contextlib
 import os
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -529,3 +529,102 @@ async def test_a_coarser_subgroup_constraint_is_a_warning_in_the_podgroup_status
         return message if want in message else None
 
     await eventually(warned, within=60, what="the warning in the PodGroup's status message")
+
+
+# -- Deployments, their pods made by the real Deployment and ReplicaSet controllers ---------------------
+
+
+def deployment(name: str, replicas: int, annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A Deployment of REPLICAS pods of 8 GPUs; ANNOTATIONS on its pod template."""
+    labels = {"app": name}
+    template = {"metadata": {"labels": labels, "annotations": dict(annotations or {})}, "spec": gpu_pod(name)["spec"]}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": template},
+    }
+
+
+@contextlib.asynccontextmanager
+async def deployed(kube: KubeClient, namespace: str, body: dict[str, Any]) -> AsyncIterator[None]:
+    """`deployment` BODY created in NAMESPACE; on exit deleted with its ReplicaSets and pods, and
+    waited for, so that its ReplicaSet makes no pods again while the namespace is torn down."""
+    await create(kube, body, namespace)
+    name = body["metadata"]["name"]
+    try:
+        yield
+    finally:
+        path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+        await kube.delete(path, {"propagationPolicy": "Foreground"})
+
+        async def gone() -> bool:
+            return not [p for p in await pods(kube, namespace) if p["metadata"].get("labels", {}).get("app") == name]
+
+        await eventually(gone, within=60, what=f"the pods of {path} to be deleted")
+
+
+async def running(kube: KubeClient, namespace: str, count: int) -> dict[str, str]:
+    """Until COUNT pods of NAMESPACE are bound and Running; pod name -> node."""
+
+    async def ran() -> dict[str, str] | None:
+        items = [p for p in await pods(kube, namespace) if p.get("status", {}).get("phase") == "Running"]
+        placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in items if p["spec"].get("nodeName")}
+        return placed if len(placed) >= count else None
+
+    return await eventually(ran, within=90, what=f"{count} pods of {namespace} to be Running")
+
+
+async def test_a_deployments_replicas_that_fit_run_though_another_does_not(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (2 nodes, added once the 3 replicas exist): room for two replicas of 8 GPUs, not
+    #   three. A Deployment that does not ask to be a gang is plain pods: two run, the third waits
+    #   for room on its own. (Were it a gang of its pods, none would run.)
+    async with deployed(kube, namespace, deployment("web", 3)):
+
+        async def all_pending() -> bool:
+            items = await pods(kube, namespace)
+            return len(items) == 3 and not any(p["spec"].get("nodeName") for p in items)
+
+        await eventually(all_pending, within=60, what="the Deployment's 3 pods, none bound")
+        await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+        placed = await running(kube, namespace, 2)
+        assert len(set(placed.values())) == 2
+        items = await pods(kube, namespace)
+        assert len(items) == 3
+        (third,) = [p["metadata"]["name"] for p in items if not p["spec"].get("nodeName")]
+        # kube-scheduler's own filters refuse it (no node has its GPUs), not a gang's refusal.
+        await eventually(
+            lambda: says(kube, namespace, third, "Insufficient nvidia.com/gpu"),
+            within=60,
+            what=f"{third}: kube-scheduler's Insufficient nvidia.com/gpu",
+        )
+        assert not any("topogang" in m for m in await events_about(kube, namespace, third))
+        listed = await kube.get(PODGROUPS.format(ns=namespace))
+        assert listed.get("items", []) == []  # no gang was derived
+
+
+async def test_a_deployment_that_asks_to_be_a_gang_is_placed_all_or_nothing(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (2 nodes, then 3): its topology annotation makes the Deployment one gang of its
+    #   3 replicas, so none runs while only two fit, and all three are bound together once a
+    #   third node comes.
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    asks = {"kai.scheduler/topology": "e2e-dc", "kai.scheduler/topology-required-placement": RACK}
+    async with deployed(kube, namespace, deployment("train", 3, asks)):
+        want = "3 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; the best rack fits 2"
+
+        async def refused_whole() -> bool:
+            names = [p["metadata"]["name"] for p in await pods(kube, namespace)]
+            return len(names) == 3 and all([await says(kube, namespace, name, want) for name in names])
+
+        await eventually(refused_whole, within=60, what=f"an Event saying {want!r} on each replica")
+        assert not any(p["spec"].get("nodeName") for p in await pods(kube, namespace))
+        await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=1)
+        placed = await running(kube, namespace, 3)
+        assert len(set(placed.values())) == 3
+        if topogang is not None:
+            lines = await bound_lines(topogang, namespace, 3)
+            assert [(x["group"], x["pods"], x["failed"]) for x in lines] == [(f"{namespace}/deployment-train", 3, 0)]

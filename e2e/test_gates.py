@@ -35,7 +35,7 @@ from e2e.scenario import (
     says,
     wait_all_bound,
 )
-from e2e.test_extender import TOPOLOGY, create_tfjob, node_racks, racks_of
+from e2e.test_extender import RACK, TOPOLOGY, create_tfjob, deployed, deployment, node_racks, racks_of, running
 from e2e.topogang import ROOT, Topogang
 from extender.kube.client import ApiError, KubeClient
 
@@ -200,6 +200,44 @@ async def test_an_indexed_job_made_by_the_job_controller_gets_gated_placed_and_i
         by_segment.setdefault(env(pod)["KAI_SEGMENT_INDEX"], set()).add(rack_of[name])
     assert all(len(r) == 1 for r in by_segment.values()), by_segment
     assert {r for rs in by_segment.values() for r in rs} == {"z0-b0-r1", "z0-b0-r2"}
+
+
+# -- a Deployment is gated only when it asks to be a gang, as the grouper makes it one in extender mode ---
+
+
+async def test_a_deployment_is_gated_and_placed_whole_only_when_it_asks_to_be_a_gang(
+    gates: Topogang, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    # Both made into pods by the real Deployment and ReplicaSet controllers (generateName).
+    #   z0-b0-r0 (2 nodes, then 4): the 3 replicas of the Deployment that asks stay gated while
+    #   they do not fit; the plain Deployment's replica is never gated and runs at once; once two
+    #   nodes come, the 3 are ungated together, each pinned to its planned node.
+    await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    await enable(kube, namespace)
+    asks = {"kai.scheduler/topology": "e2e-dc", "kai.scheduler/topology-required-placement": RACK}
+
+    def of(app: str, items: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        return [p for p in items.values() if p["metadata"].get("labels", {}).get("app") == app]
+
+    async with deployed(kube, namespace, deployment("train", 3, asks)), deployed(kube, namespace, deployment("web", 1)):
+        await running(kube, namespace, 1)  # the train replicas are gated: this is web's
+        (web,) = of("web", await pod_map(kube, namespace))
+        assert web["spec"].get("nodeName")
+        assert not gated(web)
+        assert pinned_node(web) is None
+
+        async def train_gated() -> bool:
+            train = of("train", await pod_map(kube, namespace))
+            return len(train) == 3 and all(gated(p) and not p["spec"].get("nodeName") for p in train)
+
+        await eventually(train_gated, within=60, what="the 3 replicas of train, gated")
+        await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+        await running(kube, namespace, 4)
+        train = of("train", await pod_map(kube, namespace))
+        assert len({p["spec"]["nodeName"] for p in train}) == 3
+        for pod in train:
+            assert not gated(pod)
+            assert pinned_node(pod) == pod["spec"]["nodeName"]
 
 
 # -- the install artefacts --------------------------------------------------------------------------------

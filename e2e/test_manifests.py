@@ -578,6 +578,7 @@ def test_the_service_account_may_do_everything_topogang_does(control_plane: Cont
 
 CAN_I = [  # kubectl auth can-i ARGS --as=<the topogang ServiceAccount>, and the answer
     ("list pods --all-namespaces", True),
+    ("watch deployments.apps --all-namespaces", True),  # whether a Deployment asks to be a gang
     ("watch nodes", True),
     ("create pods --subresource=binding -n ml", True),
     ("patch pods -n ml", True),

@@ -99,7 +99,8 @@ def test_admit_reads_gang_and_segment_from_the_grouper() -> None:
     assert chief.segment is None
 
 
-def test_admit_leaves_plain_pods_and_unknown_owners_alone_and_gates_named_podgroups() -> None:
+def test_admit_leaves_plain_pods_and_owners_that_do_not_ask_alone_and_gates_named_podgroups() -> None:
+    # A ReplicaSet without gang annotations: its pods are plain (tests/test_plain_owners.py).
     objects = ObjectIndex([obj("apps/v1", "ReplicaSet", "web")])
     assert not admit(owned_pod("plain"), objects, {}).managed
     assert not admit(owned_pod("web-1", ("apps/v1", "ReplicaSet", "web")), objects, {}).managed
@@ -120,7 +121,8 @@ def test_admit_follows_a_leaderworkerset_worker_through_its_leader_pod() -> None
     objects = ObjectIndex([lws(1, 4), *made.owners])
     worker = next(p for k, p in pods.items() if not k.endswith("llm-0"))
     assert admit(worker, objects, {}, pods).managed
-    # Without its leader pod the chain stops at the workers' StatefulSet, whose pods are not gated.
+    # Without its leader pod the chain stops above the workers' StatefulSet, at a Pod topogang
+    # cannot see: an owner nobody knows that does not ask to be a gang, so they are not gated.
     assert not admit(worker, objects, {}, {}).managed
 
 

@@ -141,9 +141,12 @@ def test_pod_no_classifier_matches_is_handed_to_the_next_owner_down() -> None:
     assert result.pod_group == {"ml/enc-a-0": "ml/trainingset-ts", "ml/spare-0": "ml/job-spare"}
 
 
-def test_pod_no_grouper_takes_falls_back_to_its_topmost_owner() -> None:
+def test_pod_no_grouper_takes_is_plain_unless_it_asks_to_be_a_gang() -> None:
+    # The ResourceInterface takes none of the owner's pods: rule 3, as for any owner nobody knows.
     spare = owned_pod("spare-0", TS, {"example.com/role": "other"})
-    result = group(objects=[NESTED, TRAINING_SET], pods=[spare])
+    assert not group(objects=[NESTED, TRAINING_SET], pods=[spare]).pod_group
+    asking = owned_pod("spare-0", TS, {"example.com/role": "other"}, {"kai.scheduler/topology": "default"})
+    result = group(objects=[NESTED, TRAINING_SET], pods=[asking])
     assert render(only(result)) == ["ml/trainingset-ts sub=1", "  trainingset min=1"]
     assert only(result).source == "TrainingSet ml/ts"
 

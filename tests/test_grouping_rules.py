@@ -1,6 +1,6 @@
 """How group_pods decides each pod's group (extender/grouping/group.py): explicit PodGroups, the
 owner walk from the topmost owner down, hand-off, waiting for owners not yet visible, the
-one-gang-per-owner fallback, and plain pods.
+one-gang-per-owner fallback of owners that ask for it, and plain pods.
 """
 
 from __future__ import annotations
@@ -65,13 +65,14 @@ def test_known_owner_not_visible_makes_its_pods_wait() -> None:
     assert result.waiting == {"ml/train-worker-0": "TFJob ml/train is not visible yet; its spec decides the PodGroup"}
 
 
-def test_unknown_owner_chain_falls_back_to_one_gang_of_the_topmost_owner() -> None:
+def test_unknown_owner_chain_that_asks_falls_back_to_one_gang_of_the_topmost_owner() -> None:
+    # Its annotations ask for a gang (tests/test_plain_owners.py: without them its pods are plain).
     deployment = obj(
         "apps/v1",
         "Deployment",
         "web",
         metadata={"annotations": {"kai.scheduler/topology-required-placement": "block"}},
-        spec={"template": template({"kai.scheduler/topology-preferred-placement": "rack"})},
+        spec={"replicas": 3, "template": template({"kai.scheduler/topology-preferred-placement": "rack"})},
     )
     rs = obj("apps/v1", "ReplicaSet", "web-5d8f", owner=("apps/v1", "Deployment", "web"))
     pods = [owned_pod(f"web-5d8f-{c}", ("apps/v1", "ReplicaSet", "web-5d8f")) for c in "abc"]
@@ -122,7 +123,9 @@ def test_rayjob_hands_its_submitter_pod_to_the_job_grouper() -> None:
 def test_owner_cycle_ends_the_walk() -> None:
     a = obj("example.com/v1", "A", "a", owner=("example.com/v1", "B", "b"))
     b = obj("example.com/v1", "B", "b", owner=("example.com/v1", "A", "a"))
-    result = group_pods([owned_pod("p", ("example.com/v1", "A", "a"))], ObjectIndex([a, b]), {})
+    # The pod asks for a gang, so that the gang's key shows which owner ended the walk.
+    p = owned_pod("p", ("example.com/v1", "A", "a"), annotations={"kai.scheduler/topology": "default"})
+    result = group_pods([p], ObjectIndex([a, b]), {})
     assert list(result.groups) == ["ml/b-b"]
 
 

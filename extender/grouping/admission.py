@@ -6,11 +6,12 @@
         segment   its SegmentPosition when its part is segmented (KAI segment-size)
 
 The pod is grouped by `group_pods` itself, alone, so the webhook decides exactly as the
-scheduler will. A pod is *managed* when it names a PodGroup (topogang's, KAI's, or Kubernetes'
-own through `spec.schedulingGroup`) or when a built-in grouper or a
-ResourceInterface claims its owner (also while that owner is not visible yet: its kind is known,
-so its gang will be). Pods of owners nobody knows are grouped by the scheduler all the same, but
-never gated: topogang cannot know their gang's size from a spec.
+scheduler will: a pod is *managed* when the grouper makes it a gang member or makes it wait for
+its gang. That is, when it names a PodGroup (topogang's, KAI's, or Kubernetes' own through
+`spec.schedulingGroup`), when a built-in grouper or a ResourceInterface claims its owner (also
+while that owner is not visible yet: its kind is known, so its gang will be), or when an owner
+nobody knows (a Deployment) asks to be a gang with an annotation (`grouping/fallback.py`). The
+pods of an owner that does not ask are plain in both modes, never gated.
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from extender.grouping.group import group_pods
-from extender.grouping.kinds import BUILTIN
 from extender.grouping.objects import ObjectLookup
-from extender.grouping.resource_interface import index_resource_interfaces
 from extender.grouping.result import Grouping, SegmentPosition
-from extender.grouping.upstream.objects import GROUP as UPSTREAM_GROUP
 from extender.model.pod import PodInfo
 from extender.model.podgroup import PodGroupSpec
 
@@ -52,15 +50,7 @@ def admit(
     if key is None:
         return Admission(False)
     grouping = result.groups[key]
-    segment = grouping.segments.get(pod.key)
-    owner = grouping.owner
-    if (
-        owner is not None and owner.api_version.rpartition("/")[0] != UPSTREAM_GROUP
-    ):  # a tree of scheduling.k8s.io groups is managed
-        known, _ = index_resource_interfaces(objects.resource_interfaces())
-        if (owner.api_version, owner.kind) not in BUILTIN and (owner.api_version, owner.kind) not in known:
-            return Admission(False, key, segment=segment, grouping=grouping)
-    return Admission(True, key, segment=segment, grouping=grouping)
+    return Admission(True, key, segment=grouping.segments.get(pod.key), grouping=grouping)
 
 
 __all__ = ["Admission", "admit"]

@@ -10,8 +10,10 @@ For each pod, in this order:
      for its kind goes first, then the built-in grouper; either may hand off ("not mine"), and
      the next grouper, then the next owner down, is tried. A known owner topogang cannot see yet
      makes the pod wait: its spec decides the tree (KAI's pod-grouping design's pre-defined hierarchy).
-  3. No grouper claims it: one gang per topmost owner, of the pods that share it, all required
-     (DaemonSet and Node owners excepted: their pods stay plain).
+  3. No grouper claims it (a Deployment's, a StatefulSet's, an unknown kind's): a plain pod, unless
+     its workload asks to be a gang with a placement or gang annotation (`fallback`): then one
+     gang per topmost owner, of the pods that share it, all required. DaemonSet and Node owners'
+     pods are always plain.
   4. No owner and no group name: a plain pod.
 """
 
@@ -23,13 +25,14 @@ from typing import Any
 
 from extender.grouping import names as n
 from extender.grouping.assemble import assemble
-from extender.grouping.grouper import ClaimedPod, GangDraft, Grouper, Link, Part, WorkloadDraft
+from extender.grouping.fallback import asking, fallback
+from extender.grouping.grouper import ClaimedPod, GangDraft, Grouper, Link, WorkloadDraft
 from extender.grouping.kinds import BUILTIN, SIDE_READS
 from extender.grouping.objects import ObjectLookup
 from extender.grouping.resource_interface import ResourceInterface, group_with, hands_off, index_resource_interfaces
 from extender.grouping.result import Grouping, GroupingResult
 from extender.grouping.upstream import tree as upstream
-from extender.grouping.values import annotation_keys, annotations_of, controller_ref
+from extender.grouping.values import annotation_keys, controller_ref
 from extender.model.errors import FieldError, said_once, said_once_text
 from extender.model.keys import GroupKey
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
@@ -130,25 +133,6 @@ def _pod_body(pod: PodInfo) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta, "annotations": dict(pod.annotations)}}
 
 
-def _fallback(top: Link, pods: list[PodInfo]) -> GangDraft:
-    """One gang of all the pods of an owner no grouper knows: every pod required."""
-    first = pods[0]
-    template: Mapping[str, Any] | None = None
-    if top.obj is not None:
-        spec = top.obj.get("spec")
-        raw = spec.get("template") if isinstance(spec, Mapping) else None
-        template = raw if isinstance(raw, Mapping) else None
-    if template is not None:
-        part = Part(top.ref.kind.lower(), len(pods), len(pods), annotations_of(template), "spec.template")
-    else:  # no template: the pods carry the template's annotations
-        obj = f"{top.label} (read from its Pod {first.key})"
-        part = Part(top.ref.kind.lower(), len(pods), len(pods), dict(first.annotations), "", obj)
-    workload = annotations_of(top.obj) if top.obj is not None else {}
-    draft = GangDraft(top.key(), top.label, top.label, top.ref, workload, [part], uid=top.ref.uid)
-    draft.keys_on_pods = template is None
-    return draft
-
-
 _DraftKey = tuple[str, str, str, str, str]  # (grouper, apiVersion, kind, namespace, name)
 
 
@@ -180,7 +164,8 @@ class _Claims:
         return out
 
     def claim(self, pod: PodInfo, chain: list[Link]) -> None:
-        """Try the owners from the topmost down; no claim makes the pod an orphan of its top."""
+        """Try the owners from the topmost down; no claim makes the pod an orphan of its top (a gang
+        member only if it asks to be one: `fallback.asking`, after `unmatched`)."""
         for i in range(len(chain) - 1, -1, -1):
             link = chain[i]
             found = self.handlers(link)
@@ -303,11 +288,12 @@ def group_pods(
         out.add(assemble(gang, ms), [m.pod.key for m in ms])
     for grouping, pod_keys in trees.groupings():
         out.add(grouping, pod_keys)
-    for top, ps in claims.orphans.values():
+    for top, unclaimed in claims.orphans.values():
+        ps = asking(top, unclaimed)  # the others are plain pods
         if not ps:
             continue
         owned = [ClaimedPod(p, top.ref.kind.lower()) for p in ps]
-        out.add(assemble(_fallback(top, ps), owned), [p.key for p in ps])
+        out.add(assemble(fallback(top, ps), owned), [p.key for p in ps])
     return GroupingResult(out.groups, out.pod_group, claims.waiting, tuple(warnings))
 
 

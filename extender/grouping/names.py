@@ -56,3 +56,25 @@ RESOURCE_INTERFACE_APIS = frozenset({RESOURCE_INTERFACE_API, "kai.scheduler/v1"}
 # Pods whose owner chain reaches one of these are never a gang: a DaemonSet's pods are one per
 # node by construction, and a Node owns the mirror pods of its static pods.
 PLAIN_OWNERS = frozenset({("v1", "Node"), (APPS_V1, "DaemonSet")})
+
+# The pods of an owner no grouper knows (a Deployment's, a StatefulSet's, a CRD's) are plain
+# unless its metadata or pod template carries one of these: a placement to keep (KAI's topology,
+# segment and Kueue's podset annotations) or a policy only a gang has (on-unrepairable). Index
+# labels, runtime bounds and exclusive-topology (read by their kinds' groupers only) ask nothing.
+ASKING = frozenset(
+    {
+        KAI_TOPOLOGY,
+        KAI_REQUIRED,
+        KAI_PREFERRED,
+        *KAI_SEGMENT_ANNOTATIONS,
+        *KUEUE_PLACEMENT,
+        KUEUE_SLICE_REQUIRED,
+        KUEUE_SLICE_SIZE,
+        KUEUE_SLICE_CONSTRAINTS,
+        KUEUE_PODSET_GROUP,
+        keys.ON_UNREPAIRABLE,
+    }
+)
+# Owners whose spec.replicas is the gang's size when they ask to be one (the whole workload is
+# required: a gang of the pods present would be bound before its controller made the rest).
+REPLICATED_OWNERS = frozenset({(APPS_V1, "Deployment"), (APPS_V1, "ReplicaSet"), (APPS_V1, "StatefulSet")})

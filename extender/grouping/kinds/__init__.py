@@ -40,9 +40,11 @@ DEFAULT_INDEX_LABELS: dict[tuple[str, str], str] = {
     gvk: k.index_label for gvk, k in BY_GVK.items() if k.index_label is not None
 }
 
-# Owners no grouper reads that pods reach their workload through (a LeaderWorkerSet's
-# StatefulSets, a Deployment's ReplicaSets): the owner walk needs them visible too.
-INTERMEDIATE_OWNERS = (
+# Owners no grouper reads: pods reach their workload through them (a LeaderWorkerSet's
+# StatefulSets, a Deployment's ReplicaSets), and at the top of a chain their annotations say
+# whether their pods are a gang and spec.replicas how many it needs (`grouping/fallback.py`).
+APPS_OWNERS = (
+    owner("apps", "v1", "Deployment", "deployments"),
     owner("apps", "v1", "StatefulSet", "statefulsets"),
     owner("apps", "v1", "ReplicaSet", "replicasets"),
 )
@@ -51,15 +53,15 @@ INTERMEDIATE_OWNERS = (
 # objects a kind's grouper reads (Grove's PodGangs).
 OWNER_RESOURCES: tuple[Resource, ...] = (
     *(k.resource for k in KINDS),
-    *INTERMEDIATE_OWNERS,
+    *APPS_OWNERS,
     *(r for k in KINDS for r in k.watch),
 )
 
 __all__ = [
+    "APPS_OWNERS",
     "BUILTIN",
     "BY_GVK",
     "DEFAULT_INDEX_LABELS",
-    "INTERMEDIATE_OWNERS",
     "KINDS",
     "OWNER_RESOURCES",
     "SIDE_READS",
