@@ -85,22 +85,24 @@ def apply_object(scheduler: GangScheduler, body: JSON) -> tuple[FieldError, ...]
 
 def _last_repair(scheduler: GangScheduler, key: str, body: JSON) -> None:
     """The PodGroup status's lastRepair, for `explain` (written by topogang; read leniently)."""
-    status = body.get("status")
-    last = status.get("lastRepair") if isinstance(status, Mapping) else None
-    if isinstance(last, Mapping) and isinstance(last.get("message"), str):
-        when = last.get("time")
-        scheduler.repairs.note(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
+    text = _status_note(body, "lastRepair")
+    if text is not None:
+        scheduler.repairs.note(key, text)
 
 
 def _last_eviction(scheduler: GangScheduler, key: str, body: JSON) -> None:
     """The PodGroup status's lastEviction (written by the leader), for `explain`; read leniently."""
+    scheduler.evicted.note(key, _status_note(body, "lastEviction"))
+
+
+def _status_note(body: JSON, field: str) -> str | None:
+    """`status.<field>` as topogang writes it ({message, time}) in a line, or None."""
     status = body.get("status")
-    last = status.get("lastEviction") if isinstance(status, Mapping) else None
-    if isinstance(last, Mapping) and isinstance(last.get("message"), str):
-        when = last.get("time")
-        scheduler.evicted.note(key, f"{last['message']} (at {when})" if isinstance(when, str) else last["message"])
-    else:
-        scheduler.evicted.note(key, None)
+    last = status.get(field) if isinstance(status, Mapping) else None
+    if not isinstance(last, Mapping) or not isinstance(last.get("message"), str):
+        return None
+    when = last.get("time")
+    return f"{last['message']} (at {when})" if isinstance(when, str) else str(last["message"])
 
 
 def _reservation(scheduler: GangScheduler, key: str, body: JSON) -> None:
