@@ -264,7 +264,7 @@ async def test_a_jobset_places_each_job_in_its_own_rack(
     # Per-Job assignment with Kueue's podset annotation on the Job template (each Job required in
     # one rack). JobSet's own alpha.jobset.sigs.k8s.io/exclusive-topology is not used: JobSet's pod
     # webhook then refuses a Job's follower pods until its leader pod is scheduled, which never
-    # happens to a gang that waits for all its pods (README: limits).
+    # happens to a gang that waits for all its pods (docs/limits.md).
     #   z0-b0-r0 (2 nodes)  z0-b0-r1..r3 (4 nodes each): the 3 Jobs of 4 pods cannot use r0
     nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
     for rack in range(1, 4):

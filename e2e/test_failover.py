@@ -64,7 +64,7 @@ async def failover(
     await install(kube, CRDS, TOPOLOGY)
     await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=GANG)
     lease = (namespace, f"topogang-{uuid.uuid4().hex[:6]}")
-    # Binding ahead off: the second extender that paces the gang must see every member (README).
+    # Binding ahead off: the second extender that paces the gang must see every member (docs/cli.md, --bind-ahead).
     async with Replicas.start(kubeconfig, control_plane.logs_dir, lease=lease, args=["--bind-ahead=false"]) as pair:
         await pair.synced()
         config = scheduler_config(pair.url, pair.tls)

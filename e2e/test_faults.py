@@ -81,7 +81,7 @@ async def topogang(plane: ControlPlane, proxy: FaultProxy, slow: Slow, kube: Kub
     # Leader election on, with the shipped timings, as in a cluster: an API server away longer
     # than the renew deadline costs the replica its leadership, and it must take it back.
     # Binding ahead off: kube-scheduler here has a second extender (the one that paces the gang),
-    # whose verdict a gang bound ahead would skip; the README says to turn it off then.
+    # whose verdict a gang bound ahead would skip; docs/cli.md says to turn it off then.
     args = ["--leader-elect=true", "--lease-namespace=default", "--lease-name=topogang-faults", "--bind-ahead=false"]
     async with Topogang.start(proxy.kubeconfig, plane.logs_dir, args=args) as server:
         config = scheduler_config(server.url, server.tls)

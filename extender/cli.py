@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from extender import __version__
 
-# `topogang simulate`'s exit codes (its --help and the README list them)
+# `topogang simulate`'s exit codes (its --help and docs/cli.md list them)
 EXIT_UNREADABLE = 2  # input that cannot be read: nothing simulated
 EXIT_INVALID = 3  # simulated, but some gang or object is Invalid
 
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     exp.add_argument("name", metavar="NAMESPACE/NAME")
     exp.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="text (default) or json (see the README)"
+        "-o", "--output", choices=("text", "json"), default="text", help="text (default) or json (see docs/cli.md)"
     )
     exp.add_argument(
         "-f", "--file", action="append", metavar="PATH", help="explain against a simulation of these files"

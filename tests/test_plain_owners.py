@@ -105,7 +105,7 @@ def test_each_asking_annotation_makes_a_gang(key: str) -> None:
 
 
 def test_every_annotation_topogang_reads_either_asks_or_is_said_not_to() -> None:
-    # A key added to annotation_keys.READ must be decided here and in the README's list.
+    # A key added to annotation_keys.READ must be decided here and in docs/workloads.md's list.
     asks_nothing = {
         keys.KAI_POD_INDEX_LABEL,
         keys.RUNTIME_BOUND,

@@ -152,17 +152,17 @@ def test_probe_listener_and_body_limit() -> None:
 
 def test_serve_help_names_every_flags_environment_variable() -> None:
     """`topogang serve --help` names each flag's variable (leader election and TLS included), and
-    the README's table lists each flag with its variable."""
+    the flag table of docs/cli.md lists each flag with its variable."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
     assert len(flags) >= 19  # every flag, however many there are, is checked below
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     for action in flags:
         env = re.search(r"TOPOGANG_[A-Z_]+", action.help or "")
         assert env is not None, f"{action.option_strings[0]}: no environment variable in its help"
-        assert f"`{action.option_strings[0]}`" in readme, action.option_strings[0]
-        assert f"`{env.group(0)}`" in readme, env.group(0)
+        assert f"`{action.option_strings[0]}`" in table, action.option_strings[0]
+        assert f"`{env.group(0)}`" in table, env.group(0)
 
 
 BOOLEANS = [

@@ -11,7 +11,7 @@ CSV columns (a header line names them):
 
 `levels` is "<segment level>/<job level>", either side empty ("rack/", "/zone", "").
 
-The generator (PROFILES; README "Cluster-level quality on a trace" cites the sources):
+The generator (PROFILES; docs/trace-results.md, "Cluster-level quality on a trace", cites the sources):
 - GPUs per job: the figures each trace's authors publish (median, mean and maximum GPUs of GPU
   jobs): a share `single` of one-GPU jobs (the published median is 1 GPU, so at least half), the
   rest powers of two from 2 to the maximum, P(2^k) ∝ 2^(-βk) with β solved so the mean is the

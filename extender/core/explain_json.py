@@ -2,7 +2,7 @@
 
     {"apiVersion": "topogang.io/explain/v1", "gangs": [GANG, ...]}
 
-Each GANG holds the fields below (the README's `explain` section lists them); a field that does
+Each GANG holds the fields below (docs/cli.md's `explain -o json` section lists them); a field that does
 not apply is null or empty, never absent, so a reader can rely on every key. Fields are only
 ever added to v1; a change of meaning would be a v2.
 """

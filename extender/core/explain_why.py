@@ -226,7 +226,7 @@ def _either(words: Sequence[str]) -> str:
 
 
 def why_json(why: Why | None) -> dict[str, Any] | None:
-    """WHY as `explain -o json` gives it (the README documents the fields)."""
+    """WHY as `explain -o json` gives it (docs/cli.md documents the fields)."""
     if why is None:
         return None
     return {

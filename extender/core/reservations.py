@@ -62,7 +62,7 @@ class Settings:
     # pod ends, so a pod's median remaining life is too hopeful: 1,800 s is the 89th percentile
     # of a job's run time in the Kalos trace (median 124 s, mean 1,260 s), and on bench/trace.py
     # (8 traces at load 0.85, the default who-rule) it beat 600 s on every figure but small
-    # gangs' p99, which moved within noise (README, "Reservations: what each variant did").
+    # gangs' p99, which moved within noise (docs/trace-results.md, "Reservations: what each variant did").
     floor: float = 1800.0
     # ... and twice as long again as it has run: a domain drains when its *last* pod ends, and a
     # heavy-tailed job that has run long is likely to run longer still (with `children`, on

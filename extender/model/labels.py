@@ -1,4 +1,4 @@
-"""The labels and annotations of the PodGroup API topogang reads (the README lists them too).
+"""The labels and annotations of the PodGroup API topogang reads (docs/annotations.md lists them too).
 
 The placement annotations of other projects live with the grouper that reads them:
 `extender.grouping.names` (KAI's and Kueue's), and each workload kind's own labels in its module

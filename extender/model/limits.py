@@ -1,4 +1,4 @@
-"""The sizes topogang accepts, in one place (the README's "Limits" table lists them).
+"""The sizes topogang accepts, in one place (docs/limits.md has the table; the README's "Limits" sums it up).
 
 They are generous (far beyond any real gang) and exist so that a typo such as `replicas:
 1000000000` makes one workload Invalid with a message, in bounded memory and time, instead of

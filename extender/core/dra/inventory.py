@@ -9,7 +9,7 @@ knows, and the per-node arrays planning reads from them.
   (`status.allocation`), each device once however many claims share it.
 
 A node's devices are those of the slices for it (`nodeName`), and of the slices that reach it
-through `nodeSelector` or `allNodes` (counted on every node they reach; see the README's limits).
+through `nodeSelector` or `allNodes` (counted on every node they reach; see the limits in docs/workloads.md).
 Only a pool's newest generation counts, as in kube-scheduler. Devices are grouped by what a
 selector can see of them, so selectors are evaluated once per kind of device, not per device.
 """

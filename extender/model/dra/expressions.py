@@ -1,6 +1,6 @@
 """CEL device selectors, evaluated with the `common-expression-language` package (module `cel`:
 Python bindings of a Rust CEL interpreter; chosen over the pure-Python cel-python for a compiled
-program that runs in ~25 µs instead of ~300 µs, see the README).
+program that runs in ~25 µs instead of ~300 µs, see docs/development.md).
 
 Kubernetes evaluates selectors with its own CEL environment: a `device` variable with `driver`,
 `attributes`, `capacity` and `allowMultipleAllocations`, plus Kubernetes' libraries (quantity,
