@@ -116,7 +116,8 @@ def test_a_trainjobs_pods_are_one_gang_named_after_it_with_its_jobsets_tree() ->
         "node-0-seg-0": [f"tj-node-0-{i}" for i in range(4)],
         "node-0-seg-1": [f"tj-node-0-{i}" for i in range(4, 8)],
     }
-    assert gang.podgroup is not None and gang.podgroup.annotations == {"kai.scheduler/topology": "dc"}
+    assert gang.podgroup is not None
+    assert gang.podgroup.annotations == {"kai.scheduler/topology": "dc"}
 
 
 def test_a_runtime_patch_puts_segments_on_the_pods_and_the_runtimes_metadata_places_the_gang() -> None:
@@ -127,7 +128,8 @@ def test_a_runtime_patch_puts_segments_on_the_pods_and_the_runtimes_metadata_pla
     gang = only(grouped(tj, rt))
     assert render(gang)[0] == "ml/trainjob-tj sub=1 required=zone"
     assert render(gang)[3:] == ["      node-0-seg-0 min=4 required=rack", "      node-0-seg-1 min=4 required=rack"]
-    assert gang.podgroup is not None and gang.podgroup.annotations == {"kai.scheduler/topology": "dc"}
+    assert gang.podgroup is not None
+    assert gang.podgroup.annotations == {"kai.scheduler/topology": "dc"}
 
 
 def test_the_trainjobs_own_placement_wins_over_its_runtimes() -> None:
@@ -173,7 +175,8 @@ def test_pods_a_trainjob_owns_directly_are_not_its_gang() -> None:
         }
     )
     result = group_pods([pod], ObjectIndex([tj]), {})
-    assert result.groups == {} and result.waiting == {}
+    assert result.groups == {}
+    assert result.waiting == {}
 
 
 # -- the JobSet Trainer makes (the simulator's synthesis) -----------------------------------------
@@ -197,7 +200,8 @@ def test_numnodes_and_resources_per_node_go_to_the_trainer_step_and_initializers
         ("node", 1, 16),
     ]
     node = [p for p in pods if p["metadata"]["name"].startswith("tj-node-0-")]
-    assert len(node) == 16 and len(pods) == 18
+    assert len(node) == 16
+    assert len(pods) == 18
     assert node[0]["spec"]["containers"][0]["resources"] == {
         "requests": {"cpu": "1", "nvidia.com/gpu": "8"},
         "limits": {"nvidia.com/gpu": "8"},
@@ -236,7 +240,8 @@ def test_runtime_patches_merge_in_order_into_the_runtimes_template() -> None:
     pods, js = made(trainjob(trainer={"numNodes": 1}, runtimePatches=[first, second]), rt)
     assert js["metadata"]["annotations"] == {"a": "runtime", "b": "patch"}
     (pod,) = pods
-    assert pod["metadata"]["annotations"]["x"] == "1" and pod["metadata"]["annotations"]["y"] == "2"
+    assert pod["metadata"]["annotations"]["x"] == "1"
+    assert pod["metadata"]["annotations"]["y"] == "2"
     assert pod["spec"]["nodeSelector"] == {"pool": "b", "zone": "z1"}
     assert pod["spec"]["tolerations"] == [{"key": "gpu"}]
     assert pod["spec"]["schedulingGates"] == [{"name": "wait"}]
