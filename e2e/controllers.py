@@ -23,6 +23,11 @@ would refuse every later Job or pod). What each one serves:
   one enabled): a Job with a queue-name label is suspended at creation. With its certificate
   management off Kueue also reads a metrics certificate from the fixed /etc/kueue/metrics/certs
   (even with metrics off); the harness copies its pair there (root needed, as in CI).
+- Kubeflow Trainer: its TrainJob defaulting and TrainJob/runtime validation webhooks, as
+  shipped. Its certificate management is off; its webhook server reads the harness's pair from
+  controller-runtime's default directory under the temporary directory, and the process's
+  TMPDIR is a directory of this run (workdir/trainer-tmp), not the system's. It makes JobSets:
+  start "jobset" before it.
 - training operator: its one webhook only validates TFJob/PyTorchJob specs; it is not
   registered. The operator's certificate rotator still runs (it cannot be turned off) against an
   empty Secret and an empty ValidatingWebhookConfiguration of the names it expects, and the
@@ -64,7 +69,7 @@ TRAINING_WEBHOOK = "validator.training-operator.kubeflow.org"
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # Where the training operator reads its webhook certificate (a constant in its pkg/cert).
 TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
-ALL = ("jobset", "lws", "training-operator", "kueue")
+ALL = ("jobset", "lws", "training-operator", "kueue", "trainer")
 
 
 def _free_port() -> int:
@@ -278,6 +283,16 @@ class Controllers:
                 self.built.webhooks("kueue"), "e2e-kueue", webhook, self.ca_bundle,
                 keep=lambda p: "batch-v1-job" in p or "kueue-x-k8s-io" in p, pod_selector=None,
             )  # fmt: skip
+        elif name == "trainer":
+            config = self._controller_runtime_config("config.trainer.kubeflow.org/v1alpha1", health, webhook)
+            config["webhook"] = {"port": webhook, "host": "127.0.0.1"}  # its certificates: TMPDIR below
+            config["certManagement"] = config.pop("internalCertManagement")
+            env["TMPDIR"] = str(await asyncio.to_thread(self._trainer_tmpdir))
+            argv = [str(self.built.path("trainer-controller-manager")), f"--config={self._config_file(name, config)}"]
+            webhooks = webhook_configurations(
+                self.built.webhooks("trainer"), "e2e-trainer", webhook, self.ca_bundle,
+                keep=lambda p: True, pod_selector=None,
+            )  # fmt: skip
         elif name == "training-operator":
             await self.ensure_namespace(TRAINING_NAMESPACE)
             await self._training_operator_cert_objects()
@@ -329,6 +344,17 @@ class Controllers:
             except ApiError as exc:
                 if exc.status != 409:
                     raise
+
+    def _trainer_tmpdir(self) -> Path:
+        """Trainer's webhook server reads its certificate from controller-runtime's default,
+        <TMPDIR>/k8s-webhook-server/serving-certs (its configuration has no certDir): the harness's
+        pair goes there, under a temporary directory of this run only."""
+        tmpdir = self.workdir / "trainer-tmp"
+        certs = tmpdir / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        for key in ("tls.crt", "tls.key"):
+            shutil.copy(self.cert_dir / key, certs / key)
+        return tmpdir
 
     def _kueue_metrics_certificate(self) -> None:
         """Kueue with its own certificate management off reads its metrics server's certificate
@@ -398,6 +424,7 @@ def controlled_namespace_label() -> dict[str, str]:
 
 
 WORKLOAD_COLLECTIONS = (
+    "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs",  # first: Trainer remakes a JobSet it owns
     "/apis/batch/v1/namespaces/{ns}/jobs",
     "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs",
     "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs",

@@ -14,6 +14,8 @@ that the grouper's owner walk finds them:
     LeaderWorkerSet LWS -> StatefulSet <lws> -> leader Pod <lws>-<g>
                     leader Pod -> StatefulSet <lws>-<g> -> Pod <lws>-<g>-<w>   (w = 1..size-1)
     JobSet          JobSet -> Job <js>-<rjob>-<j> -> Pod   <js>-<rjob>-<j>-<i>
+    TrainJob        TrainJob -> JobSet <tj> (from its runtime, or its JobSet when given) -> Job
+                    <tj>-<rjob>-<j> -> Pod <tj>-<rjob>-<j>-<i>
     RayCluster      RayCluster -> Pod                      <rc>-head, <rc>-<group>-worker-<i>
     RayJob          RayJob -> RayCluster <rj>-raycluster -> Pod   (the submitter Job comes later,
                     once the cluster runs, and is not created here)
