@@ -309,8 +309,27 @@ def test_the_trainjobs_jobset_when_given_is_used_as_trainer_made_it() -> None:
             [runtime()],
             "TrainJob ml/tj: spec.trainer.numNodes: expected an integer >= 0, got -1",
         ),
+        (
+            trainjob(podTemplateOverrides=[{"targetJobs": [{"name": "node"}]}]),
+            [runtime()],
+            "TrainJob ml/tj: spec.podTemplateOverrides: is Trainer v2.1's field; topogang makes a TrainJob's pods as"
+            " Trainer v2.3.0 does, with spec.runtimePatches[].trainingRuntimeSpec.template for what it set",
+        ),
+        (
+            trainjob(trainr={"numNodes": 2}),
+            [runtime()],
+            "TrainJob ml/tj: spec.trainr: unknown field; did you mean trainer?",
+        ),
     ],
-    ids=["runtime-not-given", "not-a-runtime-kind", "patch-names-no-job", "patch-misspelt-field", "bad-numnodes"],
+    ids=[
+        "runtime-not-given",
+        "not-a-runtime-kind",
+        "patch-names-no-job",
+        "patch-misspelt-field",
+        "bad-numnodes",
+        "an-older-releases-field",
+        "misspelt-spec-field",
+    ],
 )
 def test_bad_input_names_the_field(tj: dict[str, Any], objects: list[dict[str, Any]], want: str) -> None:
     with pytest.raises(InvalidObject) as exc:

@@ -22,6 +22,7 @@ is given (as Trainer made it).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,6 +46,16 @@ JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 CLUSTER_RUNTIME = "ClusterTrainingRuntime"  # spec.runtimeRef.kind's default
 RUNTIME_REF = "spec.runtimeRef"
+# TrainJob spec fields at v2.3.0, and those of earlier releases that it replaced.
+_SPEC_FIELDS = frozenset(
+    {"runtimeRef", "initializer", "trainer", "runtimePatches", "suspend", "activeDeadlineSeconds", "managedBy"}
+)
+_OLDER_FIELDS = {
+    "labels": "Trainer v2.0 and v2.1",
+    "annotations": "Trainer v2.0 and v2.1",
+    "podSpecOverrides": "Trainer v2.0",
+    "podTemplateOverrides": "Trainer v2.1",
+}
 _ATTRIBUTE = dict(n.PLACEMENT_SPELLINGS)  # placement annotation -> the attribute it sets
 _GANG_WIDE = (n.KAI_TOPOLOGY, ON_UNREPAIRABLE)  # read from the workload's metadata, not a constraint
 
@@ -97,6 +108,7 @@ def synthesize_trainjob(out: Synthesis) -> None:
         js_ref = out.owner(JOBSET_API, "JobSet", out.name, out.ref(), labels, js_spec, annotations_of(given))
         jobset_pods(out, out.name, js_spec, js_ref, f"JobSet {out.namespace}/{out.name}", "spec")
         return
+    _spec_fields(out)
     found = _runtime(out)
     if found is None:
         return
@@ -106,6 +118,27 @@ def synthesize_trainjob(out: Synthesis) -> None:
         return
     js_ref = out.owner(JOBSET_API, "JobSet", out.name, out.ref(), made.labels, made.spec, made.annotations)
     jobset_pods(out, out.name, made.spec, js_ref, runtime_obj, "spec.template.spec")
+
+
+def _spec_fields(out: Synthesis) -> None:
+    """TrainJob spec fields of Trainer v2.3.0 only: an older field or a typo would change nothing
+    in the pods made, without a word."""
+    for key in out.spec:
+        if key in _SPEC_FIELDS:
+            continue
+        if key in _OLDER_FIELDS:
+            why = (
+                f"is {_OLDER_FIELDS[key]}'s field; topogang makes a TrainJob's pods as Trainer v2.3.0 does,"
+                " with spec.runtimePatches[].trainingRuntimeSpec.template for what it set"
+            )
+        else:
+            close = difflib.get_close_matches(str(key), sorted(_SPEC_FIELDS), n=1)
+            why = (
+                f"unknown field; did you mean {close[0]}?"
+                if close
+                else f"unknown field (known: {', '.join(sorted(_SPEC_FIELDS))})"
+            )
+        out.errors.append(FieldError(out.obj, f"spec.{key}", why))
 
 
 def _runtime(out: Synthesis) -> tuple[Mapping[str, Any], str] | None:
