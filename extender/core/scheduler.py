@@ -47,6 +47,7 @@ from extender.core.decisions import (
     Repairing,
     Split,
 )
+from extender.core.disruption import whole_only
 from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
@@ -325,7 +326,8 @@ class GangScheduler:
 
     def _repair(self, group: str, gang: Gang, now: float) -> PlanEvent | None:
         """GROUP runs, and pods of it do not fit where it runs: move the smallest broken part whole."""
-        if (found := self.repairs.find(group, gang, now)) is None:
+        whole = whole_only(self.membership.view(group).spec)
+        if (found := self.repairs.find(group, gang, now, whole_only=whole)) is None:
             return None
         self._release(group, Released(R_REPLANNING))  # a plan carried out: the repair gets a gate of its own
         self.repairs.start(group, found, now)
@@ -437,7 +439,10 @@ class GangScheduler:
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
             spec = self.membership.view(group).spec
-            why, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None, now)
+            annotations = spec.annotations if spec else None
+            why, bound = self.repairs.verdict(
+                pods, self.reasons.get(group), annotations, now, whole_only=whole_only(spec)
+            )
             self.reasons.record(group, why)
             out.append((group, bound))
         return out
