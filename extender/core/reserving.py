@@ -31,6 +31,7 @@ import numpy as np
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import ReservedRoom
+from extender.core.feasible import Feasibility
 from extender.core.membership import Membership
 from extender.core.reservations import (
     Admission,
@@ -50,7 +51,7 @@ from extender.core.reservations import (
 )
 from extender.model.pod import PodInfo
 from extender.model.topology import LevelError, TopologySpec
-from extender.placement import Domain, Gang, NodeTable, Scope, scope_minimum_pods
+from extender.placement import Domain, Gang, NodeTable, Scope, Shortfall, scope_minimum_pods
 
 
 def _parts(root: Scope) -> list[Scope]:
@@ -92,6 +93,7 @@ class Reserving:
         without it, any gang may (settings.coarsest_only, by name rather than number)."""
         self._state = state
         self._membership = membership
+        self.feasible = Feasibility(state)  # a gang that fits not even with nothing running waits for nothing
         self.settings = settings
         self.level = level
         self._below: set[str] = set()  # queued gangs that need less than LEVEL: no reservation
@@ -121,11 +123,13 @@ class Reserving:
 
     # -- the queue -----------------------------------------------------------------------------
 
-    def waiting(self, group: str, now: float) -> None:
+    def waiting(self, group: str, now: float, gang: Gang) -> Shortfall | None:
         """GROUP's plan was refused for room: it queues, since its creation (kube-scheduler's
-        queue order) or now."""
-        if self.enabled and group not in self._queued:
+        queue order) or now, unless it fits not even with nothing running (returned: why)."""
+        never = self.feasible.never(group, gang)
+        if never is None and self.enabled and group not in self._queued:
             self._queued[group] = (self._membership.view(group).created, now)
+        return never
 
     def _since(self, group: str) -> float:
         created, queued = self._queued[group]
@@ -164,6 +168,7 @@ class Reserving:
         self._freed = False
 
     def sweep(self, groups: set[str]) -> bool:
+        self.feasible.sweep(groups)
         self._recorded = {g: v for g, v in self._recorded.items() if g in groups}
         self._tried = {g: v for g, v in self._tried.items() if g in groups}
         gone = [g for g in self._queued if g not in groups]
@@ -290,8 +295,8 @@ class Reserving:
         self._clock = wall is not None
         wall = now if wall is None else wall
         self._offset, self._wall = wall - now, wall
-        for group in [g for g in self._queued if g not in ready]:
-            del self._queued[group]
+        for group in [g for g in self._queued if g not in ready or self.feasible.never(g, ready[g]) is not None]:
+            del self._queued[group]  # (planned, gone, or a node went: it fits not even with nothing running)
         self._current()
         before = {r.key for r in self.current}
         if not self.enabled or not self._queued:
