@@ -32,14 +32,15 @@ NEVER = (
 )
 
 
-def tainted(n: NodeInfo) -> NodeInfo:
-    return replace(n, taints=(TAINT,)) if n.name.endswith("-n2") else n
+def tainted(n: NodeInfo, where: str = "") -> NodeInfo:
+    """N with the taint if it is the second node of a rack (in block WHERE, when given)."""
+    return replace(n, taints=(TAINT,)) if n.name.endswith("-n2") and where in n.name else n
 
 
-def setup(taint: bool = True) -> tuple[GangScheduler, list[str]]:
+def setup(taint: bool = True, where: str = "") -> tuple[GangScheduler, list[str]]:
     state = ClusterState()
     for n in grid(blocks=2, racks=2, nodes=2):
-        state.upsert_node(tainted(n) if taint else n)
+        state.upsert_node(tainted(n, where) if taint else n)
     state.set_topology("default", TOPO)
     big = podgroup({"minMember": 4, "topologyConstraints": {"global": {"requiredTopologyLevel": "block"}}}, name="big")
     state.set_podgroup("default/big", big)
@@ -88,6 +89,18 @@ def test_room_held_goes_when_a_change_of_nodes_means_the_gang_can_never_run() ->
     assert not scheduler.reserving.is_queued("default/big")
     assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 1.0).nodes == []
     assert scheduler.status("default/big").message == NEVER
+
+
+def test_room_is_held_only_where_the_gangs_pods_may_go() -> None:
+    """Block b1 frees first (its pods end within 60 s) but the taint leaves the gang 2 of its
+    nodes: room is held in b2, where the gang can start once its pods end."""
+    scheduler, keys = setup(where="-b1-")
+    assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 0.0).nodes == []
+    assert scheduler.refresh_reservations(0.0, WALL) == (["default/big"], [])
+    room = scheduler.reserving.of("default/big")
+    assert room is not None
+    assert str(room.domain) == "block z1/b2"
+    assert room.start == WALL + Settings().floor
 
 
 def test_explain_says_the_gang_does_not_fit_even_with_nothing_running() -> None:

@@ -16,10 +16,10 @@ offset, so a filter call's `now` can be compared with an estimated start.
 Free room is the planner's own (`ClusterState.snapshot`: bound pods, reservations, devices that
 allocated claims hold), and a running pod gives back at its expected end what preemption would
 take from it (its requests and the devices of its own claims), so an estimate and the plan agree.
-Room is counted on every schedulable node, in pods of the gang's largest request per resource:
-a node the gang cannot use (a taint, a selector) makes the estimate optimistic, never a plan
-wrong (the plan itself still checks every node). Each Topology is reserved in on its own; the
-limit applies to all of them together, in queue order.
+Room is counted on the schedulable nodes some pod of the gang may use (taints, selectors), in
+pods of the gang's largest request per resource: a gang of shapes with different rules makes the
+estimate optimistic, never a plan wrong (the plan itself still checks every node). Each Topology
+is reserved in on its own; the limit applies to all of them together, in queue order.
 """
 
 from __future__ import annotations
@@ -82,6 +82,15 @@ def gang_demand(gang: Gang, columns: Sequence[str]) -> Demand:
         (found,) = levels
         part, part_level = min(sizes), found or 0
     return Demand(request, max(scope_minimum_pods(gang.root), 1), part, part_level, level)
+
+
+def usable_nodes(table: NodeTable, gang: Gang) -> BoolArray | None:
+    """The schedulable nodes some pod of GANG may use (taints, selectors, as the planner reads
+    them); None when it may use every one."""
+    usable = np.zeros(len(table), dtype=np.bool_)
+    for shape in gang.shapes:
+        usable |= table.eligibility(shape.placement).mask
+    return None if bool((usable | ~table.schedulable).all()) else usable
 
 
 class Reserving:
@@ -323,7 +332,13 @@ class Reserving:
                 layout = Layout([li.domain_of_node for li in tree.levels], capacity, [li.labeled for li in tree.levels])
                 self._layouts = {key: layout}  # one per generation, Topology and columns in use
             queue = [
-                Waiting(g, self._membership.view(g).priority, self._since(g), gang_demand(ready[g], columns))
+                Waiting(
+                    g,
+                    self._membership.view(g).priority,
+                    self._since(g),
+                    gang_demand(ready[g], columns),
+                    usable_nodes(table, ready[g]),
+                )
                 for g in groups
             ]
             free = self._free(layout, columns)
