@@ -423,15 +423,16 @@ class _Row:
 
     @staticmethod
     def of(pod: PodInfo, state: ClusterState, table: NodeTable, columns: Sequence[str]) -> _Row:
+        claims = state.devices.claims_version
         where = table.index.get(pod.node_name) if pod.uses_capacity and pod.node_name is not None else None
         if where is None:
-            return _Row(pod, -1, (), None, None)
+            return _Row(pod, -1, (), None, None, claims)
         started = pod.started if pod.started is not None else pod.created
         # as preemption and repair count it: its requests and the devices its own claims hold
         # (its requests name no device once its claim is allocated)
         gives = state.claimed.held(pod, table.nodes)
         request = tuple(gives.get(r, 0) for r in columns)
-        return _Row(pod, where, request, started, pod.runtime_bound, state.devices.claims_version)
+        return _Row(pod, where, request, started, pod.runtime_bound, claims)
 
 
 def _matrix(table: NodeTable, columns: Sequence[str]) -> Matrix:
