@@ -67,6 +67,8 @@ def test_a_gang_that_fits_no_block_even_empty_holds_no_room_and_says_why() -> No
     # Nothing is held: a pod without a bound may take a node of b1 as it frees.
     scheduler.delete_pod("default/run-z1-b1-r1-n1")
     assert "z1-b1-r1-n1" in scheduler.filter(pod("web"), NODES, 1.0).nodes
+    assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 1.0).nodes == []  # (the gang built again)
+    assert scheduler.status("default/big").message == NEVER
 
 
 def test_the_sweep_tells_why_a_gang_kube_scheduler_never_asked_about_cannot_run() -> None:
