@@ -253,11 +253,12 @@ class GangScheduler:
                 if found is not None:
                     return found
             why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+                # it waits for room (a reservation may hold some), unless it fits not even with nothing running
+                why = self.reserving.waiting(group, now, gang) or why
             self.reasons.record(group, why)
             if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
-            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
@@ -314,9 +315,8 @@ class GangScheduler:
                 snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
             )
             if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reasons.record(group, result.reason)
-                self.reserving.waiting(group, now)
-                found.append(group)
+                self.reasons.record(group, self.reserving.waiting(group, now, gang) or result.reason)
+                found.append(group)  # (its status tells why it waits, or why it never runs)
         return found
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
