@@ -47,6 +47,7 @@ from extender.core.decisions import (
     Repairing,
     Split,
 )
+from extender.core.disruption import whole_only
 from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
@@ -252,11 +253,12 @@ class GangScheduler:
                 if found is not None:
                     return found
             why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+                # it waits for room (a reservation may hold some), unless it fits not even with nothing running
+                why = self.reserving.waiting(group, now, gang) or why
             self.reasons.record(group, why)
             if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
-            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
@@ -313,9 +315,8 @@ class GangScheduler:
                 snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
             )
             if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reasons.record(group, result.reason)
-                self.reserving.waiting(group, now)
-                found.append(group)
+                self.reasons.record(group, self.reserving.waiting(group, now, gang) or result.reason)
+                found.append(group)  # (its status tells why it waits, or why it never runs)
         return found
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
@@ -325,7 +326,8 @@ class GangScheduler:
 
     def _repair(self, group: str, gang: Gang, now: float) -> PlanEvent | None:
         """GROUP runs, and pods of it do not fit where it runs: move the smallest broken part whole."""
-        if (found := self.repairs.find(group, gang, now)) is None:
+        whole = whole_only(self.membership.view(group).spec)
+        if (found := self.repairs.find(group, gang, now, whole_only=whole)) is None:
             return None
         self._release(group, Released(R_REPLANNING))  # a plan carried out: the repair gets a gate of its own
         self.repairs.start(group, found, now)
@@ -437,7 +439,10 @@ class GangScheduler:
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
             spec = self.membership.view(group).spec
-            why, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None, now)
+            annotations = spec.annotations if spec else None
+            why, bound = self.repairs.verdict(
+                pods, self.reasons.get(group), annotations, now, whole_only=whole_only(spec)
+            )
             self.reasons.record(group, why)
             out.append((group, bound))
         return out
