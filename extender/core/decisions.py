@@ -112,9 +112,15 @@ class BeyondMinimum:
     """The gang runs, but some pods beyond its minimum do not fit in its domains."""
 
     pods: int
+    # Gangs whose waiting minimums come first: their room is left to them (core/minimums.py).
+    waiting: tuple[str, ...] = ()
     kind: str = R_BEYOND_MINIMUM
 
     def render(self) -> str:
+        if self.waiting:
+            more = len(self.waiting) - 3
+            shown = ", ".join(self.waiting[:3]) + (f" and {more} more" if more > 0 else "")
+            return f"{self.pods} pod(s) beyond the minimum wait: the minimum of {shown} comes first"
         return f"{self.pods} pod(s) beyond the minimum do not fit in the gang's domains"
 
 
@@ -283,6 +289,11 @@ class PlanEvent:
     preemption: Preemption | None = None  # outcome "preempting": the victims and the room they free
     repair: Repair | None = None  # outcome "repairing": the scopes moved and the pods evicted for it
     overruns: tuple[Overrun, ...] = ()  # outcome "pending": the budgets that keep it from preempting
+    # Optional pods of this gang left unplaced for the waiting minimums of these gangs (core/minimums.py)
+    yielded: int = 0
+    yielded_to: tuple[str, ...] = ()
+    # Gang -> its optional pods whose reservations were given back for this gang's minimum
+    given_back: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def refused(cls, group: str, why: Shortfall | BudgetBlocked, attempts: int) -> PlanEvent:
@@ -326,6 +337,10 @@ class PlanEvent:
                 "top_priority": p.cost.top_priority,
                 "plans": p.plans,
             }
+        if self.yielded:
+            out["optional_left"] = {"pods": self.yielded, "for_minimums_of": list(self.yielded_to)}
+        if self.given_back:
+            out["optional_given_back"] = dict(self.given_back)
         if self.overruns:
             out["disruption_budgets"] = {o.budget: {"allowed": o.allowed, "over": o.over} for o in self.overruns}
         if self.repair is not None:

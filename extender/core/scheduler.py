@@ -51,6 +51,7 @@ from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
 from extender.core.membership import GroupView, Membership
+from extender.core.minimums import Minimums
 from extender.core.nomination import Nomination
 from extender.core.offered import Offered
 from extender.core.plans import Plans
@@ -108,6 +109,7 @@ class GangScheduler:
         self.repairs = Repairs(state, self.membership, timeout=repair_timeout, evicted=self.evicted)
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
+        self.minimums = Minimums(state, self.membership, self.plans, self._busy)
         self._status = Status(
             state, self.membership, self.plans, self.reasons, self.preempting, self.repairs, self.reserving
         )
@@ -243,6 +245,12 @@ class GangScheduler:
         assert gang is not None, "only valid groups are planned"
         held = self._held_from(group, view, now)
         result = plan(snapshot_for(self.state, self.membership, group, gang, held), gang)
+        given: dict[str, list[str]] = {}
+        if isinstance(result, Unplaceable) and not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+            # A minimum refused for room takes back the room held for other gangs' optional pods first.
+            given = self._give_back(group, view, gang, held)
+            if given:
+                result = plan(snapshot_for(self.state, self.membership, group, gang, held), gang)
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
@@ -258,12 +266,48 @@ class GangScheduler:
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
+        assumed = gp.reserved if extend and gp is not None else {}
+        yielded = self.minimums.yield_extras(
+            group, view.priority, result, assumed, lambda g, v: self._held_from(g, v, now), held
+        )
+        if yielded is not None:  # its optional pods leave the room waiting minimums need
+            result = yielded.plan
         self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
         self.repairs.mended(group)
-        self.reasons.record(group, BeyondMinimum(len(result.unplaced)) if result.unplaced else None)
+        waiting = yielded.waiting if yielded is not None and yielded.pods else ()
+        self.reasons.record(group, BeyondMinimum(len(result.unplaced), waiting) if result.unplaced else None)
         nodes, attempts = tuple(new.values()), result.attempts
-        return PlanEvent(group, outcome, len(new), nodes, result.domains, attempts=attempts, levels=result.levels)
+        return PlanEvent(
+            group,
+            outcome,
+            len(new),
+            nodes,
+            result.domains,
+            attempts=attempts,
+            levels=result.levels,
+            yielded=yielded.pods if yielded is not None else 0,
+            yielded_to=waiting,
+            given_back={g: len(pods) for g, pods in given.items()},
+        )
+
+    def _give_back(self, group: str, view: GroupView, gang: Gang, held: BoolArray | None) -> dict[str, list[str]]:
+        """Let go of optional pods' reservations that keep GROUP's minimum out (Minimums.give_back);
+        each gang that lost some is told why its pods wait."""
+        given = self.minimums.give_back(group, view.priority, gang, held)
+        for other, pods in given.items():
+            held_for = self.plans.reserved(other)
+            pending = [k for k in self.membership.view(other).pods if k not in held_for and self._unbound(k)]
+            self.reasons.record(other, BeyondMinimum(max(len(pending), len(pods)), (group,)))
+        return given
+
+    def _unbound(self, pod_key: str) -> bool:
+        pod = self.state.pods.get(pod_key)
+        return pod is not None and pod.node_name is None
+
+    def _busy(self, group: str) -> bool:
+        """Whether GROUP has a preemption or a repair under way (it waits for those, not for room)."""
+        return self.preempting.nomination(group) is not None or group in self.repairs.underway
 
     def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
