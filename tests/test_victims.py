@@ -133,6 +133,28 @@ def test_elastic_members_are_taken_alone_first() -> None:
     assert_fits(found, [e, *whole])
 
 
+def test_pods_beyond_a_minimum_go_before_any_minimum_whatever_their_priority() -> None:
+    # Gang e (priority 900) runs 8 pods of 4 GPUs on rack r1, 4 beyond its minimum (on n3, n4);
+    # rack r2 holds a whole gang of priority 5. Its optional pods free two nodes of r1: they go.
+    e = running("e", [n for n in rack(1) for _ in range(2)], priority=900, gpus=4, elastic=4)
+    ws = [e, running("low", rack(2), priority=5), running("x", rack(3), priority=2000)]
+    found = choose(preemptor(2, {"requiredTopologyLevel": "rack"}), ws)
+    assert found.victims == ()
+    assert found.elastic == {"e": ("e-4", "e-5", "e-6", "e-7")}
+    assert found.cost.top_priority == 900
+
+
+def test_a_gang_of_equal_priority_gives_its_optional_pods_never_its_minimum() -> None:
+    e = running("e", rack(1), priority=HIGH, elastic=2)
+    ws = [e, running("x", rack(2) + rack(3), priority=2000)]
+    found = choose(preemptor(2), ws)
+    assert found.victims == ()
+    assert found.elastic == {"e": ("e-2", "e-3")}
+    # three nodes would need one of its minimum: nothing of an equal priority gang goes for that
+    refused = find_victims(snapshot(ws), preemptor(3), HIGH, ws)
+    assert isinstance(refused, NoPreemption)
+
+
 def test_plain_pods_are_victims_alone() -> None:
     ws = [plain(f"p{i}", n) for i, n in enumerate(rack(1))] + [running("r2", rack(2)), running("r3", rack(3))]
     found = choose(preemptor(1), ws)

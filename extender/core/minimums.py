@@ -25,14 +25,29 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from extender.core.cluster import ClusterState
+from extender.core.decisions import BeyondMinimum
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
 from extender.core.plans import Plans
+from extender.core.preempting import Preempting
+from extender.core.reasons import Reasons
+from extender.core.repairing import Repairs
 from extender.core.status import queue_of
-from extender.placement import BoolArray, Domain, Gang, Plan, incomplete, plan
+from extender.placement import (
+    NO_CAPACITY,
+    NO_DOMAIN,
+    BoolArray,
+    Domain,
+    Gang,
+    Plan,
+    PlanResult,
+    Unplaceable,
+    incomplete,
+    plan,
+)
 
 # At most this many waiting minimums are planned to decide where one gang's optional pods may go:
 # the first in queue order, the ones that would start first (a bound on the cost of a plan).
@@ -51,25 +66,68 @@ class Yielded:
     waiting: tuple[str, ...]  # the gangs whose minimums were planned around
 
 
+@dataclass(frozen=True)
+class First:
+    """What minimums first changed in one plan (for its PlanEvent and its reason)."""
+
+    yielded: int = 0  # the gang's optional pods left unplaced for waiting minimums...
+    waiting: tuple[str, ...] = ()  # ...of these gangs
+    given_back: Mapping[str, int] = field(default_factory=dict)  # gang -> optional pods that gave their room
+
+
 class Minimums:
     def __init__(
         self,
         state: ClusterState,
         membership: Membership,
         plans: Plans,
-        busy: Callable[[str], bool],
+        reasons: Reasons,
+        preempting: Preempting,
+        repairs: Repairs,
     ) -> None:
-        """BUSY: whether a gang has something under way that is not a plan (a preemption, a repair)."""
         self._state = state
         self._membership = membership
         self._plans = plans
-        self._busy = busy
+        self._reasons = reasons
+        self._preempting = preempting
+        self._repairs = repairs
+
+    def busy(self, group: str) -> bool:
+        """Whether GROUP has a preemption or a repair under way (it waits for those, not for room)."""
+        return self._preempting.nomination(group) is not None or group in self._repairs.underway
+
+    def place(
+        self,
+        group: str,
+        priority: int,
+        gang: Gang,
+        held: BoolArray | None,
+        assumed: Mapping[str, str] | None,
+        held_for: Held,
+    ) -> tuple[PlanResult, First]:
+        """Plan GROUP's GANG with minimums first (ASSUMED: the pods its plan holds already, when the
+        plan is extended; None for a new plan): a new plan refused for room is given the room of
+        other gangs' reserved optional pods, and the optional pods it places leave the room of the
+        minimums waiting."""
+        result = plan(snapshot_for(self._state, self._membership, group, gang, held), gang)
+        given: dict[str, list[str]] = {}
+        if isinstance(result, Unplaceable) and assumed is None and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+            given = self.give_back(group, priority, gang, held)
+            if given:
+                result = plan(snapshot_for(self._state, self._membership, group, gang, held), gang)
+        counts = {g: len(pods) for g, pods in given.items()}
+        if isinstance(result, Unplaceable):
+            return result, First(given_back=counts)
+        yielded = self.yield_extras(group, priority, result, assumed or {}, held_for, held)
+        if yielded is None:
+            return result, First(given_back=counts)
+        return yielded.plan, First(yielded.pods, yielded.waiting if yielded.pods else (), counts)
 
     def waiting(self, group: str, priority: int) -> list[tuple[str, GroupView, Gang]]:
         """The gangs other than GROUP whose minimums wait for room, of PRIORITY or higher, in queue order."""
         found = []
         for other in self._membership.groups():
-            if other == group or other in self._plans or self._busy(other):
+            if other == group or other in self._plans or self.busy(other):
                 continue
             view = self._membership.view(other)
             if view.priority < priority or view.waiting or not view.valid or view.built is None:
@@ -155,9 +213,17 @@ class Minimums:
                 self._plans.let_go(self._plans[other], pod)
                 free.update(self._state.pods[pod].requests)
                 out.setdefault(other, []).append(pod)
+        for other, pods in out.items():  # each gang that lost some is told why its pods wait
+            kept = self._plans.reserved(other)
+            pending = [k for k in self._membership.view(other).pods if k not in kept and self._unbound(k)]
+            self._reasons.record(other, BeyondMinimum(max(len(pending), len(pods)), (group,)))
         return out
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def _unbound(self, pod: str) -> bool:
+        info = self._state.pods.get(pod)
+        return info is not None and info.node_name is None
 
     def _room(self, placed: Iterable[tuple[str, str]]) -> Room:
         out: Room = {}

@@ -22,6 +22,7 @@ framework and Kueue's scheduler are the models):
   lookup      lookup.Lookup      what the edges read of the cluster and its gangs
   status      status.Status      where each gang stands (read from the parts above)
   reserving   reserving.Reserving  room held for gangs that wait too long (reservations.py)
+  minimums    minimums.Minimums  pods beyond a gang's minimum never keep a waiting minimum out
   evicted     evicted.Evicted    the evictions decided, remembered for `explain` (bounded)
 
 The edges call the methods below for anything that changes more than one part, and read the
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 from extender.core.binding import BindGate
 from extender.core.cluster import ClusterState
@@ -41,11 +43,9 @@ from extender.core.decisions import (
     BeyondMinimum,
     BindDecision,
     FilterResult,
-    GroupStatus,
     PlanEvent,
     Released,
     Repairing,
-    Split,
 )
 from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
@@ -60,6 +60,7 @@ from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reservations import Settings
 from extender.core.reserving import Reserving
+from extender.core.standing import GroupStatus, Split
 from extender.core.status import Status, queue_of
 from extender.core.steering import Steering
 from extender.model.pod import PodInfo
@@ -109,7 +110,7 @@ class GangScheduler:
         self.repairs = Repairs(state, self.membership, timeout=repair_timeout, evicted=self.evicted)
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
-        self.minimums = Minimums(state, self.membership, self.plans, self._busy)
+        self.minimums = Minimums(state, self.membership, self.plans, self.reasons, self.preempting, self.repairs)
         self._status = Status(
             state, self.membership, self.plans, self.reasons, self.preempting, self.repairs, self.reserving
         )
@@ -244,13 +245,9 @@ class GangScheduler:
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
         held = self._held_from(group, view, now)
-        result = plan(snapshot_for(self.state, self.membership, group, gang, held), gang)
-        given: dict[str, list[str]] = {}
-        if isinstance(result, Unplaceable) and not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-            # A minimum refused for room takes back the room held for other gangs' optional pods first.
-            given = self._give_back(group, view, gang, held)
-            if given:
-                result = plan(snapshot_for(self.state, self.membership, group, gang, held), gang)
+        assumed = gp.reserved if extend and gp is not None else None
+        held_for = partial(self._held_from, now=now)  # (the nodes held from each waiting gang)
+        result, first = self.minimums.place(group, view.priority, gang, held, assumed, held_for)
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
@@ -266,48 +263,13 @@ class GangScheduler:
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
-        assumed = gp.reserved if extend and gp is not None else {}
-        yielded = self.minimums.yield_extras(
-            group, view.priority, result, assumed, lambda g, v: self._held_from(g, v, now), held
-        )
-        if yielded is not None:  # its optional pods leave the room waiting minimums need
-            result = yielded.plan
         self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
         self.repairs.mended(group)
-        waiting = yielded.waiting if yielded is not None and yielded.pods else ()
-        self.reasons.record(group, BeyondMinimum(len(result.unplaced), waiting) if result.unplaced else None)
-        nodes, attempts = tuple(new.values()), result.attempts
-        return PlanEvent(
-            group,
-            outcome,
-            len(new),
-            nodes,
-            result.domains,
-            attempts=attempts,
-            levels=result.levels,
-            yielded=yielded.pods if yielded is not None else 0,
-            yielded_to=waiting,
-            given_back={g: len(pods) for g, pods in given.items()},
-        )
-
-    def _give_back(self, group: str, view: GroupView, gang: Gang, held: BoolArray | None) -> dict[str, list[str]]:
-        """Let go of optional pods' reservations that keep GROUP's minimum out (Minimums.give_back);
-        each gang that lost some is told why its pods wait."""
-        given = self.minimums.give_back(group, view.priority, gang, held)
-        for other, pods in given.items():
-            held_for = self.plans.reserved(other)
-            pending = [k for k in self.membership.view(other).pods if k not in held_for and self._unbound(k)]
-            self.reasons.record(other, BeyondMinimum(max(len(pending), len(pods)), (group,)))
-        return given
-
-    def _unbound(self, pod_key: str) -> bool:
-        pod = self.state.pods.get(pod_key)
-        return pod is not None and pod.node_name is None
-
-    def _busy(self, group: str) -> bool:
-        """Whether GROUP has a preemption or a repair under way (it waits for those, not for room)."""
-        return self.preempting.nomination(group) is not None or group in self.repairs.underway
+        self.reasons.record(group, BeyondMinimum(len(result.unplaced), first.waiting) if result.unplaced else None)
+        nodes, attempts, levels = tuple(new.values()), result.attempts, result.levels
+        event = PlanEvent(group, outcome, len(new), nodes, result.domains, attempts=attempts, levels=levels)
+        return replace(event, yielded=first.yielded, yielded_to=first.waiting, given_back=first.given_back)
 
     def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
@@ -326,9 +288,7 @@ class GangScheduler:
                 self.reserving.told.add(group)
         ready: dict[str, Gang] = {}
         for group in self.reserving.queued():
-            if not self.membership.has(group) or group in self.plans:
-                continue
-            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
+            if not self.membership.has(group) or group in self.plans or self.minimums.busy(group):
                 continue
             view = self.membership.view(group)
             gang = view.built.gang if view.valid and view.built is not None else None
@@ -345,7 +305,7 @@ class GangScheduler:
         for group in self.membership.groups():
             if group in self.plans or self.reserving.is_queued(group) or not self.reserving.untried(group, version):
                 continue
-            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
+            if self.minimums.busy(group):
                 continue
             view = self.membership.view(group)
             gang = view.built.gang if view.valid and view.built is not None else None
@@ -353,9 +313,8 @@ class GangScheduler:
                 continue  # (a gang its queue holds back waits for the queue, not for room)
             if any(m.node is not None for m in gang.members()):
                 continue  # it runs: pods beyond its minimum do not queue for room
-            result = plan(
-                snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
-            )
+            snapshot = snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now))
+            result = plan(snapshot, gang)
             if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reasons.record(group, result.reason)
                 self.reserving.waiting(group, now)

@@ -2,10 +2,14 @@
 
 A *unit* is what can be evicted on its own: one elastic pod of a gang, the rest of a gang (its
 *core*: evicting it evicts the gang's elastic pods too), or a plain pod. Units are sorted once
-by what each costs alone (priority, then elastic pods before whole workloads, then pods, the
-resources taken, the youngest first, pods under no PodDisruptionBudget first), so "the cheapest
-units" is a prefix of the ranks. Pods are kept as flat arrays in rank order (unit rank, node
-index, request per resource), so the usage left after any set of units is a few numpy steps.
+by what each costs alone (elastic pods before whole workloads whatever their priority, then
+priority, then pods, the resources taken, the youngest first, pods under no
+PodDisruptionBudget first), so "the cheapest units" is a prefix of the ranks. A unit's *tier*
+says the same as one number: its priority for a whole workload, and far below every priority
+for an elastic pod (an optional pod goes before any minimum). Cores at or above the
+preemptor's priority (`ceiling`) are never usable: such a gang gives only its elastic pods.
+Pods are kept as flat arrays in rank order (unit rank, node index, request per resource), so
+the usage left after any set of units is a few numpy steps.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from extender.placement.tree import BoolArray, IntArray
 from extender.placement.victims import Budget, VictimSet, Workload
 
 FloatArray = np.ndarray[tuple[int], np.dtype[np.float64]]
+SPARE = 2**40  # an elastic pod's tier is its priority minus this: below every whole workload's
 
 
 class UnitTable:
@@ -29,7 +34,9 @@ class UnitTable:
         resources: Sequence[str],
         measured: Sequence[str],
         budgets: Sequence[Budget],
+        ceiling: int | None = None,
     ) -> None:
+        """CEILING: the preemptor's priority; cores at or above it may not be evicted (None: any)."""
         self.table = table
         self.workloads = workloads
         self.resources = tuple(resources)  # what the engine reads: the gang's requested resources
@@ -65,8 +72,9 @@ class UnitTable:
         np.minimum.at(u_start, pod_wl, started)
         np.minimum.at(u_start, unit[elastic], started[elastic])
         u_guard = _per_unit(nu, pod_wl, unit, elastic, shielded.astype(np.int64)) > 0
+        u_tier: IntArray = np.where(u_whole, u_prio, u_prio - SPARE)
         order = np.lexsort(
-            (np.arange(nu), u_guard, -u_start, *reversed(taken), u_count, u_whole, u_prio)
+            (np.arange(nu), u_guard, -u_start, *reversed(taken), u_count, u_tier)
         )  # the last key sorts first
         rank_of = np.empty(nu, dtype=np.int64)
         rank_of[order] = np.arange(nu)
@@ -74,6 +82,9 @@ class UnitTable:
         self.workload_of: IntArray = u_wl[order]
         self.whole: BoolArray = u_whole[order]
         self.priority: IntArray = u_prio[order]
+        self.tier: IntArray = u_tier[order]
+        everything: BoolArray = np.ones(nu, dtype=np.bool_)
+        self.usable: BoolArray = everything if ceiling is None else ~self.whole | (self.priority < ceiling)
         self.cost_pods: IntArray = own_pods[order]
         own_taken = np.zeros(nu, dtype=np.int64)
         if measured:
