@@ -332,6 +332,34 @@ async def test_two_competing_gangs_one_runs_whole_the_other_waits_whole(
     assert sum(1 for n, node in now.items() if n.startswith(loser) and node) == 0
 
 
+async def submit_two_elastic_gangs(kube: KubeClient, namespace: str) -> None:
+    """PodGroups `first` and `second`, 6 pods of 8 GPUs each and minMember 4, their pods
+    interleaved as two users submitting at once."""
+    for gang in ("first", "second"):
+        await create_podgroup(kube, namespace, gang, {"minMember": 4})
+    for i in range(6):
+        for gang in ("first", "second"):
+            await create(kube, gpu_pod(f"{gang}-{i}", annotations={"pod-group-name": gang}), namespace)
+
+
+async def both_minimums_run(kube: KubeClient, namespace: str) -> None:
+    """Once 8 pods are bound on the 8 nodes: 4 of each gang (a gang's minimum binds whole or not
+    at all, and its optional pods took no room a minimum needed), on nodes of their own."""
+    placed = await wait_all_bound(kube, namespace, 8)
+    per_gang = Counter(name.split("-")[0] for name in placed)
+    assert per_gang == {"first": 4, "second": 4}, placed
+    assert len(set(placed.values())) == 8
+
+
+async def test_two_elastic_gangs_that_arrive_together_both_start_their_minimum(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (4 nodes)   z0-b0-r1 (4 nodes): room for both minimums (4 + 4), not both gangs whole (6 + 6)
+    await fake_gpu_nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=2, nodes_per_rack=4))
+    await submit_two_elastic_gangs(kube, namespace)
+    await both_minimums_run(kube, namespace)
+
+
 async def test_a_gang_becomes_feasible_when_nodes_are_added(
     topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
 ) -> None:
