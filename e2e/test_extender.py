@@ -332,23 +332,36 @@ async def test_two_competing_gangs_one_runs_whole_the_other_waits_whole(
     assert sum(1 for n, node in now.items() if n.startswith(loser) and node) == 0
 
 
-async def submit_two_elastic_gangs(kube: KubeClient, namespace: str) -> None:
+async def submit_two_elastic_gangs(kube: KubeClient, namespace: str, *, podgroups_last: bool = False) -> None:
     """PodGroups `first` and `second`, 6 pods of 8 GPUs each and minMember 4, their pods
-    interleaved as two users submitting at once."""
-    for gang in ("first", "second"):
-        await create_podgroup(kube, namespace, gang, {"minMember": 4})
+    interleaved as two users submitting at once. PODGROUPS_LAST: the pods first, so that both
+    gangs are whole when their PodGroups appear (gates mode looks at them then)."""
+    if not podgroups_last:
+        for gang in ("first", "second"):
+            await create_podgroup(kube, namespace, gang, {"minMember": 4})
     for i in range(6):
         for gang in ("first", "second"):
             await create(kube, gpu_pod(f"{gang}-{i}", annotations={"pod-group-name": gang}), namespace)
+    if podgroups_last:
+        for gang in ("first", "second"):
+            await create_podgroup(kube, namespace, gang, {"minMember": 4})
 
 
 async def both_minimums_run(kube: KubeClient, namespace: str) -> None:
-    """Once 8 pods are bound on the 8 nodes: 4 of each gang (a gang's minimum binds whole or not
-    at all, and its optional pods took no room a minimum needed), on nodes of their own."""
-    placed = await wait_all_bound(kube, namespace, 8)
-    per_gang = Counter(name.split("-")[0] for name in placed)
-    assert per_gang == {"first": 4, "second": 4}, placed
-    assert len(set(placed.values())) == 8
+    """Until 4 pods of each gang run (not being deleted) on 8 nodes of their own: both minimums,
+    which fill the 8 nodes (nothing more can bind after), whether the first gang's optional pods
+    left their room to the second's minimum or gave it back (evicted)."""
+
+    async def four_each() -> dict[str, str] | None:
+        running = {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in await pods(kube, namespace)
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        }
+        return running if Counter(n.split("-")[0] for n in running) == {"first": 4, "second": 4} else None
+
+    running = await eventually(four_each, within=90, what="4 pods of each gang to run")
+    assert len(set(running.values())) == 8
 
 
 async def test_two_elastic_gangs_that_arrive_together_both_start_their_minimum(

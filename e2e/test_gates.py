@@ -346,7 +346,7 @@ async def test_two_elastic_gangs_that_arrive_together_both_start_their_minimum(
     #   z0-b0-r0 (4 nodes)   z0-b0-r1 (4 nodes): room for both minimums (4 + 4), not both gangs whole (6 + 6)
     await fake_gpu_nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=2, nodes_per_rack=4))
     await enable(kube, namespace)
-    await submit_two_elastic_gangs(kube, namespace)
+    await submit_two_elastic_gangs(kube, namespace, podgroups_last=True)
     await both_minimums_run(kube, namespace)
 
 

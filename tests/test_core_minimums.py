@@ -135,6 +135,19 @@ def test_reserved_optional_pods_are_given_back_to_a_minimum_that_came_later() ->
     assert scheduler.reasons.get(FIRST) == BeyondMinimum(2, (SECOND,))
 
 
+def test_a_minimum_takes_back_only_the_optional_pods_it_needs() -> None:
+    # Two racks of 5: first planned alone takes 8 nodes (4 optional); second needs 4 and 2 are free.
+    scheduler, nodes = cluster(nodes=5)
+    first = add_gang(scheduler, "first", size=8)
+    ask(scheduler, first[0], nodes)
+    assert len(scheduler.reserved(FIRST)) == 8
+    second = add_gang(scheduler, "second", size=4)
+    event = ask(scheduler, second[0], nodes)
+    assert event.outcome == "planned"
+    assert event.given_back == {FIRST: 2}
+    assert len(scheduler.reserved(FIRST)) == 6
+
+
 def test_optional_pods_at_the_bind_gate_keep_their_room() -> None:
     scheduler, nodes = cluster()
     first = add_gang(scheduler, "first")

@@ -52,6 +52,7 @@ from extender.placement import (
 # At most this many waiting minimums are planned to decide where one gang's optional pods may go:
 # the first in queue order, the ones that would start first (a bound on the cost of a plan).
 MAX_WAITING = 16
+MAX_BISECT = 4  # plans spent narrowing the optional pods a refused minimum takes back (after one with all)
 
 Held = Callable[[str, GroupView], BoolArray | None]  # the nodes reservations hold from a gang
 Room = dict[str, Counter[str]]  # node -> requests
@@ -183,41 +184,78 @@ class Minimums:
 
     def give_back(self, group: str, priority: int, gang: Gang, held: BoolArray | None) -> dict[str, list[str]]:
         """Let go of the reservations of optional pods that keep GROUP's minimum from fitting (group
-        -> its pods let go; empty when letting them all go would not make it fit)."""
-        mine: dict[str, tuple[str, str, int]] = {}  # pod -> (its group, node, its gang's priority)
-        for other in self._plans:
-            gp = self._plans[other]
-            if other == group or gp.gate.ahead:
-                continue
-            rank = self._membership.view(other).priority
-            if rank > priority:
-                continue
-            for pod, node in gp.reserved.items():
-                if pod not in gp.gate.minimum and not gp.gate.fixed(pod):
-                    mine[pod] = (other, node, rank)
-        if not mine:
+        -> its pods let go; empty when letting them all go would not make it fit). The cheapest
+        first (lowest priority, newest plan): the shortest such prefix that lets the minimum fit
+        is found by bisection, and of it only what the nodes of that plan need goes."""
+        units = self._optional_units(group, priority)
+        if not units:
             return {}
-        freed = self._room((p, n) for p, (_, n, _) in mine.items())
-        found = plan(snapshot_for(self._state, self._membership, group, gang, held, give_back=freed), gang)
-        if not isinstance(found, Plan):
+
+        def attempt(k: int) -> Plan | None:
+            freed = self._room((p, n) for _, pods in units[:k] for p, n in pods)
+            found = plan(snapshot_for(self._state, self._membership, group, gang, held, give_back=freed), gang)
+            return found if isinstance(found, Plan) else None
+
+        lo, hi = 0, len(units)  # the minimum does not fit with none given back; does it with all?
+        found = attempt(hi)
+        for _ in range(MAX_BISECT):
+            if found is None or hi - lo <= 1:
+                break
+            mid = (lo + hi) // 2
+            if (fewer := attempt(mid)) is not None:
+                hi, found = mid, fewer
+            else:
+                lo = mid
+        if found is None:
             return {}
         need = self._room((p, n) for p, n in found.assignments.items() if p in found.minimum)
         out: dict[str, list[str]] = {}
-        for node, wanted in need.items():
-            free = Counter({r: self._state.free_on(node, r) for r in wanted})
-            here = sorted((p for p, (_, n, _) in mine.items() if n == node), key=lambda p: (mine[p][2], p))
-            for pod in here:
-                if all(free[r] >= v for r, v in wanted.items()):
-                    break
-                other = mine[pod][0]
-                self._plans.let_go(self._plans[other], pod)
-                free.update(self._state.pods[pod].requests)
+        for other, pods in units[:hi]:
+            nodes = {n for _, n in pods}
+            if not any(self._short(node, need[node]) for node in nodes if node in need):
+                continue  # its room is not where the minimum goes, or not needed there
+            gp = self._plans[other]
+            for pod, _ in pods:
+                self._plans.let_go(gp, pod)
                 out.setdefault(other, []).append(pod)
-        for other, pods in out.items():  # each gang that lost some is told why its pods wait
+        for other, gone in out.items():  # each gang that lost some is told why its pods wait
             kept = self._plans.reserved(other)
             pending = [k for k in self._membership.view(other).pods if k not in kept and self._unbound(k)]
-            self._reasons.record(other, BeyondMinimum(max(len(pending), len(pods)), (group,)))
+            self._reasons.record(other, BeyondMinimum(max(len(pending), len(gone)), (group,)))
         return out
+
+    def _optional_units(self, group: str, priority: int) -> list[tuple[str, list[tuple[str, str]]]]:
+        """The reserved optional pods of other plans of at most PRIORITY not on their way to bind,
+        as units that go together ((group, [(pod, node)])): a segment's pods (a leaf with a
+        required level and none of the minimum), else one pod; the cheapest first."""
+        found: list[tuple[int, int, str, list[tuple[str, str]]]] = []
+        for other in self._plans:
+            gp = self._plans[other]
+            view = self._membership.view(other)
+            if other == group or gp.gate.ahead or view.priority > priority:
+                continue
+            free = {p: n for p, n in gp.reserved.items() if p not in gp.gate.minimum and not gp.gate.fixed(p)}
+            if not free:
+                continue
+            whole: dict[str, list[tuple[str, str]]] = {}
+            gang = view.built.gang if view.built is not None else None
+            for scope in gang.scopes if gang is not None else ():
+                keys = [m.key for m in scope.members]
+                segment = scope.rule is not None and scope.rule.required is not None
+                if segment and keys and not any(k in gp.gate.minimum for k in keys):
+                    whole[scope.key] = [(k, free[k]) for k in keys if k in free]
+                    if len(whole[scope.key]) < len([k for k in keys if k in gp.reserved]):
+                        del whole[scope.key]  # part of it is on its way to bind: none of it goes
+            alone = {p for pods in whole.values() for p, _ in pods}
+            units = [*whole.values(), *([(p, n)] for p, n in free.items() if p not in alone)]
+            # the last placed first (the plan places optional pods in the order they come)
+            found += [(view.priority, -gp.generation, other, pods) for pods in reversed(units) if pods]
+        found.sort(key=lambda u: (u[0], u[1]))  # stable: within a plan, the order above
+        return [(other, pods) for _, _, other, pods in found]
+
+    def _short(self, node: str, wanted: Counter[str]) -> bool:
+        """Whether NODE lacks room for WANTED as the cluster is."""
+        return any(self._state.free_on(node, r) < v for r, v in wanted.items())
 
     # -- helpers -------------------------------------------------------------------------------
 
