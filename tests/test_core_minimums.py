@@ -77,6 +77,21 @@ def test_two_elastic_gangs_that_arrive_together_both_start_their_minimum() -> No
     assert scheduler.reasons.text(FIRST) == "2 pod(s) beyond the minimum do not fit in the gang's domains"
 
 
+def test_optional_pods_asking_again_wait_while_nothing_changed_and_take_the_room_once_it_is_theirs() -> None:
+    scheduler, nodes = cluster()
+    first = add_gang(scheduler, "first")
+    second = add_gang(scheduler, "second")
+    ask(scheduler, first[0], nodes)
+    for key in first[4:]:  # second has not asked yet: its minimum still waits
+        event = ask(scheduler, key, nodes)
+        assert (event.outcome, event.pods, event.yielded, event.yielded_to) == ("extended", 0, 2, (SECOND,))
+    assert len(scheduler.reserved(FIRST)) == 4
+    for key in second:  # second goes away before it asks
+        scheduler.delete_pod(key)
+    assert ask(scheduler, first[4], nodes).pods == 2
+    assert len(scheduler.reserved(FIRST)) == 6
+
+
 def test_optional_pods_keep_the_room_no_waiting_minimum_needs() -> None:
     # Two racks of 5: first whole (6) and second's minimum (4) fit together, so first stays whole.
     scheduler, nodes = cluster(nodes=5)

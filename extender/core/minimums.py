@@ -92,6 +92,14 @@ class Minimums:
         self._reasons = reasons
         self._preempting = preempting
         self._repairs = repairs
+        # group -> (the cluster as it was, the gangs waited for) when its optional pods last left
+        # all their room to waiting minimums: asked again unchanged (its next optional pod's call),
+        # the answer is the same without planning the minimums again
+        self._verdict: dict[str, tuple[tuple[int, int], tuple[str, ...]]] = {}
+
+    def sweep(self, groups: set[str]) -> None:
+        """Forget the gangs not in GROUPS (gone)."""
+        self._verdict = {g: v for g, v in self._verdict.items() if g in groups}
 
     def busy(self, group: str) -> bool:
         """Whether GROUP has a preemption or a repair under way (it waits for those, not for room)."""
@@ -151,10 +159,18 @@ class Minimums:
         extras = {p: n for p, n in result.assignments.items() if p not in result.minimum}
         if not extras:
             return None
+        minimum = {p: n for p, n in result.assignments.items() if p in result.minimum}
+        now = (self._state.version, self._state.reserved_version)
+        verdict = self._verdict.pop(group, None)
+        if assumed and verdict is not None and verdict[0] == now:  # nothing changed since they all waited
+            self._verdict[group] = verdict
+            unplaced = tuple(result.unplaced) + tuple(sorted(extras))
+            levels = result.levels if minimum else {}
+            stands = replace(result, assignments=minimum, unplaced=unplaced, levels=levels)
+            return Yielded(stands, len(extras), verdict[1])
         rivals = self.waiting(group, priority)
         if not rivals:
             return None
-        minimum = {p: n for p, n in result.assignments.items() if p in result.minimum}
         taken = self._room(minimum.items())
         planned_around = []
         for key, view, gang in rivals:
@@ -173,6 +189,9 @@ class Minimums:
         nodes = {**minimum, **kept}
         domains = {**result.domains, **(again.domains if isinstance(again, Plan) else {})}
         left = tuple(sorted(set(extras) - set(kept)))
+        if not kept:  # as the cluster will be once the plan's minimum is reserved (a reservation a pod)
+            held_then = (self._state.version, self._state.reserved_version + len(minimum))
+            self._verdict[group] = (held_then, tuple(planned_around))
         stands = replace(
             result,
             assignments=nodes,

@@ -427,6 +427,7 @@ class GangScheduler:
         self.preempting.sweep(groups)
         self.repairs.sweep(groups)
         self.reserving.sweep(groups)
+        self.minimums.sweep(groups)
         for group in set(self.splits) - groups:
             del self.splits[group]
         return out
