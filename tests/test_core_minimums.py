@@ -209,3 +209,27 @@ def test_a_minimum_of_lower_priority_evicts_no_optional_pod() -> None:
     event = ask(scheduler, second[0], nodes)
     assert event.outcome == "pending"
     assert all(scheduler.state.pods[k].node_name for k in first)
+
+
+def test_an_optional_segment_is_evicted_whole_for_an_equal_priority_minimum() -> None:
+    # first: two segments of 4 pods, each required in a rack, one of them its minimum; planned
+    # alone it runs both. second needs 2 nodes: a segment goes whole, never 2 pods of one.
+    scheduler, nodes = cluster()
+    subgroups = [{"name": "worker", "minSubGroup": 1}]
+    subgroups += [{"name": f"seg-{k}", "parent": "worker", "minMember": 4} for k in (0, 1)]
+    rack = {"requiredTopologyLevel": "rack"}
+    spec = {"subGroups": subgroups, "topologyConstraints": {"subGroups": {"seg-0": rack, "seg-1": rack}}}
+    scheduler.state.set_podgroup(FIRST, podgroup(spec, name="first"))
+    first = []
+    for i in range(8):
+        p = pod(f"first-{i}", group="first", subgroup=f"seg-{i // 4}")
+        scheduler.observe_pod(p)
+        first.append(p.key)
+    ask(scheduler, first[0], nodes)
+    bind_all(scheduler, FIRST)
+    second = add_gang(scheduler, "second", size=2, minimum=2)
+    event = ask(scheduler, second[0], nodes)
+    assert event.outcome == "preempting"
+    assert event.preemption is not None
+    assert set(event.preemption.elastic) == {FIRST}
+    assert set(event.preemption.elastic[FIRST]) in ({*first[:4]}, {*first[4:]})

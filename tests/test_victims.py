@@ -11,6 +11,7 @@ a node, and the preemptor is a gang of priority 1000 asking for 8-GPU pods:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -153,6 +154,17 @@ def test_a_gang_of_equal_priority_gives_its_optional_pods_never_its_minimum() ->
     # three nodes would need one of its minimum: nothing of an equal priority gang goes for that
     refused = find_victims(snapshot(ws), preemptor(3), HIGH, ws)
     assert isinstance(refused, NoPreemption)
+
+
+def test_an_optional_segment_goes_whole_or_not_at_all() -> None:
+    # Gang e runs 8 pods on racks r1 and r2; the 4 on r2 are an optional segment. One node is
+    # needed: without the segment a single pod of it would do, with it the 4 go together.
+    e = running("e", rack(1) + rack(2), elastic=4)
+    seg = dataclasses.replace(e, segments=(frozenset(f"e-{i}" for i in range(4, 8)),))
+    others = [running("x", rack(3), priority=2000)]
+    assert len(choose(preemptor(1), [e, *others]).pods) == 1
+    found = choose(preemptor(1), [seg, *others])
+    assert found.elastic == {"e": ("e-4", "e-5", "e-6", "e-7")}
 
 
 def test_plain_pods_are_victims_alone() -> None:

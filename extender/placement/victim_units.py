@@ -20,7 +20,7 @@ import numpy as np
 
 from extender.placement.snapshot import NodeTable, Usage
 from extender.placement.tree import BoolArray, IntArray
-from extender.placement.victims import Budget, VictimSet, Workload
+from extender.placement.victims import Budget, RunningPod, VictimSet, Workload
 
 FloatArray = np.ndarray[tuple[int], np.dtype[np.float64]]
 SPARE = 2**40  # an elastic pod's tier is its priority minus this: below every whole workload's
@@ -46,9 +46,12 @@ class UnitTable:
         index = table.index
         pod_wl: IntArray = np.repeat(np.arange(nw, dtype=np.int64), [len(w.pods) for w in workloads])
         elastic: BoolArray = np.zeros(m, dtype=bool)
+        together: IntArray = np.arange(m, dtype=np.int64)  # elastic pods of one segment share its number
         if any(w.gang and w.elastic for w in workloads):
             spare = [w.elastic if w.gang else frozenset() for w in workloads]
             elastic = np.fromiter((p.key in spare[w] for w, p in zip(pod_wl.tolist(), pods, strict=True)), bool, m)
+            if any(w.segments for w in workloads):
+                together = _segments(workloads, pods, pod_wl)
         node: IntArray = np.fromiter((index.get(p.node, -1) for p in pods), np.int64, m)
         started: FloatArray = np.fromiter((p.started for p in pods), np.float64, m)
         shielded: BoolArray = np.zeros(m, dtype=bool)
@@ -57,16 +60,19 @@ class UnitTable:
         wanted = dict.fromkeys((*self.resources, *measured))
         req = {r: np.fromiter((p.requests.get(r, 0) for p in pods), np.int64, m) for r in wanted}
 
-        # unit ids before sorting: workload w's core is w; elastic pods are nw, nw + 1, ...
-        unit: IntArray = np.where(elastic, nw + np.cumsum(elastic) - 1, pod_wl)
-        nu = nw + int(elastic.sum())
-        u_wl: IntArray = np.concatenate([np.arange(nw, dtype=np.int64), pod_wl[elastic]])
+        # unit ids before sorting: workload w's core is w; elastic units (a pod, or a segment's
+        # pods together) are nw, nw + 1, ...
+        ids, first = np.unique(together[elastic], return_index=True)
+        unit: IntArray = pod_wl.copy()
+        unit[elastic] = nw + np.searchsorted(ids, together[elastic])
+        nu = nw + len(ids)
+        u_wl: IntArray = np.concatenate([np.arange(nw, dtype=np.int64), pod_wl[elastic][first]])
         u_whole: BoolArray = np.arange(nu) < nw
         u_prio: IntArray = np.fromiter((w.priority for w in workloads), np.int64, nw)[u_wl]
         wl_pods: IntArray = np.bincount(pod_wl, minlength=nw).astype(np.int64)
         own_pods: IntArray = np.bincount(unit, minlength=nu).astype(np.int64)
         # what taking a unit costs: a core takes the whole workload, elastic pods included
-        u_count: IntArray = np.where(u_whole, np.concatenate([wl_pods, np.zeros(nu - nw, np.int64)]), 1)
+        u_count: IntArray = np.where(u_whole, np.concatenate([wl_pods, np.zeros(nu - nw, np.int64)]), own_pods)
         taken = [_per_unit(nu, pod_wl, unit, elastic, req[r]) for r in measured]
         u_start = np.full(nu, np.inf)
         np.minimum.at(u_start, pod_wl, started)
@@ -143,6 +149,19 @@ class UnitTable:
                 keys = (self._pods[i].key for i in self._by_rank[lo:hi].tolist())
                 out.alone.setdefault(w, set()).update(keys)
         return out
+
+
+def _segments(workloads: Sequence[Workload], pods: Sequence[RunningPod], pod_wl: IntArray) -> IntArray:
+    """Per pod, a number its segment's elastic pods share (an optional segment goes whole); the
+    pod's own position for the others (they go alone)."""
+    out: IntArray = np.arange(len(pods), dtype=np.int64)
+    where = {(w, p.key): i for i, (w, p) in enumerate(zip(pod_wl.tolist(), pods, strict=True))}
+    for w, wl in enumerate(workloads):
+        for segment in wl.segments:
+            at = [where[(w, k)] for k in segment if (w, k) in where]
+            if at:
+                out[at] = min(at)
+    return out
 
 
 def _per_unit(nu: int, pod_wl: IntArray, unit: IntArray, elastic: BoolArray, values: IntArray) -> IntArray:
