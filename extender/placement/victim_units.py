@@ -45,13 +45,7 @@ class UnitTable:
         m, nw = len(pods), len(workloads)
         index = table.index
         pod_wl: IntArray = np.repeat(np.arange(nw, dtype=np.int64), [len(w.pods) for w in workloads])
-        elastic: BoolArray = np.zeros(m, dtype=bool)
-        together: IntArray = np.arange(m, dtype=np.int64)  # elastic pods of one segment share its number
-        if any(w.gang and w.elastic for w in workloads):
-            spare = [w.elastic if w.gang else frozenset() for w in workloads]
-            elastic = np.fromiter((p.key in spare[w] for w, p in zip(pod_wl.tolist(), pods, strict=True)), bool, m)
-            if any(w.segments for w in workloads):
-                together = _segments(workloads, pods, pod_wl)
+        elastic, together = _elastic(workloads, pods, pod_wl)
         node: IntArray = np.fromiter((index.get(p.node, -1) for p in pods), np.int64, m)
         started: FloatArray = np.fromiter((p.started for p in pods), np.float64, m)
         shielded: BoolArray = np.zeros(m, dtype=bool)
@@ -149,6 +143,20 @@ class UnitTable:
                 keys = (self._pods[i].key for i in self._by_rank[lo:hi].tolist())
                 out.alone.setdefault(w, set()).update(keys)
         return out
+
+
+def _elastic(workloads: Sequence[Workload], pods: Sequence[RunningPod], pod_wl: IntArray) -> tuple[BoolArray, IntArray]:
+    """Per pod, whether it may go alone (beyond its gang's minimum), and a number the elastic pods
+    of one segment share (they go together)."""
+    m = len(pods)
+    elastic: BoolArray = np.zeros(m, dtype=bool)
+    together: IntArray = np.arange(m, dtype=np.int64)
+    if any(w.gang and w.elastic for w in workloads):
+        spare = [w.elastic if w.gang else frozenset() for w in workloads]
+        elastic = np.fromiter((p.key in spare[w] for w, p in zip(pod_wl.tolist(), pods, strict=True)), bool, m)
+        if any(w.segments for w in workloads):
+            together = _segments(workloads, pods, pod_wl)
+    return elastic, together
 
 
 def _segments(workloads: Sequence[Workload], pods: Sequence[RunningPod], pod_wl: IntArray) -> IntArray:
