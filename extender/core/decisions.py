@@ -302,6 +302,31 @@ class PlanEvent:
         return cls(group, "pending", shortfall.pods, reason=why.render(), attempts=attempts, overruns=overruns)
 
     @classmethod
+    def placed(
+        cls,
+        group: str,
+        outcome: str,
+        new: Mapping[str, str],
+        p: Plan,
+        yielded: int = 0,
+        yielded_to: tuple[str, ...] = (),
+        given_back: Mapping[str, int] | None = None,
+    ) -> PlanEvent:
+        """A plan held (NEW: pod -> node reserved now), with what minimums first changed in it."""
+        return cls(
+            group,
+            outcome,
+            len(new),
+            tuple(new.values()),
+            p.domains,
+            attempts=p.attempts,
+            levels=p.levels,
+            yielded=yielded,
+            yielded_to=yielded_to,
+            given_back=dict(given_back or {}),
+        )
+
+    @classmethod
     def of(
         cls,
         group: str,

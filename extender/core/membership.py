@@ -364,7 +364,11 @@ class Membership:
             )
         else:
             spec = grouping.podgroup
-            if spec.priority_class_name and (value := state.class_priority(spec.priority_class_name)) is not None:
+            differ: tuple[str, ...] = ()
+            if spec.priority is not None:  # the group's own (Kubernetes' PodGroup), as kube-scheduler reads it
+                priority = spec.priority
+                differ = _priority_differs(spec.priority, [(p.key, state.pod_priority(p)) for p in pods])
+            elif spec.priority_class_name and (value := state.class_priority(spec.priority_class_name)) is not None:
                 priority = max(priority, value)
             # A pod held by a scheduling gate (Kueue's, a user's) is not present: it cannot be
             # scheduled, so counting it would plan and hold room for a gang that cannot bind. It
@@ -389,7 +393,9 @@ class Membership:
                 spec,
                 built,
                 said_once((*built.errors, *device_errors)),
-                warnings=said_once_text((*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings)),
+                warnings=said_once_text(
+                    (*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings, *differ)
+                ),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),
@@ -418,6 +424,19 @@ def _has_exclusive(spec: PodGroupSpec) -> bool:
         *(s.constraint for s in spec.subgroup_sets),
     ]
     return any(c is not None and c.exclusive for c in constraints)
+
+
+def _priority_differs(group: int, pods: list[tuple[str, int]]) -> tuple[str, ...]:
+    """kube-scheduler 1.37 schedules no pod of a Kubernetes PodGroup whose priority is not the
+    group's ("all pods in a single pod group should have the same priority"): say which differ."""
+    odd = sorted((k, v) for k, v in pods if v != group)
+    if not odd:
+        return ()
+    shown = ", ".join(f"{k} has {v}" for k, v in odd[:3]) + (f" and {len(odd) - 3} more" if len(odd) > 3 else "")
+    return (
+        f"the PodGroup's priority is {group} but {shown}: kube-scheduler schedules no pod of a group whose pods'"
+        " priority differs from the group's (give the pods the group's priorityClassName)",
+    )
 
 
 def _assume(pod: PodInfo, node: str | None) -> PodInfo:

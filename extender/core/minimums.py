@@ -55,6 +55,7 @@ MAX_WAITING = 16
 MAX_BISECT = 4  # plans spent narrowing the optional pods a refused minimum takes back (after one with all)
 
 Held = Callable[[str, GroupView], BoolArray | None]  # the nodes reservations hold from a gang
+HeldAt = Callable[[str, GroupView, float], BoolArray | None]  # the same, at a moment
 Room = dict[str, Counter[str]]  # node -> requests
 
 
@@ -112,12 +113,13 @@ class Minimums:
         gang: Gang,
         held: BoolArray | None,
         assumed: Mapping[str, str] | None,
-        held_for: Held,
+        held_at: HeldAt,
+        now: float,
     ) -> tuple[PlanResult, First]:
         """Plan GROUP's GANG with minimums first (ASSUMED: the pods its plan holds already, when the
         plan is extended; None for a new plan): a new plan refused for room is given the room of
         other gangs' reserved optional pods, and the optional pods it places leave the room of the
-        minimums waiting."""
+        minimums waiting. HELD: the nodes reservations hold from GROUP; HELD_AT: from a gang at NOW."""
         result = plan(snapshot_for(self._state, self._membership, group, gang, held), gang)
         given: dict[str, list[str]] = {}
         if isinstance(result, Unplaceable) and assumed is None and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
@@ -127,6 +129,10 @@ class Minimums:
         counts = {g: len(pods) for g, pods in given.items()}
         if isinstance(result, Unplaceable):
             return result, First(given_back=counts)
+
+        def held_for(key: str, view: GroupView) -> BoolArray | None:
+            return held_at(key, view, now)
+
         yielded = self.yield_extras(group, priority, result, assumed or {}, held_for, held)
         if yielded is None:
             return result, First(given_back=counts)

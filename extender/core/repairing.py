@@ -32,15 +32,20 @@ from extender.placement import ClusterSnapshot, Gang, Repair, plan_repair
 EVICT_GANG, KEEP = "EvictGang", "Keep"
 
 
-def unrepairable_policy(pods: list[PodInfo], group: Mapping[str, str] | None = None) -> tuple[bool, str]:
+def unrepairable_policy(
+    pods: list[PodInfo], group: Mapping[str, str] | None = None, *, whole_only: bool = False
+) -> tuple[bool, str]:
     """(evict the gang whole?, a complaint about the annotation's value, or ""); GROUP: the
-    annotations of the group object, which may carry it too."""
+    annotations of the group object, which may carry it too; WHOLE_ONLY: its disruptionMode is
+    all, which evicts it whole unless the annotation says Keep (extender.core.disruption)."""
     values = {p.annotations[ON_UNREPAIRABLE] for p in pods if ON_UNREPAIRABLE in p.annotations}
     if group is not None and ON_UNREPAIRABLE in group:
         values.add(group[ON_UNREPAIRABLE])
     bad = sorted(v for v in values if v not in (EVICT_GANG, KEEP))
     if bad:
         return False, f"annotation {ON_UNREPAIRABLE}: {bad[0]!r} is not {EVICT_GANG} or {KEEP}; kept running"
+    if whole_only and KEEP not in values:
+        return True, ""
     return EVICT_GANG in values, ""
 
 
@@ -76,11 +81,15 @@ class Repairs:
         self._moved: dict[str, str] = {}  # moved pod -> its group
         self._tried: dict[str, int] = {}  # group -> the state version a search found nothing in
 
-    def find(self, group: str, gang: Gang, now: float) -> Repair | None:
+    def find(self, group: str, gang: Gang, now: float, *, whole_only: bool = False) -> Repair | None:
         """A repair for GROUP, whose unbound pods do not fit where the gang runs; None when
         nothing runs (a first placement, not a repair) or no part of the gang can move. The room
-        of pods other schedulers nominated (core/nominated.py) stays taken."""
+        of pods other schedulers nominated (core/nominated.py) stays taken. WHOLE_ONLY: the gang
+        may be disrupted only whole (disruptionMode all): no part moves, it is broken at once."""
         if not any(m.node is not None for m in gang.members()):
+            return None
+        if whole_only:
+            self.broken.setdefault(group, now)
             return None
         if self._tried.get(group) == self.state.version:
             return None  # nothing changed since a search found nothing
@@ -166,11 +175,18 @@ class Repairs:
         return Repairing(underway.repair.describe(), len(underway.pending))
 
     def verdict(
-        self, pods: list[PodInfo], why: Reason | None, group: Mapping[str, str] | None = None, now: float = 0.0
+        self,
+        pods: list[PodInfo],
+        why: Reason | None,
+        group: Mapping[str, str] | None = None,
+        now: float = 0.0,
+        *,
+        whole_only: bool = False,
     ) -> tuple[Unrepairable, list[PodInfo]]:
         """A gang given up (PODS, last said WHY; GROUP: its group object's annotations) at NOW: the
-        reason, and its running pods to evict (none unless the workload asks to be evicted whole)."""
-        evict, note = unrepairable_policy(pods, group)
+        reason, and its running pods to evict (none unless the workload asks to be evicted whole,
+        or may be disrupted only whole)."""
+        evict, note = unrepairable_policy(pods, group, whole_only=whole_only)
         bound = [p for p in pods if p.node_name is not None and not p.terminal] if evict else []
         text = why.render() if why is not None and why.kind != R_REPAIRING else "the moved pods did not leave"
         verdict = Unrepairable(text, self.timeout, len(bound), note)

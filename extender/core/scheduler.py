@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from functools import partial
 
 from extender.core.binding import BindGate
 from extender.core.cluster import ClusterState
@@ -47,6 +46,7 @@ from extender.core.decisions import (
     Released,
     Repairing,
 )
+from extender.core.disruption import whole_only
 from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
@@ -246,8 +246,7 @@ class GangScheduler:
         assert gang is not None, "only valid groups are planned"
         held = self._held_from(group, view, now)
         assumed = gp.reserved if extend and gp is not None else None
-        held_for = partial(self._held_from, now=now)  # (the nodes held from each waiting gang)
-        result, first = self.minimums.place(group, view.priority, gang, held, assumed, held_for)
+        result, first = self.minimums.place(group, view.priority, gang, held, assumed, self._held_from, now)
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
@@ -257,19 +256,18 @@ class GangScheduler:
                 if found is not None:
                     return found
             why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+                # it waits for room (a reservation may hold some), unless it fits not even with nothing running
+                why = self.reserving.waiting(group, now, gang) or why
             self.reasons.record(group, why)
             if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
-            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
         self.repairs.mended(group)
         self.reasons.record(group, BeyondMinimum(len(result.unplaced), first.waiting) if result.unplaced else None)
-        nodes, attempts, levels = tuple(new.values()), result.attempts, result.levels
-        event = PlanEvent(group, outcome, len(new), nodes, result.domains, attempts=attempts, levels=levels)
-        return replace(event, yielded=first.yielded, yielded_to=first.waiting, given_back=first.given_back)
+        return PlanEvent.placed(group, outcome, new, result, first.yielded, first.waiting, first.given_back)
 
     def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
@@ -316,9 +314,8 @@ class GangScheduler:
             snapshot = snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now))
             result = plan(snapshot, gang)
             if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reasons.record(group, result.reason)
-                self.reserving.waiting(group, now)
-                found.append(group)
+                self.reasons.record(group, self.reserving.waiting(group, now, gang) or result.reason)
+                found.append(group)  # (its status tells why it waits, or why it never runs)
         return found
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
@@ -328,7 +325,8 @@ class GangScheduler:
 
     def _repair(self, group: str, gang: Gang, now: float) -> PlanEvent | None:
         """GROUP runs, and pods of it do not fit where it runs: move the smallest broken part whole."""
-        if (found := self.repairs.find(group, gang, now)) is None:
+        whole = whole_only(self.membership.view(group).spec)
+        if (found := self.repairs.find(group, gang, now, whole_only=whole)) is None:
             return None
         self._release(group, Released(R_REPLANNING))  # a plan carried out: the repair gets a gate of its own
         self.repairs.start(group, found, now)
@@ -441,7 +439,10 @@ class GangScheduler:
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
             spec = self.membership.view(group).spec
-            why, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None, now)
+            annotations = spec.annotations if spec else None
+            why, bound = self.repairs.verdict(
+                pods, self.reasons.get(group), annotations, now, whole_only=whole_only(spec)
+            )
             self.reasons.record(group, why)
             out.append((group, bound))
         return out
