@@ -9,22 +9,11 @@ from __future__ import annotations
 
 from extender.core.binding import BindGate
 from extender.core.cluster import ClusterState
-from extender.core.decisions import (
-    BIND,
-    PENDING,
-    R_BIND_TIMEOUT,
-    REJECT,
-    WAIT,
-    Bound,
-    FilterResult,
-    GroupStatus,
-    Headline,
-    NotPlanned,
-    Released,
-)
+from extender.core.decisions import BIND, PENDING, R_BIND_TIMEOUT, REJECT, WAIT, FilterResult, Released
 from extender.core.membership import Membership
 from extender.core.plans import RESERVED, Plans
 from extender.core.reasons import Reasons
+from extender.core.standing import Bound, GroupStatus, Headline, NotPlanned
 from extender.core.steering import Steering
 from extender.placement import DomainRef, Plan
 from tests.builders import TOPO, grid, pod, podgroup

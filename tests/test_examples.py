@@ -39,6 +39,21 @@ def test_the_demo_is_story_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(zones) == 1
 
 
+def test_two_elastic_jobs_that_arrive_together_both_start_their_minimum(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "-f", str(ROOT / "examples" / "elastic"), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {g["name"]: g["phase"] for g in doc["podGroups"]} == {
+        "pytorchjob-first": "Scheduled",
+        "pytorchjob-second": "Scheduled",
+    }
+    placed: dict[str, list[str]] = {}
+    for p in doc["pods"]:
+        if p["node"]:
+            placed.setdefault(p["name"].split("-")[0], []).append(p["node"])
+    assert {job: len(nodes) for job, nodes in placed.items()} == {"first": 4, "second": 4}
+    assert len({n for nodes in placed.values() for n in nodes}) == 8
+
+
 def test_a_higher_priority_gang_preempts_the_cheapest_gang_in_the_simulation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

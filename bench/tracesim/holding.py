@@ -38,14 +38,19 @@ RACK = LEVELS.index("rack") + 1
 
 
 class Started(Protocol):
-    job: Job
-    start: float
-    nodes: tuple[int, ...]
+    @property
+    def job(self) -> Job: ...
+
+    @property
+    def start(self) -> float: ...
+
+    @property
+    def nodes(self) -> tuple[int, ...]: ...
 
 
 def demand(job: Job) -> Demand:
     level = LEVELS.index(job.job_level) + 1 if job.job_level else None
-    return Demand((job.gpus,), job.pods, job.segment, RACK if job.segment else 0, level)
+    return Demand((job.gpus,), job.min_pods, job.segment, RACK if job.segment else 0, level)
 
 
 def layout_of(c: Cluster) -> Layout:
@@ -131,7 +136,7 @@ class Holding:
             Waiting(str(j.id), j.priority, j.arrival, demand(j))
             for j in sorted(queue, key=lambda j: queue_key(j.priority, j.arrival, j.id))
         ]
-        counts = np.array([p.job.pods for p in running], dtype=np.int64)
+        counts = np.array([len(p.nodes) for p in running], dtype=np.int64)
         ends = [
             expected_end(now, p.start, p.job.bound or None, self.settings.floor, self.settings.stretch) for p in running
         ]

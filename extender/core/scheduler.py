@@ -22,6 +22,7 @@ framework and Kueue's scheduler are the models):
   lookup      lookup.Lookup      what the edges read of the cluster and its gangs
   status      status.Status      where each gang stands (read from the parts above)
   reserving   reserving.Reserving  room held for gangs that wait too long (reservations.py)
+  minimums    minimums.Minimums  pods beyond a gang's minimum never keep a waiting minimum out
   evicted     evicted.Evicted    the evictions decided, remembered for `explain` (bounded)
 
 The edges call the methods below for anything that changes more than one part, and read the
@@ -41,17 +42,16 @@ from extender.core.decisions import (
     BeyondMinimum,
     BindDecision,
     FilterResult,
-    GroupStatus,
     PlanEvent,
     Released,
     Repairing,
-    Split,
 )
 from extender.core.disruption import whole_only
 from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
 from extender.core.membership import GroupView, Membership
+from extender.core.minimums import Minimums
 from extender.core.nomination import Nomination
 from extender.core.offered import Offered
 from extender.core.plans import Plans
@@ -60,6 +60,7 @@ from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reservations import Settings
 from extender.core.reserving import Reserving
+from extender.core.standing import GroupStatus, Split
 from extender.core.status import Status, queue_of
 from extender.core.steering import Steering
 from extender.model.pod import PodInfo
@@ -109,6 +110,7 @@ class GangScheduler:
         self.repairs = Repairs(state, self.membership, timeout=repair_timeout, evicted=self.evicted)
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
+        self.minimums = Minimums(state, self.membership, self.plans, self.reasons, self.preempting, self.repairs)
         self._status = Status(
             state, self.membership, self.plans, self.reasons, self.preempting, self.repairs, self.reserving
         )
@@ -243,7 +245,8 @@ class GangScheduler:
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
         held = self._held_from(group, view, now)
-        result = plan(snapshot_for(self.state, self.membership, group, gang, held), gang)
+        assumed = gp.reserved if extend and gp is not None else None
+        result, first = self.minimums.place(group, view.priority, gang, held, assumed, self._held_from, now)
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
@@ -263,9 +266,8 @@ class GangScheduler:
         self.reserving.placed(group)
         new, outcome = self.plans.hold(group, result, now)
         self.repairs.mended(group)
-        self.reasons.record(group, BeyondMinimum(len(result.unplaced)) if result.unplaced else None)
-        nodes, attempts = tuple(new.values()), result.attempts
-        return PlanEvent(group, outcome, len(new), nodes, result.domains, attempts=attempts, levels=result.levels)
+        self.reasons.record(group, BeyondMinimum(len(result.unplaced), first.waiting) if result.unplaced else None)
+        return PlanEvent.placed(group, outcome, new, result, first.yielded, first.waiting, first.given_back)
 
     def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
@@ -284,9 +286,7 @@ class GangScheduler:
                 self.reserving.told.add(group)
         ready: dict[str, Gang] = {}
         for group in self.reserving.queued():
-            if not self.membership.has(group) or group in self.plans:
-                continue
-            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
+            if not self.membership.has(group) or group in self.plans or self.minimums.busy(group):
                 continue
             view = self.membership.view(group)
             gang = view.built.gang if view.valid and view.built is not None else None
@@ -303,7 +303,7 @@ class GangScheduler:
         for group in self.membership.groups():
             if group in self.plans or self.reserving.is_queued(group) or not self.reserving.untried(group, version):
                 continue
-            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
+            if self.minimums.busy(group):
                 continue
             view = self.membership.view(group)
             gang = view.built.gang if view.valid and view.built is not None else None
@@ -311,9 +311,8 @@ class GangScheduler:
                 continue  # (a gang its queue holds back waits for the queue, not for room)
             if any(m.node is not None for m in gang.members()):
                 continue  # it runs: pods beyond its minimum do not queue for room
-            result = plan(
-                snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
-            )
+            snapshot = snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now))
+            result = plan(snapshot, gang)
             if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reasons.record(group, self.reserving.waiting(group, now, gang) or result.reason)
                 found.append(group)  # (its status tells why it waits, or why it never runs)
@@ -426,6 +425,7 @@ class GangScheduler:
         self.preempting.sweep(groups)
         self.repairs.sweep(groups)
         self.reserving.sweep(groups)
+        self.minimums.sweep(groups)
         for group in set(self.splits) - groups:
             del self.splits[group]
         return out

@@ -23,14 +23,6 @@ from extender.core.decisions import (
     R_SCHEDULED,
     R_WAITING,
     SCHEDULED,
-    Bound,
-    Finished,
-    GroupStatus,
-    NotPlanned,
-    Planned,
-    QueueBlocked,
-    Said,
-    SubGroupStatus,
 )
 from extender.core.evicted import REPAIRED
 from extender.core.membership import GroupView, Membership
@@ -40,6 +32,7 @@ from extender.core.queues import queue_problem
 from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reserving import Reserving
+from extender.core.standing import Bound, Finished, GroupStatus, NotPlanned, Planned, QueueBlocked, Said, SubGroupStatus
 from extender.model.errors import FieldError, said_once_text
 from extender.placement import build_gang, incomplete, meets_minimum, minimum_pods
 

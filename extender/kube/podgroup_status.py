@@ -36,16 +36,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.core.decisions import (
-    FINISHED,
-    R_GANG_INCOMPLETE,
-    R_SCHEDULED,
-    SCHEDULED,
-    GroupStatus,
-    ReservedRoom,
-    rfc3339,
-)
+from extender.core.decisions import FINISHED, R_GANG_INCOMPLETE, R_SCHEDULED, SCHEDULED, ReservedRoom, rfc3339
 from extender.core.membership import GroupView
+from extender.core.standing import GroupStatus
 from extender.model.podgroup_body import podgroup_spec_body
 
 API_VERSION = "scheduling.topogang.io/v1alpha1"

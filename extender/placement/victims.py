@@ -37,6 +37,8 @@ class Workload:
     # Pods of a gang beyond its minimum: any subset may go while the rest keeps the minimum.
     elastic: frozenset[str] = frozenset()
     gang: bool = True
+    # Of those, the pods of each optional segment: they go together or not at all.
+    segments: tuple[frozenset[str], ...] = ()
 
 
 @dataclass(frozen=True)

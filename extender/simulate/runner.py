@@ -22,9 +22,10 @@ import numpy as np
 
 from extender.core.apply import DEFAULT_NAMESPACE, apply_object
 from extender.core.cluster import ClusterState, ObjectKey, object_key
-from extender.core.decisions import BIND, INVALID, PENDING, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
+from extender.core.decisions import BIND, INVALID, PENDING, R_INVALID, REJECT, WAIT, PlanEvent
 from extender.core.reservations import Settings
 from extender.core.scheduler import GangScheduler
+from extender.core.standing import GroupStatus
 from extender.core.usage import UsageLedger
 from extender.grouping import Family, ObjectIndex, can_synthesize, synthesize
 from extender.model.errors import InvalidObject
