@@ -48,6 +48,8 @@ R_DISRUPTION_BUDGET = "DisruptionBudget"  # only victims beyond what PodDisrupti
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
 R_REPAIRING = "Repairing"  # a broken part of a running gang is moving whole; its room is held
 R_UNREPAIRABLE = "Unrepairable"  # a running gang lost pods and no part of it could move in time
+# Its leaders bound, pods their controller creates after them never came; the room held was released.
+R_FOLLOWERS_MISSING = "FollowersNotCreated"
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -63,6 +65,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_DISRUPTION_BUDGET,
         R_PARTIAL_EVICTED,
         R_UNREPAIRABLE,
+        R_FOLLOWERS_MISSING,
     }
 )
 
@@ -77,7 +80,7 @@ class Released:
     seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_PARTIAL_EVICTED: the time they had
     pod: str = ""  # R_MEMBER_GONE: the pod that went away
     nodes: tuple[str, ...] = ()  # R_REPLANNING: the planned nodes that stopped fitting, when known
-    unbound: int = 0  # R_PLAN_EXPIRED after its gate opened: the planned pods that never bound
+    unbound: int = 0  # R_PLAN_EXPIRED after its gate opened, R_FOLLOWERS_MISSING: the planned pods that never bound
 
     def render(self) -> str:
         if self.kind == R_BIND_TIMEOUT:
@@ -92,6 +95,12 @@ class Released:
             )
         if self.kind == R_PLAN_EXPIRED:
             return f"plan expired after {self.seconds:g}s without all pods binding"
+        if self.kind == R_FOLLOWERS_MISSING:
+            return (
+                f"its leaders are bound, but no pod of it was created or bound for {self.seconds:g}s: the room"
+                f" held for its {self.unbound} pod(s) still to come (their controller creates them once"
+                " their leaders are scheduled) was released"
+            )
         if self.kind == R_MEMBER_GONE:
             return f"pod {self.pod} of the minimum went away before binding"
         if self.kind == R_PARTIAL_EVICTED:
@@ -208,6 +217,8 @@ class Unrepairable:
     seconds: float
     evicted: int  # bound pods evicted because the workload asks for it (0: it keeps running)
     note: str = ""  # a complaint about the workload's policy annotation
+    # what was given up, when not a repair (its leaders bound, pods to come after them never came)
+    head: str = ""
     kind: str = R_UNREPAIRABLE
 
     def render(self) -> str:
@@ -217,7 +228,8 @@ class Unrepairable:
             else ""
         )
         note = f"; {self.note}" if self.note else ""
-        return f"no part of the gang could be repaired within {self.seconds:g}s: {self.why}{then}{note}"
+        head = self.head or f"no part of the gang could be repaired within {self.seconds:g}s"
+        return f"{head}: {self.why}{then}{note}"
 
 
 # Why a group is where it is: a plan refused (Shortfall), a plan dropped, pods left over, a
@@ -283,6 +295,7 @@ class PlanEvent:
     preemption: Preemption | None = None  # outcome "preempting": the victims and the room they free
     repair: Repair | None = None  # outcome "repairing": the scopes moved and the pods evicted for it
     overruns: tuple[Overrun, ...] = ()  # outcome "pending": the budgets that keep it from preempting
+    expected: int = 0  # stand-ins placed by this decision: room held for pods not created yet
 
     @classmethod
     def refused(cls, group: str, why: Shortfall | BudgetBlocked, attempts: int) -> PlanEvent:
@@ -306,6 +319,8 @@ class PlanEvent:
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"group": self.group, "outcome": self.outcome, "pods": self.pods}
+        if self.expected:
+            out["held_for_pods_not_created"] = self.expected
         if self.nodes:
             out["nodes"] = sorted(set(self.nodes))
         if self.domains:
@@ -375,9 +390,16 @@ class Planned:
     """Planned and reserved; waiting for the rest of the minimum to bind."""
 
     missing: int  # pods of the minimum not bound yet
+    expected: int = 0  # room held for pods not created yet (a JobSet Job's followers)
 
     def render(self) -> str:
-        return f"planned; waiting for {self.missing} pod(s) of the minimum to bind"
+        if self.expected and not self.missing:
+            return (
+                f"planned; its leaders are bound and room is held for {self.expected} pod(s) their"
+                " controller creates once the leaders are scheduled"
+            )
+        held = f", room held for {self.expected} pod(s) not created yet" if self.expected else ""
+        return f"planned; waiting for {self.missing} pod(s) of the minimum to bind{held}"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import R_REPAIRING, Reason, Repairing, Unrepairable
+from extender.core.decisions import R_FOLLOWERS_MISSING, R_REPAIRING, Reason, Repairing, Unrepairable
 from extender.core.evicted import REPAIRED, UNREPAIRABLE, Evicted, eviction
 from extender.core.membership import Membership
 from extender.core.nominated import nominated_room
@@ -75,6 +75,7 @@ class Repairs:
         self.recorded: dict[str, str] = {}  # group -> the last repair its PodGroup's status tells of
         self._moved: dict[str, str] = {}  # moved pod -> its group
         self._tried: dict[str, int] = {}  # group -> the state version a search found nothing in
+        self._abandoned: set[str] = set()  # gangs given up at once (their leaders' followers never came)
 
     def find(self, group: str, gang: Gang, now: float) -> Repair | None:
         """A repair for GROUP, whose unbound pods do not fit where the gang runs; None when
@@ -97,7 +98,11 @@ class Repairs:
         give_back: dict[str, Counter[str]] = {}
         nodes = self.state.table.nodes
         for pod, node in pods.items():  # with the devices its own claims hold (DRA)
-            give_back.setdefault(node, Counter()).update(self.state.claimed.held(self.state.pods[pod], nodes))
+            info = self.state.pods.get(pod)
+            if info is not None:
+                give_back.setdefault(node, Counter()).update(self.state.claimed.held(info, nodes))
+            elif (held := self.state.reservations.get(pod)) is not None:  # room held for a pod not created yet
+                give_back.setdefault(node, Counter()).update(held[1])
         return self.state.snapshot(give_back, taken)
 
     def start(self, group: str, repair: Repair, now: float) -> Underway:
@@ -133,6 +138,7 @@ class Repairs:
     def mended(self, group: str) -> None:
         """GROUP was planned whole again: no longer broken."""
         self.broken.pop(group, None)
+        self._abandoned.discard(group)
         self._tried.pop(group, None)
 
     def forget(self, group: str) -> None:
@@ -147,18 +153,28 @@ class Repairs:
         for group in list(self.underway):
             self.settle(group)
         self.broken.clear()
+        self._abandoned.clear()
         self._tried.clear()
 
+    def abandon(self, group: str) -> None:
+        """GROUP runs below its minimum and waited long enough for the rest: its leaders are bound
+        and the pods their controller creates after them did not come within the plan's lifetime.
+        It is given up at the next `given_up`, and its `on-unrepairable` policy decides."""
+        self.broken.pop(group, None)
+        self._abandoned.add(group)
+
     def given_up(self, now: float) -> list[str]:
-        """Gangs broken for longer than the timeout (removed from the broken list), and repairs
-        whose moved pods did not all leave in that time (their room given back)."""
+        """Gangs broken for longer than the timeout (removed from the broken list), gangs
+        abandoned, and repairs whose moved pods did not all leave in that time (their room given
+        back)."""
         late = [g for g, since in self.broken.items() if now - since > self.timeout]
         for group in late:
             del self.broken[group]
+        abandoned, self._abandoned = sorted(self._abandoned), set()
         stuck = [g for g, u in self.underway.items() if u.pending and now - u.started > self.timeout]
         for group in stuck:
             self.settle(group)
-        return late + stuck
+        return late + abandoned + stuck
 
     def reason(self, group: str) -> Repairing:
         """Why GROUP's members wait: its repair under way."""
@@ -173,7 +189,8 @@ class Repairs:
         evict, note = unrepairable_policy(pods, group)
         bound = [p for p in pods if p.node_name is not None and not p.terminal] if evict else []
         text = why.render() if why is not None and why.kind != R_REPAIRING else "the moved pods did not leave"
-        verdict = Unrepairable(text, self.timeout, len(bound), note)
+        head = "the gang cannot be made whole" if why is not None and why.kind == R_FOLLOWERS_MISSING else ""
+        verdict = Unrepairable(text, self.timeout, len(bound), note, head)
         gang = self.membership.group_of(bound[0].key) if bound else None
         if gang is not None:
             self.evicted.record(eviction(gang, UNREPAIRABLE, verdict.render(), [p.key for p in bound], now))

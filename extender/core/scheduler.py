@@ -36,6 +36,7 @@ from dataclasses import replace
 from extender.core.binding import BindGate
 from extender.core.cluster import ClusterState
 from extender.core.decisions import (
+    R_FOLLOWERS_MISSING,
     R_MEMBER_GONE,
     R_REPLANNING,
     BeyondMinimum,
@@ -147,6 +148,9 @@ class GangScheduler:
             return refuse(nodes, f"topogang: {held}", group)
         event = None
         gp = self.plans.get(group)
+        if gp is not None and gp.expected and pod.key not in gp.reserved:
+            # A pod the plan held room for before it existed (a JobSet Job's follower): it takes that room.
+            self.plans.claim(group, pod, self.membership.slot(pod.key))
         if gp is None or pod.key not in gp.reserved:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)
@@ -238,7 +242,7 @@ class GangScheduler:
         """Plan the group (or, with `extend`, add the pods its plan lacks) and reserve it."""
         gp = self.plans.get(group)
         if extend and gp is not None:
-            view = self.membership.view(group, assumed=gp.reserved)
+            view = self.membership.view(group, assumed={**gp.reserved, **gp.expected})
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
         held = self._held_from(group, view, now)
@@ -259,11 +263,14 @@ class GangScheduler:
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
-        new, outcome = self.plans.hold(group, result, now)
+        new, for_expected, outcome = self.plans.hold(group, result, now, view.expected)
         self.repairs.mended(group)
         self.reasons.record(group, BeyondMinimum(len(result.unplaced)) if result.unplaced else None)
-        nodes, attempts = tuple(new.values()), result.attempts
-        return PlanEvent(group, outcome, len(new), nodes, result.domains, attempts=attempts, levels=result.levels)
+        nodes, attempts = (*new.values(), *for_expected.values()), result.attempts
+        waiting_for = len(for_expected)
+        return PlanEvent(
+            group, outcome, len(new), nodes, result.domains, "", attempts, result.levels, expected=waiting_for
+        )
 
     def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
@@ -416,7 +423,11 @@ class GangScheduler:
     def expire(self, now: float) -> dict[str, list[str]]:
         """Release plans that made no progress for `plan_ttl` seconds (Plans.stalled); forget
         what is kept about gangs that are gone."""
-        out = {group: self._release(group, why) for group, why in self.plans.stalled(now, self.plan_ttl).items()}
+        out = {}
+        for group, why in self.plans.stalled(now, self.plan_ttl).items():
+            out[group] = self._release(group, why)
+            if why.kind == R_FOLLOWERS_MISSING:  # its leaders run alone: its on-unrepairable policy decides
+                self.repairs.abandon(group)
         groups = set(self.membership.groups())
         for group in self.plans.sweep(groups):
             self.steering.forget(group)
