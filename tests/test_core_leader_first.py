@@ -98,10 +98,12 @@ def test_the_leaders_are_planned_with_room_held_for_every_follower_one_job_per_r
     for p in leaders[:2]:
         scheduler.observe_pod(p)
     short = scheduler.filter(leaders[0], NODES, 0.0)
-    assert short.nodes == [] and "SubGroup workers-2: 0/4 pods present" in short.reason, short.reason
+    assert short.nodes == []
+    assert "SubGroup workers-2: 0/4 pods present" in short.reason, short.reason
     scheduler.observe_pod(leaders[2])
     result = scheduler.filter(leaders[0], NODES, 0.0)
-    assert result.event is not None and result.event.outcome == "planned"
+    assert result.event is not None
+    assert result.event.outcome == "planned"
     assert result.event.expected == 9  # the followers' room, held before they exist
     gp = scheduler.plans[GROUP]
     assert sorted(gp.reserved) == sorted(p.key for p in leaders)
@@ -121,7 +123,8 @@ def test_the_followers_bind_into_their_held_room_and_the_jobset_runs() -> None:
     scheduler, made = cluster(the_jobset())
     leaders = bind_leaders(scheduler, made)
     gp = scheduler.plans[GROUP]
-    assert not gp.reserved and len(gp.expected) == 9
+    assert not gp.reserved
+    assert len(gp.expected) == 9
     status = scheduler.status(GROUP)
     assert status.reason == R_PLANNED
     assert "its leaders are bound and room is held for 9 pod(s)" in status.message, status.message
@@ -150,7 +153,8 @@ def test_the_followers_bind_into_their_held_room_and_the_jobset_runs() -> None:
     by_job: dict[str, set[str]] = {}
     for key, where in placed.items():
         by_job.setdefault(key.split("-")[2], set()).add(RACK_OF[where])
-    assert all(len(r) == 1 for r in by_job.values()) and len({next(iter(r)) for r in by_job.values()}) == 3
+    assert all(len(r) == 1 for r in by_job.values())
+    assert len({next(iter(r)) for r in by_job.values()}) == 3
 
 
 def test_a_follower_whose_held_node_was_taken_is_planned_again_inside_its_leaders_rack() -> None:
@@ -167,15 +171,18 @@ def test_a_follower_whose_held_node_was_taken_is_planned_again_inside_its_leader
     p = follower(made["js-workers-0-1"], rack.rsplit("-", 1)[1])
     scheduler.observe_pod(p)
     refused = scheduler.filter(p, NODES, 3.0)
-    assert refused.nodes == [] and not scheduler.plans[GROUP].expected  # the held room is planned again...
+    assert refused.nodes == []
+    assert not scheduler.plans[GROUP].expected
     assert f"inside rack {rack.replace('-', '/')}; only 0 fit" in refused.reason, refused.reason
     # The intruder leaves: the follower and the stand-ins are planned around the leaders again,
     # the follower in its leader's rack (its nodeSelector).
     scheduler.delete_pod("other/intruder")
     again = scheduler.filter(p, NODES, 4.0)
-    assert again.nodes and RACK_OF[again.nodes[0]] == rack, again.reason
+    assert again.nodes, again.reason
+    assert RACK_OF[again.nodes[0]] == rack
     held = scheduler.plans[GROUP].expected
-    assert len(held) == 8 and {RACK_OF[n] for k, n in held.items() if "workers-0-" in k} == {rack}
+    assert len(held) == 8
+    assert {RACK_OF[n] for k, n in held.items() if "workers-0-" in k} == {rack}
 
 
 def test_a_leader_bound_elsewhere_than_planned_takes_its_followers_to_its_rack() -> None:
@@ -198,7 +205,8 @@ def test_a_leader_bound_elsewhere_than_planned_takes_its_followers_to_its_rack()
     p = follower(made["js-workers-0-1"], free.rsplit("-", 1)[1])
     scheduler.observe_pod(p)
     result = scheduler.filter(p, four, 3.0)
-    assert result.event is not None and result.event.outcome == "extended", result.reason
+    assert result.event is not None, result.reason
+    assert result.event.outcome == "extended"
     rack = {n: n.rsplit("-", 1)[0] for n in four}
     assert rack[result.nodes[0]] == free
     held = scheduler.plans[GROUP].expected
@@ -215,7 +223,8 @@ def test_followers_that_never_come_give_their_room_back_and_the_gang_is_kept_by_
     scheduler.expire(89.0)
     assert GROUP in scheduler.plans  # still waiting for them
     scheduler.expire(91.0)
-    assert GROUP not in scheduler.plans and not scheduler.state.reservations
+    assert GROUP not in scheduler.plans
+    assert not scheduler.state.reservations
     [(group, evict)] = scheduler.expire_repairs(91.0)
     assert (group, evict) == (GROUP, [])
     status = scheduler.status(GROUP)
@@ -231,9 +240,11 @@ def test_followers_that_never_come_get_the_leaders_evicted_when_the_jobset_asks_
     scheduler.expire(1.0)
     assert scheduler.expire(62.0) == {GROUP: []}
     why = scheduler.reasons.get(GROUP)
-    assert why is not None and why.kind == R_FOLLOWERS_MISSING
+    assert why is not None
+    assert why.kind == R_FOLLOWERS_MISSING
     [(group, evict)] = scheduler.expire_repairs(62.0)
-    assert group == GROUP and sorted(p.key for p in evict) == sorted(leaders)
+    assert group == GROUP
+    assert sorted(p.key for p in evict) == sorted(leaders)
 
 
 def test_a_leader_pinned_by_gates_mode_leaves_its_followers_free_inside_the_rack() -> None:

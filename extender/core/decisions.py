@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
+from extender.core.held_room import ReservedRoom
 from extender.placement import (
     INCOMPLETE,
     NO_CAPACITY,
@@ -400,34 +400,6 @@ class Planned:
             )
         held = f", room held for {self.expected} pod(s) not created yet" if self.expected else ""
         return f"planned; waiting for {self.missing} pod(s) of the minimum to bind{held}"
-
-
-@dataclass(frozen=True)
-class ReservedRoom:
-    """Room held for a waiting gang (core/reservations.py): where, and when it should start."""
-
-    domain: DomainRef
-    nodes: int
-    start: float | None  # estimated start, wall-clock seconds; None: no wall clock is known
-    made: float | None  # when the reservation was made, wall-clock seconds; None: not known
-    after: float = 0.0  # seconds from the last reservation pass to the estimated start
-
-    def render(self) -> str:
-        held = f"room held for it in {self.domain} ({self.nodes} nodes)"
-        if self.start is None or self.made is None:
-            return f"{held}, since a moment not known (no wall clock); expected to start {after_pass(self.after)}"
-        return f"{held} since {rfc3339(self.made)}; expected to start by {rfc3339(self.start)}"
-
-
-def after_pass(seconds: float) -> str:
-    """When, without a wall clock to name the moment: "1h0m after the last reservation pass"."""
-    hours, rest = divmod(max(0, round(seconds)), 3600)
-    text = f"{hours}h{rest // 60}m" if hours else f"{rest // 60}m{rest % 60}s" if rest >= 60 else f"{rest}s"
-    return f"{text} after the last reservation pass"
-
-
-def rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING, BudgetBlocked, Headline, rfc3339
+from extender.core.decisions import R_WAITING, BudgetBlocked, Headline
 from extender.core.evicted import REPAIRED, Eviction
 from extender.core.exclusivity import snapshot_for
 from extender.core.explain_devices import device_lines
 from extender.core.explain_why import DRY_RUN, Why, replay, why_lines
+from extender.core.held_room import rfc3339
 from extender.core.scheduler import GangScheduler
 from extender.placement import (
     Excluded,
@@ -108,7 +109,7 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
         return told
     state = scheduler.state
     tree = state.table.tree(gang.topology)
-    reserved = scheduler.reserved(group)
+    reserved = {**scheduler.reserved(group), **scheduler.plans.expected(group)}  # pods not created yet too
     node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
     planned_on = {**reserved, **node_of}
     lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))
@@ -123,7 +124,9 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
     # The dry run: this gang's own reservations go back; its bound pods stay where they are.
     give_back: dict[str, Counter[str]] = {}
     for pod_key, node in reserved.items():
-        give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
+        info = state.pods.get(pod_key) or view.expected.get(pod_key)
+        if info is not None:
+            give_back.setdefault(node, Counter()).update(info.requests)
     snapshot = snapshot_for(state, scheduler.membership, group, gang, give_back=give_back)
     result = plan(snapshot, gang, explain=True)
     preemption = _preemption(scheduler, group, None if isinstance(result, Plan) else result)

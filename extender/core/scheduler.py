@@ -148,8 +148,7 @@ class GangScheduler:
             return refuse(nodes, f"topogang: {held}", group)
         event = None
         gp = self.plans.get(group)
-        if gp is not None and gp.expected and pod.key not in gp.reserved:
-            # A pod the plan held room for before it existed (a JobSet Job's follower): it takes that room.
+        if gp is not None and gp.expected and pod.key not in gp.reserved:  # it may take room held before it existed
             self.plans.claim(group, pod, self.membership.slot(pod.key))
         if gp is None or pod.key not in gp.reserved:
             event = self._plan(group, view, now, extend=gp is not None)
@@ -263,14 +262,11 @@ class GangScheduler:
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
-        new, for_expected, outcome = self.plans.hold(group, result, now, view.expected)
+        new, early, outcome = self.plans.hold(group, result, now, view.expected)  # early: for pods not created yet
         self.repairs.mended(group)
         self.reasons.record(group, BeyondMinimum(len(result.unplaced)) if result.unplaced else None)
-        nodes, attempts = (*new.values(), *for_expected.values()), result.attempts
-        waiting_for = len(for_expected)
-        return PlanEvent(
-            group, outcome, len(new), nodes, result.domains, "", attempts, result.levels, expected=waiting_for
-        )
+        nodes, attempts, levels = (*new.values(), *early.values()), result.attempts, result.levels
+        return PlanEvent(group, outcome, len(new), nodes, result.domains, "", attempts, levels, expected=len(early))
 
     def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
@@ -399,6 +395,8 @@ class GangScheduler:
         gp = self.plans.release(group)
         if gp is None:
             return []
+        if why.kind == R_FOLLOWERS_MISSING:  # its leaders run alone: its on-unrepairable policy decides
+            self.repairs.abandon(group)
         self.steering.forget(group)
         self.reasons.record(group, why)
         waiting = sorted(gp.gate.arrived)
@@ -423,11 +421,7 @@ class GangScheduler:
     def expire(self, now: float) -> dict[str, list[str]]:
         """Release plans that made no progress for `plan_ttl` seconds (Plans.stalled); forget
         what is kept about gangs that are gone."""
-        out = {}
-        for group, why in self.plans.stalled(now, self.plan_ttl).items():
-            out[group] = self._release(group, why)
-            if why.kind == R_FOLLOWERS_MISSING:  # its leaders run alone: its on-unrepairable policy decides
-                self.repairs.abandon(group)
+        out = {group: self._release(group, why) for group, why in self.plans.stalled(now, self.plan_ttl).items()}
         groups = set(self.membership.groups())
         for group in self.plans.sweep(groups):
             self.steering.forget(group)

@@ -42,9 +42,8 @@ from extender.core.decisions import (
     R_SCHEDULED,
     SCHEDULED,
     GroupStatus,
-    ReservedRoom,
-    rfc3339,
 )
+from extender.core.held_room import ReservedRoom, rfc3339
 from extender.core.membership import GroupView
 from extender.model.podgroup_body import podgroup_spec_body
 
