@@ -23,6 +23,7 @@ from typing import Any
 
 from extender.core.cluster import ClusterState, object_key
 from extender.core.decisions import BIND, DONE, R_FOLLOWERS_MISSING, R_PLANNED, R_SCHEDULED, R_UNREPAIRABLE, WAIT
+from extender.core.recovery import Recovery
 from extender.core.scheduler import GangScheduler
 from extender.grouping import synthesize
 from extender.grouping.expected import MARK
@@ -245,6 +246,33 @@ def test_followers_that_never_come_get_the_leaders_evicted_when_the_jobset_asks_
     [(group, evict)] = scheduler.expire_repairs(62.0)
     assert group == GROUP
     assert sorted(p.key for p in evict) == sorted(leaders)
+
+
+def test_a_new_leader_of_topogang_holds_the_followers_room_again_and_evicts_nobody() -> None:
+    # The leaders were bound by the last leader of topogang (their PodScheduled times after their
+    # creation); no follower exists yet. Not a gang cut off between two binds: no deadline, no
+    # eviction; the followers' room is held again and they bind into it as they come.
+    scheduler, made = cluster(the_jobset())
+    leaders = bind_leaders(scheduler, made)
+    placed = {k: scheduler.state.pods[k] for k in leaders}
+    fresh, _ = cluster(the_jobset())
+    for p in placed.values():
+        fresh.observe_pod(replace(p, created=100.0, scheduled_at=101.0))
+    recovery = Recovery(within=55.0)
+    found = recovery.start(fresh, 0.0)
+    assert recovery.deadlines == {}
+    assert found.degraded == []
+    assert [(e.group, e.outcome, e.expected) for e in found.events] == [(GROUP, "planned", 9)]
+    gp = fresh.plans[GROUP]
+    assert gp.gate.opened
+    assert {RACK_OF[n] for n in gp.expected.values()} == {RACK_OF[n] for n in leaders.values()}
+    assert recovery.overdue(fresh, 1000.0) == {}
+    slot = f"ml/js-workers-0-1{MARK}"
+    p = follower(made["js-workers-0-1"], RACK_OF[leaders["ml/js-workers-0-0"]].rsplit("-", 1)[1])
+    held = gp.expected[slot]
+    fresh.observe_pod(p)
+    assert fresh.filter(p, NODES, 2.0).nodes == [held]
+    assert fresh.bind(p.key, held, 2.0).action == BIND
 
 
 def test_a_leader_pinned_by_gates_mode_leaves_its_followers_free_inside_the_rack() -> None:

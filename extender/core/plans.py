@@ -174,6 +174,9 @@ class Plans:
         self._domains[group] = result.domains
         if gp is None:
             gate = Gate(frozenset(p for p in result.minimum if p not in expected))
+            # Only room for pods not created yet, its leaders bound already (a new leader of topogang
+            # found it so): nothing is left to wait for at the gate.
+            gate.opened = bool(held) and not gate.minimum
             gp = GroupPlan(result, self.next_generation(), dict(new), gate, now, now, expected=dict(held))
             self._by_group[group] = gp
             return new, held, "planned"
