@@ -17,7 +17,7 @@ from typing import Any
 
 from extender.core.cluster import ClusterState
 from extender.grouping import PODGROUP, Family, Grouping, family_key, group_pods
-from extender.grouping.expected import expected_pods, slot_of, subgroups_with
+from extender.grouping.expected import Expected, expected_pods, slot_of, subgroups_with
 from extender.grouping.upstream import tree as upstream
 from extender.grouping.upstream.objects import GROUP as UPSTREAM_GROUP
 from extender.model.errors import FieldError, said_once, said_once_text
@@ -113,6 +113,7 @@ class Membership:
         self._group_of: dict[str, str] = {}
         self._group_family: dict[str, Family] = {}
         self._views: dict[str, GroupView] = {}
+        self._expected: dict[str, dict[str, Expected]] = {}  # group -> its stand-ins last made (view)
         self._dirty_pods: set[str] = set(state.pods)
         self._dirty_readers: set[str] = set()  # pods that read an object that changed
         self._rekey: set[str] = set()  # pods whose family may have changed with an object (a new root)
@@ -294,6 +295,8 @@ class Membership:
             self._views.pop(g.key, None)
             for pod_key in pods.get(g.key, ()):
                 self._group_of[pod_key] = g.key
+        for group in [g for g in self._expected if g not in self._group_family]:
+            del self._expected[group]  # the stand-ins of gangs gone (only leader-first gangs have any)
 
     # -- questions --------------------------------------------------------------------------------
 
@@ -387,7 +390,9 @@ class Membership:
             present = [p for p in pods if not p.held]
             # Followers their controller creates only once their leader is scheduled count before
             # they exist, so that the leaders can be planned and bound under the whole gang's plan.
-            expected = expected_pods(grouping, present)
+            expected = expected_pods(grouping, present, self._expected.get(group))
+            if not assumed:
+                self._expected[group] = expected
             subgroup_of, order = subgroups_with(grouping, expected)
             stand_ins = [e.pod for e in expected.values()]
             built = build_gang(

@@ -33,6 +33,7 @@ class Expected:
     pod: PodInfo
     leaf: str
     index: int
+    leader: PodInfo  # the pod it was made from: while that stays the same object, so does the stand-in
 
 
 def slot_key(namespace: str, job: str, index: int) -> str:
@@ -62,30 +63,43 @@ def slot_of(pod: PodInfo, grouping: Grouping) -> str | None:
     return None
 
 
-def expected_pods(grouping: Grouping, pods: Sequence[PodInfo]) -> dict[str, Expected]:
+def expected_pods(
+    grouping: Grouping, pods: Sequence[PodInfo], before: Mapping[str, Expected] | None = None
+) -> dict[str, Expected]:
     """For each leader-first part of GROUPING whose leader is among PODS (present: live, not held
     by a gate), a stand-in for every follower index of its minimum that no pod of PODS holds (a
     live pod, or one that succeeded). None for a part whose leader is missing: its gang is short
-    of pods, as it is."""
+    of pods, as it is. BEFORE: the last answer, whose stand-ins are kept while their leader is the
+    same object (the gang is built again as each follower comes: a stand-in each is O(pods) a time)."""
     if not grouping.leader_first:
         return {}
+    at: dict[tuple[str, int], list[PodInfo]] = {}  # (leaf, index) -> its pods: one pass over the pods
+    for p in pods:
+        i, leaf = grouping.order.get(p.key), grouping.subgroup_of.get(p.key)
+        if i is not None and leaf is not None:
+            at.setdefault((leaf, i), []).append(p)
     out: dict[str, Expected] = {}
     for rule in grouping.leader_first.values():
-        by_index: dict[int, list[PodInfo]] = {}
-        for p in pods:
-            i = grouping.order.get(p.key)
-            if i is not None and i < len(rule.leaves) and grouping.subgroup_of.get(p.key) == rule.leaves[i]:
-                by_index.setdefault(i, []).append(p)
-        leader = next((p for p in by_index.get(0, ()) if not p.terminal and not p.deleting and not p.held), None)
+        if not rule.leaves:
+            continue
+        live = (p for p in at.get((rule.leaves[0], 0), ()) if not p.terminal and not p.deleting and not p.held)
+        leader = next(live, None)
         if leader is None:
             continue
         job = job_of(leader)
         for i in range(1, len(rule.leaves)):
-            if any(not p.deleting and (not p.terminal or p.phase == "Succeeded") for p in by_index.get(i, ())):
-                continue
-            key = slot_key(leader.namespace, job, i)
-            out[key] = Expected(_stand_in(leader, key, rule.index_label, i), rule.leaves[i], i)
+            if not any(_holds(p) for p in at.get((rule.leaves[i], i), ())):
+                key = slot_key(leader.namespace, job, i)
+                made = before.get(key) if before else None
+                if made is None or made.leader is not leader or made.leaf != rule.leaves[i]:
+                    made = Expected(_stand_in(leader, key, rule.index_label, i), rule.leaves[i], i, leader)
+                out[key] = made
     return out
+
+
+def _holds(pod: PodInfo) -> bool:
+    """Whether POD holds its index: it lives, or it succeeded (its Job does not make it again)."""
+    return not pod.deleting and (not pod.terminal or pod.phase == "Succeeded")
 
 
 def _stand_in(leader: PodInfo, key: str, index_label: str, index: int) -> PodInfo:
