@@ -23,6 +23,7 @@ from typing import Any
 
 from extender.core.cluster import ClusterState, object_key
 from extender.core.decisions import BIND, DONE, R_FOLLOWERS_MISSING, R_PLANNED, R_SCHEDULED, R_UNREPAIRABLE, WAIT
+from extender.core.explain import explain, render
 from extender.core.recovery import Recovery
 from extender.core.scheduler import GangScheduler
 from extender.grouping import synthesize
@@ -130,6 +131,9 @@ def test_the_followers_bind_into_their_held_room_and_the_jobset_runs() -> None:
     assert status.reason == R_PLANNED
     assert "its leaders are bound and room is held for 9 pod(s)" in status.message, status.message
     assert (status.bound, status.planned) == (3, 12)
+    told = render([explain(scheduler, GROUP)])
+    assert "PodGroup ml/jobset-js: min 1 of 1 SubGroups; 3 / 12 / 3" in told  # present / planned / bound
+    assert "fits: 9 pod(s) would be placed" in told  # its held room given back for the dry run
     scheduler.expire(2.0)  # the sweep keeps a plan that still holds room for pods to come
     assert GROUP in scheduler.plans
     placed = dict(leaders)

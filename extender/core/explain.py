@@ -112,7 +112,7 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
     reserved = {**scheduler.reserved(group), **scheduler.plans.expected(group)}  # pods not created yet too
     node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
     planned_on = {**reserved, **node_of}
-    lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))
+    lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of), set(view.expected))
     base = replace(
         told,
         topology=f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
@@ -267,7 +267,9 @@ def _lines(
     index: Mapping[str, int],
     planned_on: Mapping[str, str],
     bound: set[str],
+    absent: set[str],
 ) -> list[ScopeLine]:
+    """ABSENT: stand-ins of pods not created yet, members that are not present."""
     members = [m.key for m in scope.all_members()]
     placed = [planned_on[k] for k in members if k in planned_on]
     if scope.leaf:
@@ -296,14 +298,14 @@ def _lines(
         scope.label,
         minimum,
         constraint,
-        len(members),
+        sum(1 for k in members if k not in absent),
         len(placed),
         sum(1 for k in members if k in bound),
         where,
     )
     out = [line]
     for child in scope.children:
-        out.extend(_lines(child, depth + 1, tree, index, planned_on, bound))
+        out.extend(_lines(child, depth + 1, tree, index, planned_on, bound, absent))
     return out
 
 
