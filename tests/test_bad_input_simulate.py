@@ -174,7 +174,7 @@ def test_json_carries_each_pending_pods_and_groups_reason(tmp_path: Path, capsys
     big = "---\napiVersion: scheduling.topogang.io/v1alpha1\nkind: PodGroup\nmetadata: {name: big}\n"
     big += "spec: {minMember: 3}\n" + pods("big", 3)
     doc = simulate(tmp_path, capsys, big + PLAIN)
-    why = "PodGroup default/big: 3 pods x {nvidia.com/gpu: 8} in the cluster; only 2 fit"
+    why = "PodGroup default/big: 3 pods x {nvidia.com/gpu: 8} in the cluster; only 2 fit even with nothing running"
     assert {p["name"]: p["reason"] for p in doc["pods"]} == {
         "big-0": f"topogang: {why}",
         "big-1": f"topogang: {why}",

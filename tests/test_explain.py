@@ -66,7 +66,7 @@ def test_a_pending_workload_says_why_and_which_nodes_are_left_out(
     assert "; 8 / 0 / 0" in out
     assert (
         "Planning it now: does not fit: PodGroup ml/tfjob-huge: 24 pods x {nvidia.com/gpu: 8} in one block; "
-        "the best block fits 16; nodes left out: 5 nvidia.com/gpu, 1 not ready or cordoned"
+        "the best block fits 16 even with nothing running; nodes left out: 1 not ready or cordoned"
     ) in out
     assert "Nodes left out for pods of {nvidia.com/gpu: 8}: 5 nvidia.com/gpu, 1 not ready or cordoned" in out
 

@@ -241,3 +241,20 @@ def test_with_children_a_reservation_holds_the_fewest_children_that_hold_the_gan
     (r,) = reserve(10.0, [block_gang], f, pods, lay, (), Settings(limit=1, children=True))
     assert (r.domain, r.start) == (0, 100.0)
     assert r.nodes.tolist() == [0, 1]  # rack 0 frees at 100; rack 1 (busy until 900) stays usable
+
+
+def test_a_gang_is_held_room_only_on_nodes_it_may_use() -> None:
+    """Block 0 frees first (ends 100-400, block 1's 150-450), but the gang may use only one node
+    of each of block 0's racks (a taint, a selector): 2 of the 3 pods it needs. Its room is in
+    block 1, and when it may use no block's three nodes it is held none."""
+    lay = layout()
+    f, pods = _busy()
+    usable = np.array([True, False, True, False, True, True, True, True])
+    gang = Waiting("g", 0, 0.0, whole_nodes(3, level=BLOCK), usable)
+    (r,) = reserve(0.0, [gang], f, pods, lay, (), Settings())
+    assert (r.domain, r.start) == (1, 350.0)  # block 1's third pod to end frees its third node
+    assert set(r.nodes.tolist()) <= {4, 5, 6, 7}
+    nowhere = np.array([True, False, True, False, True, False, True, False])
+    assert (
+        reserve(0.0, [Waiting("g", 0, 0.0, whole_nodes(3, level=BLOCK), nowhere)], f, pods, lay, (), Settings()) == ()
+    )

@@ -97,7 +97,7 @@ class Released:
             return f"plan expired after {self.seconds:g}s without all pods binding"
         if self.kind == R_FOLLOWERS_MISSING:
             return (
-                f"its leaders are bound, but no pod of it was created or bound for {self.seconds:g}s: the room"
+                f"its leaders are bound, but no pod of it bound for {self.seconds:g}s: the room"
                 f" held for its {self.unbound} pod(s) still to come (their controller creates them once"
                 " their leaders are scheduled) was released"
             )

@@ -22,6 +22,8 @@ from extender.core.explain_why import DRY_RUN, Why, replay, why_lines
 from extender.core.held_room import rfc3339
 from extender.core.scheduler import GangScheduler
 from extender.placement import (
+    NO_CAPACITY,
+    NO_DOMAIN,
     Excluded,
     Gang,
     NoPreemption,
@@ -138,7 +140,11 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
         headline = "not planned yet, and it fits now: kube-scheduler has not sent its pods since"
     else:
         assert isinstance(result, Unplaceable)
-        outcome = f"does not fit: {result.message}"
+        # a gang that does not fit even with nothing running: that is what to tell (feasible.py)
+        never = (
+            scheduler.reserving.feasible.never(group, gang) if result.reason.kind in (NO_DOMAIN, NO_CAPACITY) else None
+        )
+        outcome = f"does not fit: {result.message if never is None else never.render()}"
         headline = outcome
     shapes = {s.describe(): left_out(snapshot, s) for s in gang.shapes}
     # A complete gang this scheduler never tried (always so for `explain` on a live cluster,

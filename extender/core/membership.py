@@ -381,23 +381,21 @@ class Membership:
             )
         else:
             spec = grouping.podgroup
-            if spec.priority_class_name and (value := state.class_priority(spec.priority_class_name)) is not None:
+            differ: tuple[str, ...] = ()
+            if spec.priority is not None:  # the group's own (Kubernetes' PodGroup), as kube-scheduler reads it
+                priority = spec.priority
+                differ = _priority_differs(spec.priority, [(p.key, state.pod_priority(p)) for p in pods])
+            elif spec.priority_class_name and (value := state.class_priority(spec.priority_class_name)) is not None:
                 priority = max(priority, value)
             # A pod held by a scheduling gate (Kueue's, a user's) is not present: it cannot be
             # scheduled, so counting it would plan and hold room for a gang that cannot bind. It
             # joins the gang once its gates are gone. topogang's own gate (gates mode) is the
             # exception: topogang lifts it once the gang is planned, so those pods must count.
             present = [p for p in pods if not p.held]
-            # Followers their controller creates only once their leader is scheduled count before
-            # they exist, so that the leaders can be planned and bound under the whole gang's plan.
-            expected = expected_pods(grouping, present, self._expected.get(group))
-            if not assumed:
-                self._expected[group] = expected
-            subgroup_of, order = subgroups_with(grouping, expected)
-            stand_ins = [e.pod for e in expected.values()]
+            stand_ins, subgroup_of, order = self._stand_ins(group, grouping, present, assumed)
             built = build_gang(
                 spec,
-                [*present, *(_assume(p, assumed.get(p.key)) if assumed else p for p in stand_ins)],
+                [*present, *stand_ins],
                 state.topologies,
                 order=order,
                 subgroup_of=subgroup_of,
@@ -413,7 +411,9 @@ class Membership:
                 spec,
                 built,
                 said_once((*built.errors, *device_errors)),
-                warnings=said_once_text((*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings)),
+                warnings=said_once_text(
+                    (*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings, *differ)
+                ),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),
@@ -425,6 +425,19 @@ class Membership:
         if not assumed:
             self._views[group] = view
         return view
+
+    def _stand_ins(
+        self, group: str, grouping: Grouping, present: list[PodInfo], assumed: Mapping[str, str] | None
+    ) -> tuple[list[PodInfo], Mapping[str, str], Mapping[str, int]]:
+        """Followers their controller creates only once their leader is scheduled count before
+        they exist (grouping/expected.py), so that the leaders are planned and bound under the
+        whole gang's plan: their stand-ins (pinned to ASSUMED nodes), and every member's leaf
+        SubGroup and index, theirs included."""
+        expected = expected_pods(grouping, present, self._expected.get(group))
+        if not assumed:
+            self._expected[group] = expected
+        subgroup_of, order = subgroups_with(grouping, expected)
+        return [_assume(e.pod, assumed.get(k)) if assumed else e.pod for k, e in expected.items()], subgroup_of, order
 
 
 def _gated(pods: Sequence[PodInfo]) -> tuple[str, ...]:
@@ -443,6 +456,19 @@ def _has_exclusive(spec: PodGroupSpec) -> bool:
         *(s.constraint for s in spec.subgroup_sets),
     ]
     return any(c is not None and c.exclusive for c in constraints)
+
+
+def _priority_differs(group: int, pods: list[tuple[str, int]]) -> tuple[str, ...]:
+    """kube-scheduler 1.37 schedules no pod of a Kubernetes PodGroup whose priority is not the
+    group's ("all pods in a single pod group should have the same priority"): say which differ."""
+    odd = sorted((k, v) for k, v in pods if v != group)
+    if not odd:
+        return ()
+    shown = ", ".join(f"{k} has {v}" for k, v in odd[:3]) + (f" and {len(odd) - 3} more" if len(odd) > 3 else "")
+    return (
+        f"the PodGroup's priority is {group} but {shown}: kube-scheduler schedules no pod of a group whose pods'"
+        " priority differs from the group's (give the pods the group's priorityClassName)",
+    )
 
 
 def _assume(pod: PodInfo, node: str | None) -> PodInfo:

@@ -12,7 +12,7 @@ for its status once it runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -185,16 +185,20 @@ class Plans:
         gp.touched = now
         return new, held, "extended"
 
-    def claim(self, group: str, pod: PodInfo, slot: str | None) -> bool:
-        """POD was created in the place of the stand-in SLOT, whose room GROUP's plan holds: it takes that
-        room when its node still admits it (its node selector: JobSet's points at its leader's
-        domain) and holds its requests. Else the plan's held room no longer matches the gang as it
-        runs (its leader bound elsewhere, the node taken): all of it goes back, and the pod and
-        the stand-ins are planned again as pods the plan lacks. True when POD holds a planned node."""
+    def claim(self, group: str, pod: PodInfo, slot_of: Callable[[str], str | None]) -> GroupPlan | None:
+        """GROUP's plan; first, when POD was created in the place of a stand-in whose room the plan
+        holds (SLOT_OF(pod key): its key), POD takes that room if its node still admits it (its node
+        selector: JobSet's points at its leader's domain) and holds its requests. Else the plan's
+        held room no longer matches the gang as it runs (its leader bound elsewhere, the node
+        taken): all of it goes back, and the pod and the stand-ins are planned again as pods the
+        plan lacks."""
         gp = self._by_group.get(group)
-        node = gp.expected.get(slot) if gp is not None and slot is not None else None
-        if gp is None or node is None or slot is None:
-            return False
+        if gp is None or not gp.expected or pod.key in gp.reserved:
+            return gp
+        slot = slot_of(pod.key)
+        node = gp.expected.get(slot) if slot is not None else None
+        if node is None or slot is None:
+            return gp
         self._drop(gp, [slot])
         info = self._state.nodes.get(node)
         table = self._state.table
@@ -202,11 +206,11 @@ class Plans:
         fits = info is not None and info.schedulable and at is not None and table.eligibility(pod.placement).mask[at]
         if not fits or any(self._state.free_on(node, r) < v for r, v in pod.requests.items()):
             self._drop(gp, list(gp.expected))
-            return False
+            return gp
         self._state.reserve(pod.key, node, pod.requests)
         self._holder[pod.key] = group
         gp.reserved[pod.key] = node
-        return True
+        return gp
 
     def swap(self, gp: GroupPlan, pod: str, mate: str) -> None:
         """POD and MATE (interchangeable members of one plan) trade their planned nodes; never

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 
 from extender.core.cluster import ClusterState
+from extender.core.disruption import whole_only
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
 from extender.model.pod import PodInfo
@@ -29,6 +30,8 @@ NEVER = "Never"
 
 
 def may_preempt(state: ClusterState, view: GroupView) -> bool:
+    if view.spec is not None and view.spec.never_preempts:
+        return False
     pods = [state.pods[k] for k in view.pods if k in state.pods]
     return not any(p.preemption_policy == NEVER for p in pods)
 
@@ -55,7 +58,8 @@ def running_workloads(
         view = membership.view(group)
         gang = view.built.gang if view.built is not None else None
         running = tuple(_running(state, p) for p in sorted(pods, key=lambda p: p.key))
-        out.append(Workload(group, view.priority, running, _elastic(gang, running)))
+        spare = frozenset() if whole_only(view.spec) else _elastic(gang, running)
+        out.append(Workload(group, view.priority, running, spare))
     return out
 
 

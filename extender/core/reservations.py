@@ -10,7 +10,8 @@ way Slurm's backfill does, on the topology:
   gang takes a lower one's place (and domain) when the limit is reached. `coarsest_only` narrows
   who to the gangs whose domain is of that level or coarser (the bench's zone-sized variant).
 - Where: one domain of the gang's required level (without one, of the finest level where one
-  domain, empty, holds the gang), the one *expected to have room soonest*: running pods are
+  domain, empty, holds the gang), counting only the nodes its pods may use (`Waiting.usable`:
+  taints, selectors), the one *expected to have room soonest*: running pods are
   released in the order of their expected end until some domain holds the gang. Domains of
   different reservations never share a node. A reservation keeps its domain while it lasts, its
   estimated start recomputed at every pass, unless another domain is then expected to hold the
@@ -103,6 +104,8 @@ class Waiting:
     priority: int
     since: float  # queued since
     demand: Demand
+    # the nodes its pods may use (taints, selectors); None: every node. Room elsewhere is not its.
+    usable: BoolArray | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,11 @@ class Running:
     def by_end(self) -> Running:
         order = np.argsort(self.end, kind="stable")
         return Running(self.node[order], self.request[order], self.end[order])
+
+    def on(self, nodes: BoolArray) -> Running:
+        """The pods on NODES (in the same order)."""
+        keep = nodes[self.node]
+        return Running(self.node[keep], self.request[keep], self.end[keep])
 
 
 @dataclass(frozen=True)
@@ -298,6 +306,14 @@ def _fewest_children(
     return out
 
 
+def _as_seen(w: Waiting, free: Matrix, running: Running) -> tuple[Matrix, Running]:
+    """FREE and RUNNING (sorted by end) as W sees them: no room on a node it may not use."""
+    if w.usable is None:
+        return free, running
+    seen: Matrix = np.where(w.usable[:, None], free, 0)
+    return seen, running.on(w.usable)
+
+
 def below_cut(layout: Layout, demand: Demand, settings: Settings) -> bool:
     """Whether a gang of DEMAND is kept from reservations by `coarsest_only`: it needs a finer
     domain than that level (or no domain of the layout holds it)."""
@@ -342,13 +358,14 @@ def reserve(
         return ()
     if settings.largest_first:  # stable: queue order among equals
         eligible.sort(key=lambda w: (_level_rank(layout, w.demand), -w.demand.pods))
-    ordered = running.by_end()
+    all_free, all_ordered = free, running.by_end()
     previous = {r.key: r for r in current}
     taken = np.zeros(layout.nodes, dtype=np.bool_)  # the domains of the reservations so far
     out: list[Reservation] = []
     for w in eligible:
         if len(out) == settings.limit:
             break
+        free, ordered = _as_seen(w, all_free, all_ordered)
         old = previous.get(w.key)
         kept: Found | None = None
         if old is not None and not taken[layout.members(old.level, old.domain)].any():

@@ -36,7 +36,6 @@ from dataclasses import replace
 from extender.core.binding import BindGate
 from extender.core.cluster import ClusterState
 from extender.core.decisions import (
-    R_FOLLOWERS_MISSING,
     R_MEMBER_GONE,
     R_REPLANNING,
     BeyondMinimum,
@@ -48,6 +47,7 @@ from extender.core.decisions import (
     Repairing,
     Split,
 )
+from extender.core.disruption import whole_only
 from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
@@ -147,9 +147,7 @@ class GangScheduler:
         if held is not None:
             return refuse(nodes, f"topogang: {held}", group)
         event = None
-        gp = self.plans.get(group)
-        if gp is not None and gp.expected and pod.key not in gp.reserved:  # it may take room held before it existed
-            self.plans.claim(group, pod, self.membership.slot(pod.key))
+        gp = self.plans.claim(group, pod, self.membership.slot)  # (it may take room held before it existed)
         if gp is None or pod.key not in gp.reserved:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)
@@ -255,11 +253,12 @@ class GangScheduler:
                 if found is not None:
                     return found
             why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+                # it waits for room (a reservation may hold some), unless it fits not even with nothing running
+                why = self.reserving.waiting(group, now, gang) or why
             self.reasons.record(group, why)
             if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
-            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
         new, early, outcome = self.plans.hold(group, result, now, view.expected)  # early: for pods not created yet
@@ -316,9 +315,8 @@ class GangScheduler:
                 snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
             )
             if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reasons.record(group, result.reason)
-                self.reserving.waiting(group, now)
-                found.append(group)
+                self.reasons.record(group, self.reserving.waiting(group, now, gang) or result.reason)
+                found.append(group)  # (its status tells why it waits, or why it never runs)
         return found
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
@@ -328,7 +326,8 @@ class GangScheduler:
 
     def _repair(self, group: str, gang: Gang, now: float) -> PlanEvent | None:
         """GROUP runs, and pods of it do not fit where it runs: move the smallest broken part whole."""
-        if (found := self.repairs.find(group, gang, now)) is None:
+        whole = whole_only(self.membership.view(group).spec)
+        if (found := self.repairs.find(group, gang, now, whole_only=whole)) is None:
             return None
         self._release(group, Released(R_REPLANNING))  # a plan carried out: the repair gets a gate of its own
         self.repairs.start(group, found, now)
@@ -395,8 +394,6 @@ class GangScheduler:
         gp = self.plans.release(group)
         if gp is None:
             return []
-        if why.kind == R_FOLLOWERS_MISSING:  # its leaders run alone: its on-unrepairable policy decides
-            self.repairs.abandon(group)
         self.steering.forget(group)
         self.reasons.record(group, why)
         waiting = sorted(gp.gate.arrived)
@@ -437,12 +434,15 @@ class GangScheduler:
         """Gangs no repair mended within the repair timeout: each with the running pods to evict
         (empty unless its workload asks to be evicted whole)."""
         out = []
-        for group in self.repairs.given_up(now):
+        for group in self.repairs.given_up(now, self.reasons):
             if not self.membership.has(group):
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
             spec = self.membership.view(group).spec
-            why, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None, now)
+            annotations = spec.annotations if spec else None
+            why, bound = self.repairs.verdict(
+                pods, self.reasons.get(group), annotations, now, whole_only=whole_only(spec)
+            )
             self.reasons.record(group, why)
             out.append((group, bound))
         return out

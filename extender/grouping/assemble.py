@@ -257,6 +257,10 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         uid=draft.uid,
         annotations={k: ann[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE) if ann.get(k)},
         derived_from=draft.obj,
+        priority=draft.priority,
+        priority_class_name=draft.priority_class_name,
+        disruption_all=draft.disruption_all,
+        never_preempts=draft.never_preempts,
     )
     structure = ErrorList(f"PodGroup {draft.key}")
     validate_structure(pg, structure)

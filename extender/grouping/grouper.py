@@ -57,6 +57,11 @@ class GangDraft:
     # The pods carry annotations of their own (no template was read): each pod's keys are checked,
     # not the parts' templates made from them (the grouper checks the group objects it read).
     keys_on_pods: bool = False
+    # What Kubernetes' own gang API says of the group as a whole (its root object's fields).
+    priority: int | None = None
+    priority_class_name: str = ""
+    disruption_all: bool = False
+    never_preempts: bool = False
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,13 @@ class PodGroupSpec:
     # The workload topogang derived this PodGroup from ("TFJob ml/train"), whose annotations
     # these are; "" for a PodGroup object. Messages about the annotations name it.
     derived_from: str = ""
+    # Kubernetes' PodGroup gives the gang a priority of its own (spec.priority, resolved by the
+    # Priority admission plugin): when set, it is the gang's, whatever its pods say.
+    priority: int | None = None
+    # disruptionMode all: the gang may be disrupted only as a whole (extender.core.disruption).
+    disruption_all: bool = False
+    # preemptionPolicy Never on Kubernetes' PodGroup: the gang never preempts.
+    never_preempts: bool = False
 
     @property
     def key(self) -> str:

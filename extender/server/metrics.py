@@ -220,8 +220,8 @@ def watch(
     held: Callable[[], Mapping[str, float]],
 ) -> None:
     """The metrics read at scrape time, each from the object that keeps the number."""
-    held = "Pods holding reserved room: planned, not bound yet (or not created yet)."
-    metrics.gauge("topogang_reservations", held, reservations)
+    what = "Pods holding reserved room: planned, not bound yet (or not created yet)."
+    metrics.gauge("topogang_reservations", what, reservations)
     metrics.gauge("topogang_podgroups", "Gangs by phase, as the leader last computed them.", phases, "phase")
     metrics.counter(
         "topogang_podgroup_status_writes", "PodGroup status writes, by result (ok, failed).", status_writes, "result"
