@@ -53,6 +53,7 @@ def test_every_annotation_the_groupers_read_is_one_topogang_reads() -> None:
         lws.EXCLUSIVE,
         lws.SUBGROUP_EXCLUSIVE,
         jobset.EXCLUSIVE,
+        jobset.NODE_SELECTOR,
         TOPOLOGY_ANNOTATION,
         ON_UNREPAIRABLE,
         RUNTIME_BOUND_ANNOTATION,

@@ -47,11 +47,11 @@ def a_plan(keys: list[str], nodes: list[str]) -> Plan:
 def test_plans_hold_reserve_and_extend_and_release_gives_everything_back() -> None:
     state, _, keys = cluster()
     plans = Plans(state)
-    new, outcome = plans.hold("default/g", a_plan(keys[:2], NODES[:2]), 0.0)
+    new, _, outcome = plans.hold("default/g", a_plan(keys[:2], NODES[:2]), 0.0)
     assert (outcome, new) == ("planned", dict(zip(keys[:2], NODES[:2], strict=True)))
     assert set(state.reservations) == set(keys[:2])
     assert plans.generation("default/g") == 1
-    new, outcome = plans.hold("default/g", a_plan(keys, NODES[:3]), 1.0)
+    new, _, outcome = plans.hold("default/g", a_plan(keys, NODES[:3]), 1.0)
     assert (outcome, new) == ("extended", {keys[2]: NODES[2]})  # only what it did not hold
     assert plans["default/g"].touched == 1.0
     assert plans.generation("default/g") == 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from extender.placement import (
     INCOMPLETE,
@@ -48,6 +47,8 @@ R_DISRUPTION_BUDGET = "DisruptionBudget"  # only victims beyond what PodDisrupti
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
 R_REPAIRING = "Repairing"  # a broken part of a running gang is moving whole; its room is held
 R_UNREPAIRABLE = "Unrepairable"  # a running gang lost pods and no part of it could move in time
+# Its leaders bound, pods their controller creates after them never came; the room held was released.
+R_FOLLOWERS_MISSING = "FollowersNotCreated"
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -63,6 +64,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_DISRUPTION_BUDGET,
         R_PARTIAL_EVICTED,
         R_UNREPAIRABLE,
+        R_FOLLOWERS_MISSING,
     }
 )
 
@@ -77,7 +79,7 @@ class Released:
     seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_PARTIAL_EVICTED: the time they had
     pod: str = ""  # R_MEMBER_GONE: the pod that went away
     nodes: tuple[str, ...] = ()  # R_REPLANNING: the planned nodes that stopped fitting, when known
-    unbound: int = 0  # R_PLAN_EXPIRED after its gate opened: the planned pods that never bound
+    unbound: int = 0  # R_PLAN_EXPIRED after its gate opened, R_FOLLOWERS_MISSING: the planned pods that never bound
 
     def render(self) -> str:
         if self.kind == R_BIND_TIMEOUT:
@@ -92,6 +94,12 @@ class Released:
             )
         if self.kind == R_PLAN_EXPIRED:
             return f"plan expired after {self.seconds:g}s without all pods binding"
+        if self.kind == R_FOLLOWERS_MISSING:
+            return (
+                f"its leaders are bound, but no pod of it bound for {self.seconds:g}s: the room"
+                f" held for its {self.unbound} pod(s) still to come (their controller creates them once"
+                " their leaders are scheduled) was released"
+            )
         if self.kind == R_MEMBER_GONE:
             return f"pod {self.pod} of the minimum went away before binding"
         if self.kind == R_PARTIAL_EVICTED:
@@ -214,6 +222,8 @@ class Unrepairable:
     seconds: float
     evicted: int  # bound pods evicted because the workload asks for it (0: it keeps running)
     note: str = ""  # a complaint about the workload's policy annotation
+    # what was given up, when not a repair (its leaders bound, pods to come after them never came)
+    head: str = ""
     kind: str = R_UNREPAIRABLE
 
     def render(self) -> str:
@@ -223,7 +233,8 @@ class Unrepairable:
             else ""
         )
         note = f"; {self.note}" if self.note else ""
-        return f"no part of the gang could be repaired within {self.seconds:g}s: {self.why}{then}{note}"
+        head = self.head or f"no part of the gang could be repaired within {self.seconds:g}s"
+        return f"{head}: {self.why}{then}{note}"
 
 
 # Why a group is where it is: a plan refused (Shortfall), a plan dropped, pods left over, a
@@ -294,6 +305,7 @@ class PlanEvent:
     yielded_to: tuple[str, ...] = ()
     # Gang -> its optional pods whose reservations were given back for this gang's minimum
     given_back: Mapping[str, int] = field(default_factory=dict)
+    expected: int = 0  # stand-ins placed by this decision: room held for pods not created yet
 
     @classmethod
     def refused(cls, group: str, why: Shortfall | BudgetBlocked, attempts: int) -> PlanEvent:
@@ -311,19 +323,23 @@ class PlanEvent:
         yielded: int = 0,
         yielded_to: tuple[str, ...] = (),
         given_back: Mapping[str, int] | None = None,
+        early: Mapping[str, str] | None = None,
     ) -> PlanEvent:
-        """A plan held (NEW: pod -> node reserved now), with what minimums first changed in it."""
+        """A plan held (NEW: pod -> node reserved now; EARLY: room held for pods not created yet),
+        with what minimums first changed in it."""
+        early = early or {}
         return cls(
             group,
             outcome,
             len(new),
-            tuple(new.values()),
+            (*new.values(), *early.values()),
             p.domains,
             attempts=p.attempts,
             levels=p.levels,
             yielded=yielded,
             yielded_to=yielded_to,
             given_back=dict(given_back or {}),
+            expected=len(early),
         )
 
     @classmethod
@@ -342,6 +358,8 @@ class PlanEvent:
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"group": self.group, "outcome": self.outcome, "pods": self.pods}
+        if self.expected:
+            out["held_for_pods_not_created"] = self.expected
         if self.nodes:
             out["nodes"] = sorted(set(self.nodes))
         if self.domains:
@@ -377,31 +395,3 @@ class PlanEvent:
                 "evicted": list(r.moved),
             }
         return out
-
-
-@dataclass(frozen=True)
-class ReservedRoom:
-    """Room held for a waiting gang (core/reservations.py): where, and when it should start."""
-
-    domain: DomainRef
-    nodes: int
-    start: float | None  # estimated start, wall-clock seconds; None: no wall clock is known
-    made: float | None  # when the reservation was made, wall-clock seconds; None: not known
-    after: float = 0.0  # seconds from the last reservation pass to the estimated start
-
-    def render(self) -> str:
-        held = f"room held for it in {self.domain} ({self.nodes} nodes)"
-        if self.start is None or self.made is None:
-            return f"{held}, since a moment not known (no wall clock); expected to start {after_pass(self.after)}"
-        return f"{held} since {rfc3339(self.made)}; expected to start by {rfc3339(self.start)}"
-
-
-def after_pass(seconds: float) -> str:
-    """When, without a wall clock to name the moment: "1h0m after the last reservation pass"."""
-    hours, rest = divmod(max(0, round(seconds)), 3600)
-    text = f"{hours}h{rest // 60}m" if hours else f"{rest // 60}m{rest % 60}s" if rest >= 60 else f"{rest}s"
-    return f"{text} after the last reservation pass"
-
-
-def rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -14,11 +14,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING, BudgetBlocked, rfc3339
+from extender.core.decisions import R_WAITING, BudgetBlocked
 from extender.core.evicted import REPAIRED, Eviction
 from extender.core.exclusivity import snapshot_for
 from extender.core.explain_devices import device_lines
 from extender.core.explain_why import DRY_RUN, Why, replay, why_lines
+from extender.core.held_room import rfc3339
 from extender.core.scheduler import GangScheduler
 from extender.core.standing import Headline
 from extender.placement import (
@@ -111,10 +112,10 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
         return told
     state = scheduler.state
     tree = state.table.tree(gang.topology)
-    reserved = scheduler.reserved(group)
+    reserved = {**scheduler.reserved(group), **scheduler.plans.expected(group)}  # pods not created yet too
     node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
     planned_on = {**reserved, **node_of}
-    lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))
+    lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of), set(view.expected))
     base = replace(
         told,
         topology=f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
@@ -126,7 +127,9 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
     # The dry run: this gang's own reservations go back; its bound pods stay where they are.
     give_back: dict[str, Counter[str]] = {}
     for pod_key, node in reserved.items():
-        give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
+        info = state.pods.get(pod_key) or view.expected.get(pod_key)
+        if info is not None:
+            give_back.setdefault(node, Counter()).update(info.requests)
     snapshot = snapshot_for(state, scheduler.membership, group, gang, give_back=give_back)
     result = plan(snapshot, gang, explain=True)
     preemption = _preemption(scheduler, group, None if isinstance(result, Plan) else result)
@@ -271,7 +274,9 @@ def _lines(
     index: Mapping[str, int],
     planned_on: Mapping[str, str],
     bound: set[str],
+    absent: set[str],
 ) -> list[ScopeLine]:
+    """ABSENT: stand-ins of pods not created yet, members that are not present."""
     members = [m.key for m in scope.all_members()]
     placed = [planned_on[k] for k in members if k in planned_on]
     if scope.leaf:
@@ -300,14 +305,14 @@ def _lines(
         scope.label,
         minimum,
         constraint,
-        len(members),
+        sum(1 for k in members if k not in absent),
         len(placed),
         sum(1 for k in members if k in bound),
         where,
     )
     out = [line]
     for child in scope.children:
-        out.extend(_lines(child, depth + 1, tree, index, planned_on, bound))
+        out.extend(_lines(child, depth + 1, tree, index, planned_on, bound, absent))
     return out
 
 

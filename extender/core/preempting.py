@@ -85,8 +85,11 @@ class Preempting:
         gone = {p for p in preemption.pods if p not in self.state.pods or self.state.pods[p].node_name is None}
         self.evicted.preempted(preemption, now, self.membership.group_of)
         nom = self.nominations.start(preemption, now, gone)
+        expected = self.membership.view(nom.group).expected  # pods not created yet it plans for too
         for pod, node in nom.reserved.items():
-            self.state.reserve(pod, node, self.state.pods[pod].requests)
+            info = self.state.pods.get(pod) or expected.get(pod)
+            if info is not None:
+                self.state.reserve(pod, node, info.requests)
         return nom
 
     def gone(self, pod: str) -> str | None:

@@ -21,10 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import R_REPAIRING, Reason, Repairing, Unrepairable
+from extender.core.decisions import R_FOLLOWERS_MISSING, R_REPAIRING, Reason, Repairing, Unrepairable
 from extender.core.evicted import REPAIRED, UNREPAIRABLE, Evicted, eviction
 from extender.core.membership import Membership
 from extender.core.nominated import nominated_room
+from extender.core.reasons import Reasons
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.pod import PodInfo
 from extender.placement import ClusterSnapshot, Gang, Repair, plan_repair
@@ -106,7 +107,11 @@ class Repairs:
         give_back: dict[str, Counter[str]] = {}
         nodes = self.state.table.nodes
         for pod, node in pods.items():  # with the devices its own claims hold (DRA)
-            give_back.setdefault(node, Counter()).update(self.state.claimed.held(self.state.pods[pod], nodes))
+            info = self.state.pods.get(pod)
+            if info is not None:
+                give_back.setdefault(node, Counter()).update(self.state.claimed.held(info, nodes))
+            elif (held := self.state.reservations.get(pod)) is not None:  # room held for a pod not created yet
+                give_back.setdefault(node, Counter()).update(held[1])
         return self.state.snapshot(give_back, taken)
 
     def start(self, group: str, repair: Repair, now: float) -> Underway:
@@ -158,16 +163,20 @@ class Repairs:
         self.broken.clear()
         self._tried.clear()
 
-    def given_up(self, now: float) -> list[str]:
-        """Gangs broken for longer than the timeout (removed from the broken list), and repairs
-        whose moved pods did not all leave in that time (their room given back)."""
+    def given_up(self, now: float, reasons: Reasons | None = None) -> list[str]:
+        """Gangs broken for longer than the timeout (removed from the broken list), repairs whose
+        moved pods did not all leave in that time (their room given back), and, from REASONS,
+        gangs whose leaders run alone: the pods their controller creates after them did not come
+        within the plan's lifetime (`R_FOLLOWERS_MISSING`), so their room was released; each is
+        given up once, its `on-unrepairable` policy deciding."""
         late = [g for g, since in self.broken.items() if now - since > self.timeout]
         for group in late:
             del self.broken[group]
         stuck = [g for g, u in self.underway.items() if u.pending and now - u.started > self.timeout]
         for group in stuck:
             self.settle(group)
-        return late + stuck
+        alone = [g for g in reasons or () if reasons is not None and reasons[g].kind == R_FOLLOWERS_MISSING]
+        return late + stuck + [g for g in alone if g not in late and g not in stuck]
 
     def reason(self, group: str) -> Repairing:
         """Why GROUP's members wait: its repair under way."""
@@ -189,7 +198,8 @@ class Repairs:
         evict, note = unrepairable_policy(pods, group, whole_only=whole_only)
         bound = [p for p in pods if p.node_name is not None and not p.terminal] if evict else []
         text = why.render() if why is not None and why.kind != R_REPAIRING else "the moved pods did not leave"
-        verdict = Unrepairable(text, self.timeout, len(bound), note)
+        head = "the gang cannot be made whole" if why is not None and why.kind == R_FOLLOWERS_MISSING else ""
+        verdict = Unrepairable(text, self.timeout, len(bound), note, head)
         gang = self.membership.group_of(bound[0].key) if bound else None
         if gang is not None:
             self.evicted.record(eviction(gang, UNREPAIRABLE, verdict.render(), [p.key for p in bound], now))

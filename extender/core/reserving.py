@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import ReservedRoom
 from extender.core.feasible import Feasibility
+from extender.core.held_room import ReservedRoom
 from extender.core.membership import Membership
 from extender.core.reservations import (
     Admission,

@@ -149,7 +149,7 @@ class GangScheduler:
         if held is not None:
             return refuse(nodes, f"topogang: {held}", group)
         event = None
-        gp = self.plans.get(group)
+        gp = self.plans.claim(group, pod, self.membership.slot)  # (it may take room held before it existed)
         if gp is None or pod.key not in gp.reserved:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)
@@ -241,7 +241,7 @@ class GangScheduler:
         """Plan the group (or, with `extend`, add the pods its plan lacks) and reserve it."""
         gp = self.plans.get(group)
         if extend and gp is not None:
-            view = self.membership.view(group, assumed=gp.reserved)
+            view = self.membership.view(group, assumed={**gp.reserved, **gp.expected})
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
         held = self._held_from(group, view, now)
@@ -264,10 +264,10 @@ class GangScheduler:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
             return PlanEvent.refused(group, why, result.attempts)
         self.reserving.placed(group)
-        new, outcome = self.plans.hold(group, result, now)
+        new, early, outcome = self.plans.hold(group, result, now, view.expected)  # early: for pods not created yet
         self.repairs.mended(group)
         self.reasons.record(group, BeyondMinimum(len(result.unplaced), first.waiting) if result.unplaced else None)
-        return PlanEvent.placed(group, outcome, new, result, first.yielded, first.waiting, first.given_back)
+        return PlanEvent.placed(group, outcome, new, result, first.yielded, first.waiting, first.given_back, early)
 
     def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
@@ -434,7 +434,7 @@ class GangScheduler:
         """Gangs no repair mended within the repair timeout: each with the running pods to evict
         (empty unless its workload asks to be evicted whole)."""
         out = []
-        for group in self.repairs.given_up(now):
+        for group in self.repairs.given_up(now, self.reasons):
             if not self.membership.has(group):
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]

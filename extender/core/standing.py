@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from extender.core.decisions import INVALID, PENDING, UNSCHEDULABLE_REASONS, Reason, ReservedRoom
+from extender.core.decisions import INVALID, PENDING, UNSCHEDULABLE_REASONS, Reason
+from extender.core.held_room import ReservedRoom
 from extender.placement import DomainRef
 
 
@@ -49,9 +50,16 @@ class Planned:
     """Planned and reserved; waiting for the rest of the minimum to bind."""
 
     missing: int  # pods of the minimum not bound yet
+    expected: int = 0  # room held for pods not created yet (a JobSet Job's followers)
 
     def render(self) -> str:
-        return f"planned; waiting for {self.missing} pod(s) of the minimum to bind"
+        if self.expected and not self.missing:
+            return (
+                f"planned; its leaders are bound and room is held for {self.expected} pod(s) their"
+                " controller creates once the leaders are scheduled"
+            )
+        held = f", room held for {self.expected} pod(s) not created yet" if self.expected else ""
+        return f"planned; waiting for {self.missing} pod(s) of the minimum to bind{held}"
 
 
 @dataclass(frozen=True)

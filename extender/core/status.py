@@ -96,7 +96,7 @@ class Status:
             group,
             phase,
             pods=len(pods),
-            planned=bound + (len(gp.reserved) if gp else 0),
+            planned=bound + (len(gp.reserved) + len(gp.expected) if gp else 0),
             bound=bound,
             minimum=minimum,
             subgroups=tuple(self._subgroups(view, gp)),
@@ -119,7 +119,8 @@ class Status:
         if gang is not None and bound and meets_minimum(gang, bound):
             return (Bound(len(bound)), *([why] if why is not None else [])), SCHEDULED, R_SCHEDULED
         if gp is not None:
-            return (Planned(len([p for p in gp.gate.minimum if p in gp.reserved])),), PENDING, R_PLANNED
+            unbound = len([p for p in gp.gate.minimum if p in gp.reserved])
+            return (Planned(unbound, len(gp.expected)),), PENDING, R_PLANNED
         blocked, _ = queue_of(self._state, view)
         if blocked is not None:
             return (QueueBlocked(group, blocked),), PENDING, R_QUEUE_NOT_FOUND
@@ -153,6 +154,7 @@ class Status:
         if gang is None:
             return
         reserved = gp.reserved if gp else {}
+        held = gp.expected if gp else {}
         domains = self._plans.domains(view.key)
         for scope in gang.scopes:
             if not scope.name:
@@ -162,8 +164,8 @@ class Status:
             yield SubGroupStatus(
                 scope.name,
                 scope.min_member,
-                len(keys),
-                bound + sum(1 for k in keys if k in reserved),
+                sum(1 for k in keys if k not in view.expected),  # pods that exist
+                bound + sum(1 for k in keys if k in reserved or k in held),
                 bound,
                 domains.get(scope.key),
             )

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, anns_field, layout_of, merge, placement
 from extender.grouping.grouper import ClaimedPod, GangDraft, Part
-from extender.grouping.result import Grouping, SegmentPosition
+from extender.grouping.result import Grouping, LeaderFirst, SegmentPosition
 from extender.grouping.values import annotation_keys, label_field, pod_index
 from extender.model.errors import ErrorList, FieldError, said_once, said_once_text
 from extender.model.labels import ON_UNREPAIRABLE
@@ -202,6 +202,20 @@ def _leaf_of(
     return layout.leaf(index), layout.position(index)
 
 
+def _leader_first(draft: GangDraft, tree: _Tree) -> dict[str, LeaderFirst]:
+    """The parts whose followers are created only once their leader is scheduled, with the leaf
+    SubGroup of each pod index of their minimum (a follower not created yet joins it)."""
+    out = {}
+    for part in draft.parts:
+        layout = tree.layouts.get(part.name)
+        if not part.leader_first or layout is None or layout.index_label is None or layout.offset:
+            continue
+        count = min(part.minimum, part.replicas)
+        leaves = tuple(layout.leaf(i) if layout.layers else part.name for i in range(count))
+        out[part.name] = LeaderFirst(layout.index_label, leaves)
+    return out
+
+
 def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     """The Grouping of one gang: its PodGroup tree from the draft, and where each pod goes."""
     members = list(members)
@@ -263,4 +277,5 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         errors=unique_errors,
         warnings=said_once_text(tree.warnings),
         source=draft.source,
+        leader_first=_leader_first(draft, tree),
     )

@@ -36,7 +36,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.core.decisions import FINISHED, R_GANG_INCOMPLETE, R_SCHEDULED, SCHEDULED, ReservedRoom, rfc3339
+from extender.core.decisions import FINISHED, R_GANG_INCOMPLETE, R_SCHEDULED, SCHEDULED
+from extender.core.held_room import ReservedRoom, rfc3339
 from extender.core.membership import GroupView
 from extender.core.standing import GroupStatus
 from extender.model.podgroup_body import podgroup_spec_body

@@ -26,7 +26,8 @@ from collections.abc import Callable
 
 import structlog
 
-from extender.core.decisions import R_NOT_LEADER, PlanEvent, Released, rfc3339
+from extender.core.decisions import R_NOT_LEADER, PlanEvent, Released
+from extender.core.held_room import rfc3339
 from extender.core.scheduler import GangScheduler
 from extender.model.errors import InvalidObject
 from extender.model.pod import PodInfo, parse_pod

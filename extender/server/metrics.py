@@ -16,7 +16,7 @@ a group name).
   topogang_connections_total{protocol}                   counter    TLS connections accepted, by protocol (h2, http/1.1)
   topogang_repairs_total                                 counter    running gangs whose broken part was moved whole
   topogang_unrepairable_total                            counter    broken gangs not mended within the repair timeout
-  topogang_reservations                                  gauge      pods holding reserved room (planned, not bound)
+  topogang_reservations                                  gauge      pods holding reserved room (unbound or not made)
   topogang_podgroups{phase}                              gauge      gangs by phase (the leader's last status of each)
   topogang_podgroup_status_writes_total{result}          counter    PodGroup status writes: ok, failed
   topogang_cache_ready                                   gauge      1 when every informer has synced
@@ -220,7 +220,8 @@ def watch(
     held: Callable[[], Mapping[str, float]],
 ) -> None:
     """The metrics read at scrape time, each from the object that keeps the number."""
-    metrics.gauge("topogang_reservations", "Pods holding reserved room: planned, not bound yet.", reservations)
+    what = "Pods holding reserved room: planned, not bound yet (or not created yet)."
+    metrics.gauge("topogang_reservations", what, reservations)
     metrics.gauge("topogang_podgroups", "Gangs by phase, as the leader last computed them.", phases, "phase")
     metrics.counter(
         "topogang_podgroup_status_writes", "PodGroup status writes, by result (ok, failed).", status_writes, "result"

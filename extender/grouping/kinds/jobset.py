@@ -7,8 +7,13 @@
         └── <replicatedJob>-1      segments / slices of the Job's completion indexes below it
 
 `alpha.jobset.sigs.k8s.io/exclusive-topology` (on the JobSet or on a replicated Job's template)
-makes each Job's SubGroup required and exclusive at that level. Kueue's podset-slice-size
-defaults to the Job's parallelism, as in Kueue.
+makes each Job's SubGroup required and exclusive at that level. JobSet's pod webhook then admits
+a Job's followers (completion index > 0) only once its leader (index 0) is scheduled, and gives
+each follower a nodeSelector to its leader's domain: such a Job is a leader-first part
+(`Part.leader_first`; core/membership.py counts its followers before they exist). With JobSet's
+node-selector strategy (`alpha.jobset.sigs.k8s.io/node-selector`, nodes labelled per Job
+beforehand) the webhook admits every pod at once. Kueue's podset-slice-size defaults to the Job's
+parallelism, as in Kueue.
 
 Synthesized: JobSet -> Job `<js>-<rjob>-<j>` -> Pod `<js>-<rjob>-<j>-<i>`.
 """
@@ -46,6 +51,7 @@ JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 JOB_KEY = "jobset.sigs.k8s.io/job-key"
 EXCLUSIVE = keys.JOBSET_EXCLUSIVE
+NODE_SELECTOR = keys.JOBSET_NODE_SELECTOR
 
 
 def group_jobset(link: Link) -> WorkloadDraft:
@@ -82,6 +88,8 @@ def read_jobset(js: Link, draft: GangDraft) -> Classifier:
         annotation_keys(job_ann, obj, f"{where}.template", errors, draft.warnings)
         exclusive_field = ann_field(f"{where}.template", EXCLUSIVE)
         exclusive = level(job_ann.get(EXCLUSIVE), obj, exclusive_field, errors)
+        # JobSet copies the strategy annotation from where it copies the exclusive one.
+        by_node_selector = NODE_SELECTOR in job_ann if EXCLUSIVE in job_ann else NODE_SELECTOR in draft.annotations
         if exclusive is None and js_exclusive is not None:
             exclusive, exclusive_field = js_exclusive, ann_field("", EXCLUSIVE)
         draft.parents.append(SubGroupSpec(name, None, min_subgroup=replicas))
@@ -99,6 +107,7 @@ def read_jobset(js: Link, draft: GangDraft) -> Classifier:
                 target=name,
                 slice_default=per_job,
                 kueue_own=True,
+                leader_first=exclusive is not None and indexed and not by_node_selector,
             )
             draft.parts.append(part)
             if exclusive is not None:
