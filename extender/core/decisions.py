@@ -43,6 +43,7 @@ R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
 R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does not have
 R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
+R_DEFRAGMENTING = "Defragmenting"  # movable pods are moving out of its domain; both rooms are held
 R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
 R_DISRUPTION_BUDGET = "DisruptionBudget"  # only victims beyond what PodDisruptionBudgets allow would help
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
@@ -130,13 +131,27 @@ class Preempting:
     pods: int  # victim pods in all
     gone: int  # of them, gone already
     kind: str = R_PREEMPTING
+    moves: tuple[tuple[str, str], ...] = ()  # defragmenting: (moved pod, its new node)
 
     @classmethod
     def of(cls, p: Preemption, gone: int) -> Preempting:
         alone = sum(len(v) for v in p.elastic.values())
-        return cls(p.domain, p.victims, tuple(sorted(p.elastic)), alone, p.cost.top_priority, len(p.pods), gone)
+        top = p.cost.top_priority
+        if p.moves:
+            moves = tuple(sorted(p.moves.items()))
+            return cls(p.domain, p.victims, (), 0, top, len(p.pods), gone, R_DEFRAGMENTING, moves)
+        return cls(p.domain, p.victims, tuple(sorted(p.elastic)), alone, top, len(p.pods), gone)
 
     def render(self) -> str:
+        if self.moves:
+            n = len(self.moves)
+            shown = ", ".join(f"{pod} to {node}" for pod, node in self.moves[:5]) + (
+                f" and {n - 5} more" if n > 5 else ""
+            )
+            return (
+                f"defragmenting {self.domain}: moving {n} pod(s) ({shown}), their new room and the gang's held; "
+                f"{self.gone}/{self.pods} moved pods gone"
+            )
         shown = ", ".join(self.victims[:5]) + (f" and {len(self.victims) - 5} more" if len(self.victims) > 5 else "")
         parts = [f"{len(self.victims)} workload(s) ({shown})"] if self.victims else []
         if self.alone:
@@ -174,11 +189,12 @@ class BudgetBlocked:
     shortfall: Shortfall  # why it does not fit as the cluster is
     overruns: tuple[Overrun, ...]  # what the cheapest victim set would overrun
     kind: str = R_DISRUPTION_BUDGET
+    verb: str = "preempting"  # or "moving pods" (defragmentation)
 
     def refusal(self) -> str:
         shown = ", ".join(o.render() for o in self.overruns[:5])
         more = f" and {len(self.overruns) - 5} more" if len(self.overruns) > 5 else ""
-        return f"preempting would overrun {shown}{more}: nothing is evicted until a PodDisruptionBudget allows it"
+        return f"{self.verb} would overrun {shown}{more}: nothing is evicted until a PodDisruptionBudget allows it"
 
     def render(self) -> str:
         return f"{self.shortfall.render()}; {self.refusal()}"
@@ -326,6 +342,8 @@ class PlanEvent:
                 "top_priority": p.cost.top_priority,
                 "plans": p.plans,
             }
+            if p.moves:
+                out["moves"] = dict(sorted(p.moves.items()))
         if self.overruns:
             out["disruption_budgets"] = {o.budget: {"allowed": o.allowed, "over": o.over} for o in self.overruns}
         if self.repair is not None:

@@ -79,9 +79,10 @@ class Preempting:
             return result
         self._tried.pop(group, None)
         self.last.pop(group, None)
-        return self._hold(result, now)
+        return self.hold(result, now)
 
-    def _hold(self, preemption: Preemption, now: float) -> Nomination:
+    def hold(self, preemption: Preemption, now: float) -> Nomination:
+        """Hold PREEMPTION's room for its gang while its victims leave (defragmentation's too)."""
         gone = {p for p in preemption.pods if p not in self.state.pods or self.state.pods[p].node_name is None}
         self.evicted.preempted(preemption, now, self.membership.group_of)
         nom = self.nominations.start(preemption, now, gone)

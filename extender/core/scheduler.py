@@ -17,6 +17,7 @@ framework and Kueue's scheduler are the models):
   steering    steering.Steering  each planned member to its node: nominations, trades
   gates       binding.BindGate   the bind gate: all of the minimum or none
   preempting  preempting.Preempting  victims evicted for a gang, their room held meanwhile
+  defragmenting  defragmenting.Defragmenting  movable pods moved out of a waiting gang's domain
   repairs     repairing.Repairs  a broken part of a running gang moved whole
   reasons     reasons.Reasons    why each gang is where it is, as data
   lookup      lookup.Lookup      what the edges read of the cluster and its gangs
@@ -47,11 +48,13 @@ from extender.core.decisions import (
     Repairing,
     Split,
 )
+from extender.core.defragmenting import Defragmenting
 from extender.core.disruption import whole_only
 from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
 from extender.core.membership import GroupView, Membership
+from extender.core.moves import Move, MoveSettings
 from extender.core.nomination import Nomination
 from extender.core.offered import Offered
 from extender.core.plans import Plans
@@ -93,9 +96,11 @@ class GangScheduler:
         reservations: Settings | None = None,
         reserve_level: str | None = None,
         bind_ahead: bool = False,
+        moves: MoveSettings | None = None,
     ) -> None:
         """RESERVATIONS, RESERVE_LEVEL: who gets room held (reserving.Reserving; None: none).
-        BIND_AHEAD: bind a gang whole as it is planned when nothing is left to add (BindGate.ahead)."""
+        BIND_AHEAD: bind a gang whole as it is planned when nothing is left to add (BindGate.ahead).
+        MOVES: defragmentation's settings (moves.MoveSettings; None: the defaults)."""
         self.state = state
         self.bind_ahead = bind_ahead
         self.membership = Membership(state)
@@ -107,6 +112,7 @@ class GangScheduler:
         self.evicted = Evicted()
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout, evicted=self.evicted)
         self.repairs = Repairs(state, self.membership, timeout=repair_timeout, evicted=self.evicted)
+        self.defragmenting = Defragmenting(state, self.membership, self.preempting, moves or MoveSettings())
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
         self._status = Status(
@@ -131,6 +137,8 @@ class GangScheduler:
             waiting = self.membership.waiting(pod.key)
             if waiting is not None:  # it names a gang that cannot be resolved yet: not a plain pod
                 return refuse(nodes, f"topogang: {waiting}")
+            if (moved_to := self.defragmenting.moves.claim(pod, now)) is not None and moved_to in nodes:
+                return FilterResult([moved_to])  # it replaces a moved pod: the room held for it
             kept_out: frozenset[str] = frozenset()
             if self.reserving.current and (pod.controller is None or pod.controller.kind != "DaemonSet"):
                 # (a DaemonSet's pod has one node to go to: never held out)
@@ -249,10 +257,12 @@ class GangScheduler:
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
             if result.reason.kind != INCOMPLETE and (not extend or (gp is not None and gp.gate.opened)):
                 # (a plan carried out whose gang now misses pods of its minimum: a repair, not extra pods)
-                found = self._repair(group, gang, now) or (None if extend else self._preempt(group, now))
+                found = self._repair(group, gang, now) or (None if extend else self._make_room(group, now))
                 if found is not None:
                     return found
             why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            if not extend:
+                why = self.defragmenting.blocked(group, why)
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 # it waits for room (a reservation may hold some), unless it fits not even with nothing running
                 why = self.reserving.waiting(group, now, gang) or why
@@ -335,13 +345,18 @@ class GangScheduler:
         self.reasons.record(group, Repairing(found.describe(), len(found.moved)))
         return PlanEvent.of(group, "repairing", found.plan, found.describe(), repair=found)
 
-    def _preempt(self, group: str, now: float) -> PlanEvent | None:
-        """Victims whose eviction makes room for GROUP: their room is reserved for it at once."""
-        if not isinstance(found := self.preempting.attempt(group, now), Nomination):
+    def _make_room(self, group: str, now: float) -> PlanEvent | None:
+        """Movable pods moved out of a domain for GROUP, else lower-priority victims evicted: the
+        room is reserved for it at once (a moved pod keeps running, so moves come first)."""
+        found = self.defragmenting.attempt(group, now)
+        outcome = "defragmenting"
+        if not isinstance(found, Nomination):
+            found, outcome = self.preempting.attempt(group, now), "preempting"
+        if not isinstance(found, Nomination):
             return None
         self.reserving.placed(group)
         self.reasons.record(group, found.reason())
-        return PlanEvent.of(group, "preempting", found.preemption.plan, found.describe(), preemption=found.preemption)
+        return PlanEvent.of(group, outcome, found.preemption.plan, found.describe(), preemption=found.preemption)
 
     def preempt(self, pod_key: str, now: float) -> PlanEvent | None:
         """kube-scheduler found no node for POD_KEY and asks whom to preempt. For a gang member
@@ -410,6 +425,7 @@ class GangScheduler:
         for group in self.plans:
             self._release(group, why)
         self.preempting.drop_all()
+        self.defragmenting.drop_all()
         self.repairs.drop_all()
         self.reserving.drop_all()
 
@@ -424,6 +440,7 @@ class GangScheduler:
             self.steering.forget(group)
         self.reasons.sweep(groups)
         self.preempting.sweep(groups)
+        self.defragmenting.sweep(groups)
         self.repairs.sweep(groups)
         self.reserving.sweep(groups)
         for group in set(self.splits) - groups:
@@ -447,6 +464,10 @@ class GangScheduler:
             out.append((group, bound))
         return out
 
+    def expire_moves(self, now: float) -> list[Move]:
+        """Give back the new room of moved pods no replacement claimed in time."""
+        return self.defragmenting.moves.expire(now)
+
     def expire_preemptions(self, now: float) -> list[Nomination]:
         """Release the room held for gangs whose victims did not leave in time."""
         late = self.preempting.expire(now)
@@ -468,6 +489,8 @@ class GangScheduler:
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
+        if self.defragmenting.moves.placed(pod.key) is not None:
+            return  # a moved pod's replacement bound: its new room is its own now
         group = self.plans.holder(pod.key)
         gp = self.plans.get(group)
         if group is not None and gp is not None and pod.key in gp.reserved:
@@ -480,6 +503,8 @@ class GangScheduler:
         self.repairs.gone(key)
         if key not in self.state.reservations:  # every pod a plan holds is reserved
             return
+        if self.defragmenting.moves.placed(key) is not None:
+            return  # a moved pod's replacement left before binding: its held room goes
         group = self.plans.holder(key)  # (its gang may no longer resolve: its PodGroup went first)
         gp = self.plans.get(group)
         if group is not None and gp is not None and key in gp.reserved:
