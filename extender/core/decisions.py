@@ -289,7 +289,7 @@ class PlanEvent:
     """One placement decision: the canonical log line of topogang."""
 
     group: str
-    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "repairing", "invalid"
+    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "defragmenting", "repairing", "invalid"
     pods: int  # pods placed by this decision (or needed, when pending)
     nodes: tuple[str, ...] = ()
     domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
