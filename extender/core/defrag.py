@@ -83,10 +83,14 @@ def _moved(state: ClusterState, key: str) -> MovedPod:
 
 
 def _refused(group: str, found: PreemptionResult, stranded: list[Stranded]) -> NoPreemption:
-    why = found.reason if isinstance(found, NoPreemption) else "no set found"
+    why = found.reason if isinstance(found, NoPreemption) else ""
+    # the victim search speaks of priorities; here every candidate has the one FLAT
+    why = why.replace(f"evicting every workload below priority {FLAT + 1}", "every movable pod left")
+    why = why.removeprefix("evicting lower-priority workloads would not help: ")
     if stranded:
         shown = "; ".join(f"{s.pod}: {s.why}" for s in stranded)
-        why = f"a pod that would be moved has no place elsewhere ({shown}); then: {why}"
+        then = f"; then: {why}" if isinstance(found, NoPreemption) else ""
+        why = f"a pod that would be moved has no place elsewhere ({shown}){then}"
     overruns = found.overruns if isinstance(found, NoPreemption) else ()
     plans = found.plans if isinstance(found, NoPreemption) else 0
     return NoPreemption(group, f"moving pods would not help: {why}", plans, overruns)

@@ -44,6 +44,7 @@ class Defragmenting:
         self.retry = retry
         self._tried: dict[str, tuple[int, float]] = {}  # group -> (state version, when) of a fruitless search
         self.last: dict[str, NoPreemption] = {}  # group -> why its last search found nothing to move
+        self.seen = 0.0  # the latest time a caller passed (what `explain`, which has no clock, reads)
         state.subscribe(self._changed)
 
     def _changed(self, kind: str, key: object) -> None:
@@ -57,8 +58,10 @@ class Defragmenting:
             return False
         return movability(self.state, pod, self.settings.controllers).movable
 
-    def search(self, group: str, now: float) -> PreemptionResult:
-        """What a move for GROUP would be now (nothing held or evicted): `explain`'s dry run too."""
+    def search(self, group: str, now: float | None = None) -> PreemptionResult:
+        """What a move for GROUP would be now (nothing held or evicted): `explain`'s dry run too
+        (NOW None: the latest time seen)."""
+        now = self.seen if now is None else now
         if not self.settings.enabled:
             return NoPreemption(group, "defragmentation is off (--defragment=false)")
         left = self.moves.room_left(now)
@@ -82,6 +85,7 @@ class Defragmenting:
         """Move pods for GROUP; None when off, or when a recent search already found nothing."""
         if not self.settings.enabled:
             return None
+        self.seen = max(self.seen, now)
         tried = self._tried.get(group)
         if tried is not None and (tried[0] == self.state.version or now - tried[1] < self.retry):
             return None

@@ -84,7 +84,8 @@ class Preempting:
     def hold(self, preemption: Preemption, now: float) -> Nomination:
         """Hold PREEMPTION's room for its gang while its victims leave (defragmentation's too)."""
         gone = {p for p in preemption.pods if p not in self.state.pods or self.state.pods[p].node_name is None}
-        self.evicted.preempted(preemption, now, self.membership.group_of)
+        if not preemption.moves:  # (moved pods keep running elsewhere: not preempted)
+            self.evicted.preempted(preemption, now, self.membership.group_of)
         nom = self.nominations.start(preemption, now, gone)
         for pod, node in nom.reserved.items():
             self.state.reserve(pod, node, self.state.pods[pod].requests)
