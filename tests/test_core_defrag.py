@@ -116,7 +116,7 @@ def test_a_bad_value_is_refused_naming_the_field() -> None:
     assert not got.movable
     assert got.error is not None
     assert str(got.error) == (
-        "Pod default/web-a: metadata.annotations[scheduling.topogang.io/movable]: expected \"true\" or \"false\", "
+        'Pod default/web-a: metadata.annotations[scheduling.topogang.io/movable]: expected "true" or "false", '
         "got 'yes'"
     )
     assert isinstance(search(sched), NoPreemption)
@@ -151,9 +151,11 @@ def test_the_gang_defragments_and_the_replacement_reaches_the_room_held_for_it()
     sched = cluster()
     first = sched.filter(sched.state.pods["default/big-0"], NODES, 0.0)
     event = first.event
-    assert event is not None and event.outcome == "defragmenting", first
+    assert event is not None
+    assert event.outcome == "defragmenting", first
     p = event.preemption
-    assert p is not None and len(p.moves) == 1
+    assert p is not None
+    assert len(p.moves) == 1
     ((moved, new_node),) = p.moves.items()
     fields = event.fields()
     assert fields["moves"] == {moved: new_node}
@@ -175,7 +177,8 @@ def test_the_gang_defragments_and_the_replacement_reaches_the_room_held_for_it()
     sched.observe_pod(new)
     answer = sched.filter(new, NODES, 1.0)
     assert answer.nodes == [new_node]
-    assert held.get("default/web-c", ("",))[0] == new_node and PREFIX + moved not in held
+    assert held.get("default/web-c", ("",))[0] == new_node
+    assert PREFIX + moved not in held
     # a plain pod of another owner is kept off that room
     other = replica("other-0", None, rs="other", gpus=8)
     sched.observe_pod(other)
@@ -186,7 +189,8 @@ def test_the_gang_defragments_and_the_replacement_reaches_the_room_held_for_it()
     assert sched.defragmenting.moves.by_pod == {}
     # the gang is planned into its block
     done = sched.filter(sched.state.pods["default/big-0"], NODES, 2.0)
-    assert done.event is not None and done.event.outcome == "planned"
+    assert done.event is not None
+    assert done.event.outcome == "planned"
     # the replacement stays in place for the cooldown
     assert not sched.defragmenting.movable("default/web-c", 2.0)
     assert sched.defragmenting.movable("default/web-c", 2.0 + MoveSettings().cooldown + 1)
@@ -203,7 +207,8 @@ def test_a_disruption_budget_that_forbids_the_move_keeps_the_gang_waiting_and_sa
     }
     apply_object(sched, budget)
     first = sched.filter(sched.state.pods["default/big-0"], NODES, 0.0)
-    assert first.event is not None and first.event.outcome == "pending"
+    assert first.event is not None
+    assert first.event.outcome == "pending"
     assert sched.state.reservations == {}
     status = sched.status("default/big")
     said = "moving pods would overrun PodDisruptionBudget default/web by 1 pod(s) (it allows 0 now)"
@@ -216,7 +221,8 @@ def test_a_disruption_budget_that_forbids_the_move_keeps_the_gang_waiting_and_sa
 def test_moves_per_hour_bound_the_disruption() -> None:
     sched = cluster(MoveSettings(per_hour=0))
     first = sched.filter(sched.state.pods["default/big-0"], NODES, 0.0)
-    assert first.event is not None and first.event.outcome == "pending"
+    assert first.event is not None
+    assert first.event.outcome == "pending"
     found = sched.defragmenting.search("default/big", 0.0)
     assert isinstance(found, NoPreemption)
     assert "--moves-per-hour" in found.reason
