@@ -65,7 +65,7 @@ def live(items: list[dict[str, Any]], app: str) -> list[dict[str, Any]]:
 @contextlib.asynccontextmanager
 async def three_replicas(kube: KubeClient, ns: str, nodes: FakeGpuNodes, keep: int) -> AsyncIterator[dict[str, str]]:
     """The drawing: d0..d2 one per rack of b0 (each rack's node added just before its Deployment,
-    so kube-scheduler has one empty node to prefer), then block b1. Each Deployment has a budget
+    the ones before it cordoned meanwhile), then block b1. Each Deployment has a budget
     of minAvailable KEEP (0: one may go; 1: none may). Yields Deployment -> b0 node. On exit the
     Deployments go first, so their controllers make no pods while the namespace is torn down."""
     where: dict[str, str] = {}
@@ -73,8 +73,9 @@ async def three_replicas(kube: KubeClient, ns: str, nodes: FakeGpuNodes, keep: i
         for rack in range(3):
             (node,) = await nodes.add(zone=0, block=0, rack=rack, count=1)
             name = f"d{rack}"
-            await create(kube, budget(f"keep-{name}", name, keep), ns)
+            await kube.post(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", budget(f"keep-{name}", name, keep))
             await create(kube, replicas(name), ns)
+            where[name] = ""
 
             async def bound(app: str = name) -> str | None:
                 mine = live(await pods(kube, ns), app)
@@ -82,6 +83,9 @@ async def three_replicas(kube: KubeClient, ns: str, nodes: FakeGpuNodes, keep: i
 
             where[name] = await eventually(bound, within=60, what=f"{name}'s pod to bind")
             assert where[name] == node, where  # one replica per rack: the premise of the test
+            await cordon(kube, node, True)  # the next replica goes to the next rack's node
+        for node in where.values():
+            await cordon(kube, node, False)
         await nodes.add(zone=0, block=1, rack=0, count=2)
         for rack in range(3):  # the disruption controller counted each Deployment's healthy pod
 
@@ -92,13 +96,17 @@ async def three_replicas(kube: KubeClient, ns: str, nodes: FakeGpuNodes, keep: i
             await eventually(counted, within=60, what=f"keep-d{rack} to count its pod")
         yield where
     finally:
-        for rack in range(3):
-            await kube.delete(f"/apis/apps/v1/namespaces/{ns}/deployments/d{rack}", {"propagationPolicy": "Foreground"})
+        for name in where:  # (those created)
+            await kube.delete(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}", {"propagationPolicy": "Foreground"})
 
         async def gone() -> bool:
             return not [p for p in await pods(kube, ns) if p["metadata"].get("labels", {}).get("app")]
 
         await eventually(gone, within=60, what="the Deployments' pods to be deleted")
+
+
+async def cordon(kube: KubeClient, node: str, off: bool) -> None:
+    await kube.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": off}})
 
 
 async def big_gang(kube: KubeClient, ns: str) -> None:
