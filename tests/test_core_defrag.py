@@ -241,7 +241,7 @@ def test_room_no_replacement_claims_is_given_back() -> None:
     sched = cluster(MoveSettings(timeout=60))
     sched.filter(sched.state.pods["default/big-0"], NODES, 0.0)
     assert any(k.startswith(PREFIX) for k in sched.state.reservations)
-    assert sched.expire_moves(30.0) == []
-    late = sched.expire_moves(61.0)
+    assert sched.defragmenting.moves.expire(30.0) == []
+    late = sched.defragmenting.moves.expire(61.0)
     assert len(late) == 1
     assert not any(k.startswith(PREFIX) for k in sched.state.reservations)

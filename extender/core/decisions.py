@@ -10,6 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from extender.core.decisions_room import (
+    R_DISRUPTION_BUDGET,
+    R_PREEMPTION_TIMEOUT,
+    BudgetBlocked,
+    Preempting,
+    PreemptionTimedOut,
+)
 from extender.placement import (
     INCOMPLETE,
     NO_CAPACITY,
@@ -42,10 +49,7 @@ R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
 R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does not have
-R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
-R_DEFRAGMENTING = "Defragmenting"  # movable pods are moving out of its domain; both rooms are held
-R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
-R_DISRUPTION_BUDGET = "DisruptionBudget"  # only victims beyond what PodDisruptionBudgets allow would help
+# (R_PREEMPTING, R_DEFRAGMENTING, R_PREEMPTION_TIMEOUT, R_DISRUPTION_BUDGET: decisions_room.py)
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
 R_REPAIRING = "Repairing"  # a broken part of a running gang is moving whole; its room is held
 R_UNREPAIRABLE = "Unrepairable"  # a running gang lost pods and no part of it could move in time
@@ -117,87 +121,6 @@ class BeyondMinimum:
 
     def render(self) -> str:
         return f"{self.pods} pod(s) beyond the minimum do not fit in the gang's domains"
-
-
-@dataclass(frozen=True)
-class Preempting:
-    """Victims are being evicted for the gang; their room is held for it meanwhile."""
-
-    domain: DomainRef
-    victims: tuple[str, ...]  # workloads evicted whole
-    elastic: tuple[str, ...]  # gangs losing pods beyond their minimum
-    alone: int  # those pods
-    top_priority: int
-    pods: int  # victim pods in all
-    gone: int  # of them, gone already
-    kind: str = R_PREEMPTING
-    moves: tuple[tuple[str, str], ...] = ()  # defragmenting: (moved pod, its new node)
-
-    @classmethod
-    def of(cls, p: Preemption, gone: int) -> Preempting:
-        alone = sum(len(v) for v in p.elastic.values())
-        top = p.cost.top_priority
-        if p.moves:
-            moves = tuple(sorted(p.moves.items()))
-            return cls(p.domain, p.victims, (), 0, top, len(p.pods), gone, R_DEFRAGMENTING, moves)
-        return cls(p.domain, p.victims, tuple(sorted(p.elastic)), alone, top, len(p.pods), gone)
-
-    def render(self) -> str:
-        if self.moves:
-            n = len(self.moves)
-            shown = ", ".join(f"{pod} to {node}" for pod, node in self.moves[:5]) + (
-                f" and {n - 5} more" if n > 5 else ""
-            )
-            return (
-                f"defragmenting {self.domain}: moving {n} pod(s) ({shown}), their new room and the gang's held; "
-                f"{self.gone}/{self.pods} moved pods gone"
-            )
-        shown = ", ".join(self.victims[:5]) + (f" and {len(self.victims) - 5} more" if len(self.victims) > 5 else "")
-        parts = [f"{len(self.victims)} workload(s) ({shown})"] if self.victims else []
-        if self.alone:
-            parts.append(f"{self.alone} elastic pod(s) of {', '.join(self.elastic)}")
-        return (
-            f"preempting in {self.domain}: evicting {' and '.join(parts) or 'nothing'}, priority <= "
-            f"{self.top_priority}; {self.gone}/{self.pods} victim pods gone"
-        )
-
-
-@dataclass(frozen=True)
-class PreemptionTimedOut:
-    """The victims did not all leave in time: the room held for the gang was released."""
-
-    domain: DomainRef
-    pending: tuple[str, ...]  # victim pods still there
-    seconds: float
-    kind: str = R_PREEMPTION_TIMEOUT
-
-    def render(self) -> str:
-        n = len(self.pending)
-        shown = ", ".join(self.pending[:5]) + (f" and {n - 5} more" if n > 5 else "")
-        return (
-            f"preemption timed out: {n} victim pod(s) did not leave within {self.seconds:g}s ({shown}); "
-            f"the room held in {self.domain} was released"
-        )
-
-
-@dataclass(frozen=True)
-class BudgetBlocked:
-    """The gang does not fit, and every victim set that would make room evicts pods beyond what
-    PodDisruptionBudgets allow (the Eviction API would refuse them): nothing is evicted, and the
-    search runs again when a budget changes."""
-
-    shortfall: Shortfall  # why it does not fit as the cluster is
-    overruns: tuple[Overrun, ...]  # what the cheapest victim set would overrun
-    kind: str = R_DISRUPTION_BUDGET
-    verb: str = "preempting"  # or "moving pods" (defragmentation)
-
-    def refusal(self) -> str:
-        shown = ", ".join(o.render() for o in self.overruns[:5])
-        more = f" and {len(self.overruns) - 5} more" if len(self.overruns) > 5 else ""
-        return f"{self.verb} would overrun {shown}{more}: nothing is evicted until a PodDisruptionBudget allows it"
-
-    def render(self) -> str:
-        return f"{self.shortfall.render()}; {self.refusal()}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ Moves are tried before preemption: a moved pod keeps running, a preempted one do
 from __future__ import annotations
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import BudgetBlocked
+from extender.core.decisions_room import BudgetBlocked
 from extender.core.defrag import find_moves
 from extender.core.membership import Membership
 from extender.core.movable import movability

@@ -14,7 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING, BudgetBlocked, Headline, rfc3339
+from extender.core.decisions import R_WAITING, Headline, rfc3339
+from extender.core.decisions_room import BudgetBlocked
 from extender.core.defragmenting import MOVING
 from extender.core.evicted import REPAIRED, Eviction
 from extender.core.exclusivity import snapshot_for

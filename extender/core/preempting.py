@@ -18,7 +18,7 @@ The server and `explain` read the nominations through it too (`nomination`, `is_
 from __future__ import annotations
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import BudgetBlocked
+from extender.core.decisions_room import BudgetBlocked
 from extender.core.evicted import Evicted
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination, Nominations

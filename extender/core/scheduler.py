@@ -54,7 +54,7 @@ from extender.core.evicted import Evicted
 from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
 from extender.core.membership import GroupView, Membership
-from extender.core.moves import Move, MoveSettings
+from extender.core.moves import MoveSettings
 from extender.core.nomination import Nomination
 from extender.core.offered import Offered
 from extender.core.plans import Plans
@@ -63,6 +63,7 @@ from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reservations import Settings
 from extender.core.reserving import Reserving
+from extender.core.reserving_sweep import refresh
 from extender.core.status import Status, queue_of
 from extender.core.steering import Steering
 from extender.model.pod import PodInfo
@@ -250,7 +251,7 @@ class GangScheduler:
             view = self.membership.view(group, assumed=gp.reserved)
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
-        held = self._held_from(group, view, now)
+        held = self.held_from(group, view, now)
         result = plan(snapshot_for(self.state, self.membership, group, gang, held), gang)
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
@@ -277,7 +278,7 @@ class GangScheduler:
         nodes, attempts = tuple(new.values()), result.attempts
         return PlanEvent(group, outcome, len(new), nodes, result.domains, attempts=attempts, levels=result.levels)
 
-    def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
+    def held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
         none when one has none)."""
         if not self.reserving.current:  # the common case: nothing held, no walk over the gang's pods
@@ -289,45 +290,7 @@ class GangScheduler:
     def refresh_reservations(self, now: float, wall: float | None) -> tuple[list[str], list[str]]:
         """Who holds room where (the sweep): (gangs given a reservation, gangs whose reservation
         went). WALL: the wall clock at NOW, for pods' start times and estimated starts (None: none)."""
-        if self.reserving.enabled:
-            for group in self._discover(now):
-                self.reserving.told.add(group)
-        ready: dict[str, Gang] = {}
-        for group in self.reserving.queued():
-            if not self.membership.has(group) or group in self.plans:
-                continue
-            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
-                continue
-            view = self.membership.view(group)
-            gang = view.built.gang if view.valid and view.built is not None else None
-            if gang is not None and incomplete(gang) is None and queue_of(self.state, view)[0] is None:
-                ready[group] = gang
-        return self.reserving.refresh(now, wall, ready)
-
-    def _discover(self, now: float) -> list[str]:
-        """Gangs kube-scheduler never asks about: when its own filters find no node with room (a full
-        cluster), topogang is not called, and a gang would never queue for a reservation. Each whole,
-        unplanned gang is tried once per cluster change (a plan not kept): refused for room, it queues."""
-        version = self.state.version
-        found = []
-        for group in self.membership.groups():
-            if group in self.plans or self.reserving.is_queued(group) or not self.reserving.untried(group, version):
-                continue
-            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
-                continue
-            view = self.membership.view(group)
-            gang = view.built.gang if view.valid and view.built is not None else None
-            if gang is None or view.waiting or incomplete(gang) is not None or queue_of(self.state, view)[0]:
-                continue  # (a gang its queue holds back waits for the queue, not for room)
-            if any(m.node is not None for m in gang.members()):
-                continue  # it runs: pods beyond its minimum do not queue for room
-            result = plan(
-                snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
-            )
-            if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reasons.record(group, self.reserving.waiting(group, now, gang) or result.reason)
-                found.append(group)  # (its status tells why it waits, or why it never runs)
-        return found
+        return refresh(self, now, wall)
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
         self._release(group, why or Released(R_REPLANNING))
@@ -463,10 +426,6 @@ class GangScheduler:
             self.reasons.record(group, why)
             out.append((group, bound))
         return out
-
-    def expire_moves(self, now: float) -> list[Move]:
-        """Give back the new room of moved pods no replacement claimed in time."""
-        return self.defragmenting.moves.expire(now)
 
     def expire_preemptions(self, now: float) -> list[Nomination]:
         """Release the room held for gangs whose victims did not leave in time."""

@@ -174,7 +174,7 @@ class Extender:
             self.metrics.preemption_timeouts.inc()
             log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reasons.text(nom.group))
             self.report.changed(nom.group)
-        for move in self.scheduler.expire_moves(now):
+        for move in self.scheduler.defragmenting.moves.expire(now):
             log.warning(
                 "moved pod's room released",
                 group=move.group,

@@ -158,15 +158,9 @@ class Metrics:
             registry=r,
         )
         self.defragmentations = Counter(
-            "topogang_defragmentations_total",
-            "Moves started to make a domain whole for a waiting gang (pods chosen, both rooms held).",
-            registry=r,
+            "topogang_defragmentations_total", "Moves started to make a domain whole for a gang.", registry=r
         )
-        self.pods_moved = Counter(
-            "topogang_pods_moved_total",
-            "Pods moved out of a waiting gang's domain, each to room held for it.",
-            registry=r,
-        )
+        self.pods_moved = Counter("topogang_pods_moved_total", "Pods moved by those moves.", registry=r)
         self.connections = Counter(
             "topogang_connections_total",
             "TLS connections accepted on the extender port, by the protocol ALPN chose (h2, http/1.1).",
