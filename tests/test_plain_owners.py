@@ -109,6 +109,7 @@ def test_every_annotation_topogang_reads_either_asks_or_is_said_not_to() -> None
     asks_nothing = {
         keys.KAI_POD_INDEX_LABEL,
         keys.RUNTIME_BOUND,
+        keys.MOVABLE,
         keys.LWS_EXCLUSIVE,
         keys.LWS_SUBGROUP_EXCLUSIVE,
         keys.JOBSET_EXCLUSIVE,

@@ -9,6 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from extender.core.decisions_room import (
+    R_DISRUPTION_BUDGET,
+    R_PREEMPTION_TIMEOUT,
+    BudgetBlocked,
+    Preempting,
+    PreemptionTimedOut,
+)
 from extender.placement import (
     INCOMPLETE,
     NO_CAPACITY,
@@ -41,9 +48,7 @@ R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
 R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does not have
-R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
-R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
-R_DISRUPTION_BUDGET = "DisruptionBudget"  # only victims beyond what PodDisruptionBudgets allow would help
+# (R_PREEMPTING, R_DEFRAGMENTING, R_PREEMPTION_TIMEOUT, R_DISRUPTION_BUDGET: decisions_room.py)
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
 R_REPAIRING = "Repairing"  # a broken part of a running gang is moving whole; its room is held
 R_UNREPAIRABLE = "Unrepairable"  # a running gang lost pods and no part of it could move in time
@@ -130,72 +135,6 @@ class BeyondMinimum:
             shown = ", ".join(self.waiting[:3]) + (f" and {more} more" if more > 0 else "")
             return f"{self.pods} pod(s) beyond the minimum wait: the minimum of {shown} comes first"
         return f"{self.pods} pod(s) beyond the minimum do not fit in the gang's domains"
-
-
-@dataclass(frozen=True)
-class Preempting:
-    """Victims are being evicted for the gang; their room is held for it meanwhile."""
-
-    domain: DomainRef
-    victims: tuple[str, ...]  # workloads evicted whole
-    elastic: tuple[str, ...]  # gangs losing pods beyond their minimum
-    alone: int  # those pods
-    top_priority: int
-    pods: int  # victim pods in all
-    gone: int  # of them, gone already
-    kind: str = R_PREEMPTING
-
-    @classmethod
-    def of(cls, p: Preemption, gone: int) -> Preempting:
-        alone = sum(len(v) for v in p.elastic.values())
-        return cls(p.domain, p.victims, tuple(sorted(p.elastic)), alone, p.cost.top_priority, len(p.pods), gone)
-
-    def render(self) -> str:
-        shown = ", ".join(self.victims[:5]) + (f" and {len(self.victims) - 5} more" if len(self.victims) > 5 else "")
-        parts = [f"{len(self.victims)} workload(s) ({shown})"] if self.victims else []
-        if self.alone:
-            parts.append(f"{self.alone} elastic pod(s) of {', '.join(self.elastic)}")
-        return (
-            f"preempting in {self.domain}: evicting {' and '.join(parts) or 'nothing'}, priority <= "
-            f"{self.top_priority}; {self.gone}/{self.pods} victim pods gone"
-        )
-
-
-@dataclass(frozen=True)
-class PreemptionTimedOut:
-    """The victims did not all leave in time: the room held for the gang was released."""
-
-    domain: DomainRef
-    pending: tuple[str, ...]  # victim pods still there
-    seconds: float
-    kind: str = R_PREEMPTION_TIMEOUT
-
-    def render(self) -> str:
-        n = len(self.pending)
-        shown = ", ".join(self.pending[:5]) + (f" and {n - 5} more" if n > 5 else "")
-        return (
-            f"preemption timed out: {n} victim pod(s) did not leave within {self.seconds:g}s ({shown}); "
-            f"the room held in {self.domain} was released"
-        )
-
-
-@dataclass(frozen=True)
-class BudgetBlocked:
-    """The gang does not fit, and every victim set that would make room evicts pods beyond what
-    PodDisruptionBudgets allow (the Eviction API would refuse them): nothing is evicted, and the
-    search runs again when a budget changes."""
-
-    shortfall: Shortfall  # why it does not fit as the cluster is
-    overruns: tuple[Overrun, ...]  # what the cheapest victim set would overrun
-    kind: str = R_DISRUPTION_BUDGET
-
-    def refusal(self) -> str:
-        shown = ", ".join(o.render() for o in self.overruns[:5])
-        more = f" and {len(self.overruns) - 5} more" if len(self.overruns) > 5 else ""
-        return f"preempting would overrun {shown}{more}: nothing is evicted until a PodDisruptionBudget allows it"
-
-    def render(self) -> str:
-        return f"{self.shortfall.render()}; {self.refusal()}"
 
 
 @dataclass(frozen=True)
@@ -290,7 +229,7 @@ class PlanEvent:
     """One placement decision: the canonical log line of topogang."""
 
     group: str
-    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "repairing", "invalid"
+    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "defragmenting", "repairing", "invalid"
     pods: int  # pods placed by this decision (or needed, when pending)
     nodes: tuple[str, ...] = ()
     domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
@@ -380,6 +319,8 @@ class PlanEvent:
                 "top_priority": p.cost.top_priority,
                 "plans": p.plans,
             }
+            if p.moves:
+                out["moves"] = dict(sorted(p.moves.items()))
         if self.yielded:
             out["optional_left"] = {"pods": self.yielded, "for_minimums_of": list(self.yielded_to)}
         if self.given_back:

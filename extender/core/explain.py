@@ -14,7 +14,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING, BudgetBlocked
+from extender.core.decisions import R_WAITING
+from extender.core.decisions_room import BudgetBlocked
+from extender.core.defragmenting import MOVING
 from extender.core.evicted import REPAIRED, Eviction
 from extender.core.exclusivity import snapshot_for
 from extender.core.explain_devices import device_lines
@@ -65,6 +67,7 @@ class Explanation:
     last_repair: str = ""  # what the gang's last repair moved
     reservation: str = ""  # the room held for it while it waits, and its estimated start
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
+    defragmentation: tuple[str, ...] = ()  # the pods moving out of its domain, or what a move would be now
     devices: tuple[str, ...] = ()  # devices (Dynamic Resource Allocation) asked and free per domain
     asked: Asked | None = None  # the pod NAME was, when `explain` was asked about a pod
     why: Why | None = None  # why there: the engine's rankings (a replay once placed, else the dry run)
@@ -133,6 +136,7 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
     snapshot = snapshot_for(state, scheduler.membership, group, gang, give_back=give_back)
     result = plan(snapshot, gang, explain=True)
     preemption = _preemption(scheduler, group, None if isinstance(result, Plan) else result)
+    moving = _defragmentation(scheduler, group, None if isinstance(result, Plan) else result)
     why = Why(DRY_RUN, result.rankings) if isinstance(result, Plan) else None
     if isinstance(result, Plan):
         levels = "; ".join(f"{lv} {', '.join(d)}" for lv, d in result.levels.items() if d)
@@ -154,7 +158,14 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
     left = {k: v for k, v in shapes.items() if v}
     devices = device_lines(state, gang, snapshot, tree)
     return replace(
-        base, message=message, outcome=outcome, left_out=left, preemption=preemption, devices=devices, why=why
+        base,
+        message=message,
+        outcome=outcome,
+        left_out=left,
+        preemption=preemption,
+        defragmentation=moving,
+        devices=devices,
+        why=why,
     )
 
 
@@ -228,6 +239,8 @@ def _asked(scheduler: GangScheduler, group: str, gang: Gang | None, pod: str) ->
 def _preemption(scheduler: GangScheduler, group: str, refused: Unplaceable | None) -> tuple[str, ...]:
     """The preemption under way for GROUP; else, when it does not fit (REFUSED), what one would do now."""
     nom = scheduler.preempting.nomination(group)
+    if nom is not None and nom.preemption.moves:
+        return ()  # a move, not a preemption (`_defragmentation`)
     if nom is not None:
         return (f"under way: {nom.describe()}", *_victims(nom.preemption))
     if refused is None:
@@ -238,6 +251,32 @@ def _preemption(scheduler: GangScheduler, group: str, refused: Unplaceable | Non
     if isinstance(found, NoPreemption):
         return (f"would not help: {found.reason}",)
     return (f"would evict in {found.domain}:", *_victims(found))
+
+
+def _defragmentation(scheduler: GangScheduler, group: str, refused: Unplaceable | None) -> tuple[str, ...]:
+    """The move under way for GROUP; else, when it does not fit (REFUSED), what a move would be now."""
+    nom = scheduler.preempting.nomination(group)
+    if nom is not None and nom.preemption.moves:
+        return (f"under way: {nom.describe()}", *_moves(nom.preemption))
+    if refused is None or nom is not None:
+        return ()
+    found = scheduler.defragmenting.search(group)
+    if isinstance(found, NoPreemption) and found.overruns:
+        why = BudgetBlocked(refused.reason, found.overruns, verb=MOVING).refusal()
+        return (f"would move nothing: {why}", found.reason)
+    if isinstance(found, NoPreemption):
+        return (f"would not help: {found.reason}",)
+    return (f"would move {len(found.pods)} pod(s) out of {found.domain}:", *_moves(found))
+
+
+def _moves(p: Preemption) -> tuple[str, ...]:
+    shown = [f"{pod} to node {node}" for pod, node in sorted(p.moves.items())]
+    return (
+        f"moved, each to room held for its replacement: {', '.join(shown[:8])}"
+        + (f" and {len(shown) - 8} more" if len(shown) > 8 else ""),
+        "why these: the fewest movable pods (then the least room taken, the youngest) whose move makes "
+        f"{p.domain} hold the gang, each with a place outside it; never beyond what PodDisruptionBudgets allow",
+    )
 
 
 def _victims(p: Preemption) -> tuple[str, ...]:
@@ -346,6 +385,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"  Nodes left out for pods of {shape}: {shown}")
         for i, text in enumerate(e.preemption):
             out.append(f"  {'Preemption: ' if i == 0 else '    '}{text}")
+        for i, text in enumerate(e.defragmentation):
+            out.append(f"  {'Defragmentation: ' if i == 0 else '    '}{text}")
         if e.evicted_for:
             out.append(f"  Preempted for it: {'; '.join(e.evicted_for)}")
         if e.last_repair:

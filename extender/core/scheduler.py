@@ -17,6 +17,7 @@ framework and Kueue's scheduler are the models):
   steering    steering.Steering  each planned member to its node: nominations, trades
   gates       binding.BindGate   the bind gate: all of the minimum or none
   preempting  preempting.Preempting  victims evicted for a gang, their room held meanwhile
+  defragmenting  defragmenting.Defragmenting  movable pods moved out of a waiting gang's domain
   repairs     repairing.Repairs  a broken part of a running gang moved whole
   reasons     reasons.Reasons    why each gang is where it is, as data
   lookup      lookup.Lookup      what the edges read of the cluster and its gangs
@@ -46,12 +47,13 @@ from extender.core.decisions import (
     Released,
     Repairing,
 )
+from extender.core.defragmenting import Defragmenting
 from extender.core.disruption import whole_only
 from extender.core.evicted import Evicted
-from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
 from extender.core.membership import GroupView, Membership
 from extender.core.minimums import Minimums
+from extender.core.moves import MoveSettings
 from extender.core.nomination import Nomination
 from extender.core.offered import Offered
 from extender.core.plans import Plans
@@ -60,6 +62,7 @@ from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reservations import Settings
 from extender.core.reserving import Reserving
+from extender.core.reserving_sweep import refresh
 from extender.core.standing import GroupStatus, Split
 from extender.core.status import Status, queue_of
 from extender.core.steering import Steering
@@ -74,7 +77,6 @@ from extender.placement import (
     Unplaceable,
     incomplete,
     meets_minimum,
-    plan,
 )
 
 MAX_SCORE = 10
@@ -94,9 +96,11 @@ class GangScheduler:
         reservations: Settings | None = None,
         reserve_level: str | None = None,
         bind_ahead: bool = False,
+        moves: MoveSettings | None = None,
     ) -> None:
         """RESERVATIONS, RESERVE_LEVEL: who gets room held (reserving.Reserving; None: none).
-        BIND_AHEAD: bind a gang whole as it is planned when nothing is left to add (BindGate.ahead)."""
+        BIND_AHEAD: bind a gang whole as it is planned when nothing is left to add (BindGate.ahead).
+        MOVES: defragmentation's settings (moves.MoveSettings; None: the defaults)."""
         self.state = state
         self.bind_ahead = bind_ahead
         self.membership = Membership(state)
@@ -108,6 +112,7 @@ class GangScheduler:
         self.evicted = Evicted()
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout, evicted=self.evicted)
         self.repairs = Repairs(state, self.membership, timeout=repair_timeout, evicted=self.evicted)
+        self.defragmenting = Defragmenting(state, self.membership, self.preempting, moves or MoveSettings())
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
         self.minimums = Minimums(state, self.membership, self.plans, self.reasons, self.preempting, self.repairs)
@@ -133,6 +138,8 @@ class GangScheduler:
             waiting = self.membership.waiting(pod.key)
             if waiting is not None:  # it names a gang that cannot be resolved yet: not a plain pod
                 return refuse(nodes, f"topogang: {waiting}")
+            if (moved_to := self.defragmenting.moves.claim(pod, now)) is not None and moved_to in nodes:
+                return FilterResult([moved_to])  # it replaces a moved pod: the room held for it
             kept_out: frozenset[str] = frozenset()
             if self.reserving.current and (pod.controller is None or pod.controller.kind != "DaemonSet"):
                 # (a DaemonSet's pod has one node to go to: never held out)
@@ -244,18 +251,20 @@ class GangScheduler:
             view = self.membership.view(group, assumed={**gp.reserved, **gp.expected})
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
-        held = self._held_from(group, view, now)
+        held = self.held_from(group, view, now)
         assumed = gp.reserved if extend and gp is not None else None
-        result, first = self.minimums.place(group, view.priority, gang, held, assumed, self._held_from, now)
+        result, first = self.minimums.place(group, view.priority, gang, held, assumed, self.held_from, now)
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
             if result.reason.kind != INCOMPLETE and (not extend or (gp is not None and gp.gate.opened)):
                 # (a plan carried out whose gang now misses pods of its minimum: a repair, not extra pods)
-                found = self._repair(group, gang, now) or (None if extend else self._preempt(group, now))
+                found = self._repair(group, gang, now) or (None if extend else self._make_room(group, now))
                 if found is not None:
                     return found
             why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            if not extend:
+                why = self.defragmenting.blocked(group, why)
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 # it waits for room (a reservation may hold some), unless it fits not even with nothing running
                 why = self.reserving.waiting(group, now, gang) or why
@@ -269,7 +278,7 @@ class GangScheduler:
         self.reasons.record(group, BeyondMinimum(len(result.unplaced), first.waiting) if result.unplaced else None)
         return PlanEvent.placed(group, outcome, new, result, first.yielded, first.waiting, first.given_back, early)
 
-    def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
+    def held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
         none when one has none)."""
         if not self.reserving.current:  # the common case: nothing held, no walk over the gang's pods
@@ -281,42 +290,7 @@ class GangScheduler:
     def refresh_reservations(self, now: float, wall: float | None) -> tuple[list[str], list[str]]:
         """Who holds room where (the sweep): (gangs given a reservation, gangs whose reservation
         went). WALL: the wall clock at NOW, for pods' start times and estimated starts (None: none)."""
-        if self.reserving.enabled:
-            for group in self._discover(now):
-                self.reserving.told.add(group)
-        ready: dict[str, Gang] = {}
-        for group in self.reserving.queued():
-            if not self.membership.has(group) or group in self.plans or self.minimums.busy(group):
-                continue
-            view = self.membership.view(group)
-            gang = view.built.gang if view.valid and view.built is not None else None
-            if gang is not None and incomplete(gang) is None and queue_of(self.state, view)[0] is None:
-                ready[group] = gang
-        return self.reserving.refresh(now, wall, ready)
-
-    def _discover(self, now: float) -> list[str]:
-        """Gangs kube-scheduler never asks about: when its own filters find no node with room (a full
-        cluster), topogang is not called, and a gang would never queue for a reservation. Each whole,
-        unplanned gang is tried once per cluster change (a plan not kept): refused for room, it queues."""
-        version = self.state.version
-        found = []
-        for group in self.membership.groups():
-            if group in self.plans or self.reserving.is_queued(group) or not self.reserving.untried(group, version):
-                continue
-            if self.minimums.busy(group):
-                continue
-            view = self.membership.view(group)
-            gang = view.built.gang if view.valid and view.built is not None else None
-            if gang is None or view.waiting or incomplete(gang) is not None or queue_of(self.state, view)[0]:
-                continue  # (a gang its queue holds back waits for the queue, not for room)
-            if any(m.node is not None for m in gang.members()):
-                continue  # it runs: pods beyond its minimum do not queue for room
-            snapshot = snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now))
-            result = plan(snapshot, gang)
-            if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reasons.record(group, self.reserving.waiting(group, now, gang) or result.reason)
-                found.append(group)  # (its status tells why it waits, or why it never runs)
-        return found
+        return refresh(self, now, wall)
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
         self._release(group, why or Released(R_REPLANNING))
@@ -334,13 +308,18 @@ class GangScheduler:
         self.reasons.record(group, Repairing(found.describe(), len(found.moved)))
         return PlanEvent.of(group, "repairing", found.plan, found.describe(), repair=found)
 
-    def _preempt(self, group: str, now: float) -> PlanEvent | None:
-        """Victims whose eviction makes room for GROUP: their room is reserved for it at once."""
-        if not isinstance(found := self.preempting.attempt(group, now), Nomination):
+    def _make_room(self, group: str, now: float) -> PlanEvent | None:
+        """Movable pods moved out of a domain for GROUP, else lower-priority victims evicted: the
+        room is reserved for it at once (a moved pod keeps running, so moves come first)."""
+        found = self.defragmenting.attempt(group, now)
+        outcome = "defragmenting"
+        if not isinstance(found, Nomination):
+            found, outcome = self.preempting.attempt(group, now), "preempting"
+        if not isinstance(found, Nomination):
             return None
         self.reserving.placed(group)
         self.reasons.record(group, found.reason())
-        return PlanEvent.of(group, "preempting", found.preemption.plan, found.describe(), preemption=found.preemption)
+        return PlanEvent.of(group, outcome, found.preemption.plan, found.describe(), preemption=found.preemption)
 
     def preempt(self, pod_key: str, now: float) -> PlanEvent | None:
         """kube-scheduler found no node for POD_KEY and asks whom to preempt. For a gang member
@@ -409,6 +388,7 @@ class GangScheduler:
         for group in self.plans:
             self._release(group, why)
         self.preempting.drop_all()
+        self.defragmenting.drop_all()
         self.repairs.drop_all()
         self.reserving.drop_all()
 
@@ -423,6 +403,7 @@ class GangScheduler:
             self.steering.forget(group)
         self.reasons.sweep(groups)
         self.preempting.sweep(groups)
+        self.defragmenting.sweep(groups)
         self.repairs.sweep(groups)
         self.reserving.sweep(groups)
         self.minimums.sweep(groups)
@@ -468,6 +449,8 @@ class GangScheduler:
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
+        if self.defragmenting.moves.placed(pod.key) is not None:
+            return  # a moved pod's replacement bound: its new room is its own now
         group = self.plans.holder(pod.key)
         gp = self.plans.get(group)
         if group is not None and gp is not None and pod.key in gp.reserved:
@@ -480,6 +463,8 @@ class GangScheduler:
         self.repairs.gone(key)
         if key not in self.state.reservations:  # every pod a plan holds is reserved
             return
+        if self.defragmenting.moves.placed(key) is not None:
+            return  # a moved pod's replacement left before binding: its held room goes
         group = self.plans.holder(key)  # (its gang may no longer resolve: its PodGroup went first)
         gp = self.plans.get(group)
         if group is not None and gp is not None and key in gp.reserved:

@@ -55,6 +55,7 @@ JOBSET_NODE_SELECTOR = "alpha.jobset.sigs.k8s.io/node-selector"
 # topogang's own.
 RUNTIME_BOUND = "scheduling.topogang.io/runtime-bound"
 ON_UNREPAIRABLE = "scheduling.topogang.io/on-unrepairable"
+MOVABLE = "scheduling.topogang.io/movable"
 
 READ = frozenset(
     {
@@ -80,6 +81,7 @@ READ = frozenset(
         JOBSET_NODE_SELECTOR,
         RUNTIME_BOUND,
         ON_UNREPAIRABLE,
+        MOVABLE,
     }
 )
 
@@ -266,6 +268,7 @@ TOPOGANG = _under(
     "scheduling.topogang.io/",
     "runtime-bound",
     "on-unrepairable",
+    "movable",
     "plan-generation",
     "segment-index",
     "gang",

@@ -23,6 +23,7 @@ from extender.placement.ranking import (
 )
 from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
 from extender.placement.ref import DomainRef
+from extender.placement.relocation import MovedPod, Stranded, closed_domain, relocate
 from extender.placement.repair import Repair, plan_repair, unpin
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, DictUsage, NodeTable
@@ -65,6 +66,7 @@ __all__ = [
     "Gang",
     "IntArray",
     "Member",
+    "MovedPod",
     "NoPreemption",
     "NodeTable",
     "Overrun",
@@ -80,10 +82,12 @@ __all__ = [
     "Scope",
     "Shape",
     "Shortfall",
+    "Stranded",
     "TopologyTree",
     "Unplaceable",
     "Workload",
     "build_gang",
+    "closed_domain",
     "find_victims",
     "incomplete",
     "left_out",
@@ -91,6 +95,7 @@ __all__ = [
     "minimum_pods",
     "plan",
     "plan_repair",
+    "relocate",
     "scope_minimum_pods",
     "unpin",
 ]

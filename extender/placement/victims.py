@@ -96,8 +96,12 @@ class Preemption:
     domains_checked: int = 0  # candidate domains verified with the engine
     plans: int = 0  # engine calls
     guarded: tuple[str, ...] = ()  # victim pods some PodDisruptionBudget covers (evicted first)
+    # Defragmentation: the victims are moved, not preempted; each one's new node outside `domain`.
+    moves: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
+        if self.moves:
+            return f"move {len(self.moves)} pod(s) out of {self.domain} to room held elsewhere"
         return f"evict {self.cost.describe(self.resources)} in {self.domain}"
 
 

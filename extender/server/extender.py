@@ -175,6 +175,14 @@ class Extender:
             self.metrics.preemption_timeouts.inc()
             log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reasons.text(nom.group))
             self.report.changed(nom.group)
+        for move in self.scheduler.defragmenting.moves.expire(now):
+            log.warning(
+                "moved pod's room released",
+                group=move.group,
+                pod=move.pod,
+                node=move.node,
+                reason="no replacement pod of its controller claimed it in time",
+            )
         self.wakeups.wake_preempted()
         self._reserve(now)
         self.evictions.expire_repairs(now)

@@ -13,6 +13,8 @@ a group name).
   topogang_preemptions_total                             counter    preemption plans started (victims chosen, room held)
   topogang_preemption_victim_pods_total                  counter    pods chosen as victims by those plans
   topogang_preemption_timeouts_total                     counter    preemptions released because victims did not leave
+  topogang_defragmentations_total                        counter    moves started to make a domain whole for a gang
+  topogang_pods_moved_total                              counter    pods moved by those (evicted, their new room held)
   topogang_connections_total{protocol}                   counter    TLS connections accepted, by protocol (h2, http/1.1)
   topogang_repairs_total                                 counter    running gangs whose broken part was moved whole
   topogang_unrepairable_total                            counter    broken gangs not mended within the repair timeout
@@ -25,7 +27,7 @@ a group name).
   topogang_leader                                        gauge      1 while this replica holds the Lease
   topogang_leader_transitions_total                      counter    times this replica became the leader
 
-The first twelve are recorded as things happen; the rest are read when Prometheus scrapes, from
+The first fourteen are recorded as things happen; the rest are read when Prometheus scrapes, from
 the objects that own them, so nothing on the filter path does more than one histogram
 observation (about a microsecond).
 """
@@ -155,6 +157,10 @@ class Metrics:
             "Preemptions whose victims did not all leave in time (the room held was released).",
             registry=r,
         )
+        self.defragmentations = Counter(
+            "topogang_defragmentations_total", "Moves started to make a domain whole for a gang.", registry=r
+        )
+        self.pods_moved = Counter("topogang_pods_moved_total", "Pods moved by those moves.", registry=r)
         self.connections = Counter(
             "topogang_connections_total",
             "TLS connections accepted on the extender port, by the protocol ALPN chose (h2, http/1.1).",

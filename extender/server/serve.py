@@ -25,6 +25,7 @@ from aiohttp import web
 
 from extender import logs
 from extender.core.cluster import ClusterState
+from extender.core.moves import MoveSettings
 from extender.core.reservations import Settings as ReservationSettings
 from extender.core.scheduler import GangScheduler
 from extender.kube.actions import KubeActions
@@ -164,6 +165,13 @@ def _scheduler(settings: Settings) -> GangScheduler:
             largest_first=settings.reserve_largest_first,
         ),
         reserve_level=settings.reserve_level,
+        moves=MoveSettings(
+            enabled=settings.defragment,
+            per_hour=settings.moves_per_hour,
+            cooldown=settings.move_cooldown,
+            controllers=settings.move_controllers,
+            timeout=max(settings.preemption_timeout, MoveSettings().timeout),
+        ),
     )
 
 

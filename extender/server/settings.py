@@ -94,11 +94,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from extender import logs
+from extender.core.moves import MoveSettings
 from extender.core.reservations import Settings as ReservationSettings
 from extender.server.limits import DEFAULT_MAX_BODY_MIB
 from extender.server.tls import TlsFiles
 
 RESERVATION_DEFAULTS = ReservationSettings()
+MOVE_DEFAULTS = MoveSettings()
+MAX_MOVES_PER_HOUR = 10_000
 MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
 RESERVE_ORDERS = ("queue", "largest")
 # A node label key (an optional DNS-subdomain prefix and a name of up to 63 characters) or a
@@ -130,6 +133,10 @@ class Settings:
     reserve_level: str | None = None  # --reserve-level: only gangs of this level or coarser hold room
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     bind_ahead: bool = True  # bind a planned gang at once when kube-scheduler has nothing to add (core/binding.py)
+    defragment: bool = True  # move movable pods out of a domain a waiting gang needs whole (core/defragmenting.py)
+    moves_per_hour: int = MOVE_DEFAULTS.per_hour
+    move_cooldown: float = MOVE_DEFAULTS.cooldown
+    move_controllers: bool = False  # every pod of a Deployment, ReplicaSet or StatefulSet is movable
     log_level: str = "info"
     log_format: str = "auto"
     leader_elect: bool = False
@@ -207,6 +214,18 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         " topology.kubernetes.io/zone, or its short name) or a coarser one may hold room; a Topology"
         " without it: any gang (TOPOGANG_RESERVE_LEVEL; any)",
     ),
+    (
+        "--moves-per-hour",
+        "N",
+        "most pods moved in any hour to make a domain whole for a waiting gang, cluster-wide"
+        f" (TOPOGANG_MOVES_PER_HOUR; {MOVE_DEFAULTS.per_hour})",
+    ),
+    (
+        "--move-cooldown",
+        "SECONDS",
+        f"a moved pod, and the pod that replaced it, stay in place this long (TOPOGANG_MOVE_COOLDOWN;"
+        f" {MOVE_DEFAULTS.cooldown:g})",
+    ),
     ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
     ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
     ("--lease-namespace", "NS", "the Lease's namespace (TOPOGANG_LEASE_NAMESPACE; the pod's own)"),
@@ -242,6 +261,16 @@ BOOL_FLAGS: tuple[tuple[str, str], ...] = (
         "bind a gang as it is planned, all of it, when its pods need nothing but what the plan judges"
         " (no volume or resource claims, host ports, inter-pod affinity, spread constraints);"
         " false: each member waits for its own bind call (TOPOGANG_BIND_AHEAD; true)",
+    ),
+    (
+        "--defragment",
+        "move movable pods (scheduling.topogang.io/movable) out of a domain a waiting gang needs whole,"
+        " each to room held for it elsewhere (TOPOGANG_DEFRAGMENT; true)",
+    ),
+    (
+        "--move-controllers",
+        "every pod of a Deployment, ReplicaSet or StatefulSet is movable unless it says"
+        ' scheduling.topogang.io/movable: "false" (TOPOGANG_MOVE_CONTROLLERS; false)',
     ),
     (
         "--leader-elect",
@@ -326,6 +355,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     nominate = boolean("--nominate", "TOPOGANG_NOMINATE", pick(args.nominate, "TOPOGANG_NOMINATE") or "true")
     ahead = boolean("--bind-ahead", "TOPOGANG_BIND_AHEAD", pick(args.bind_ahead, "TOPOGANG_BIND_AHEAD") or "true")
     settings = replace(settings, nominate=nominate, bind_ahead=ahead)
+    settings = _moves(settings, args, pick, seconds)
     limit, after, largest, level = _reservations(args, pick, seconds)
     settings = replace(
         settings, reservations=limit, reserve_after=after, reserve_largest_first=largest, reserve_level=level
@@ -370,6 +400,32 @@ def _reservations(
             f" such as topology.kubernetes.io/zone or zone, got {level!r}"
         )
     return limit, after, order == "largest", level
+
+
+def _moves(
+    settings: Settings,
+    args: argparse.Namespace,
+    pick: Callable[..., str | None],
+    seconds: Callable[[str, str | None, str, float], float],
+) -> Settings:
+    """--defragment, --move-controllers (booleans), --moves-per-hour (a bounded whole number) and
+    --move-cooldown (seconds)."""
+    on = boolean("--defragment", "TOPOGANG_DEFRAGMENT", pick(args.defragment, "TOPOGANG_DEFRAGMENT") or "true")
+    owners = pick(args.move_controllers, "TOPOGANG_MOVE_CONTROLLERS") or "false"
+    controllers = boolean("--move-controllers", "TOPOGANG_MOVE_CONTROLLERS", owners)
+    text = pick(args.moves_per_hour, "TOPOGANG_MOVES_PER_HOUR")
+    per_hour = MOVE_DEFAULTS.per_hour
+    if text is not None:
+        if not text.strip().isdigit() or int(text) > MAX_MOVES_PER_HOUR:
+            raise SettingsError(
+                f"--moves-per-hour (TOPOGANG_MOVES_PER_HOUR): expected a whole number from 0 to {MAX_MOVES_PER_HOUR},"
+                f" got {text!r}"
+            )
+        per_hour = int(text)
+    cooldown = seconds("--move-cooldown", args.move_cooldown, "TOPOGANG_MOVE_COOLDOWN", MOVE_DEFAULTS.cooldown)
+    return replace(
+        settings, defragment=on, move_controllers=controllers, moves_per_hour=per_hour, move_cooldown=cooldown
+    )
 
 
 def _address(name: str, text: str) -> tuple[str, int]:

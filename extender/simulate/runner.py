@@ -9,7 +9,9 @@ retries unschedulable pods when the cluster changes. No clock: time advances one
 
 A gang member that no node takes goes through kube-scheduler's preemption, which asks topogang:
 when topogang chooses victims for the gang, they are evicted at once (their pods deleted, as a
-grace period of 0 would) and listed in the result. Plain pods never preempt here.
+grace period of 0 would) and listed in the result. Plain pods never preempt here. Pods moved for
+a gang (defragmentation) leave the same way; each one's replacement (`<name>-moved`) is created
+at once, as its controller would, and scheduled like any pod into the room held for it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class Preempted:
     pod: str  # namespace/name of the victim
     by: str  # the gang it made room for
     domain: DomainRef
+    moved_to: str = ""  # defragmentation: the node held for its replacement (else it was preempted)
 
 
 @dataclass
@@ -234,8 +237,13 @@ class Simulation:
             return False
         for key in p.pods:
             if key in self.state.pods:
+                old = self.state.pods[key]
                 self.scheduler.delete_pod(key)
-                self.preempted.append(Preempted(key, event.group, p.domain))
+                self.preempted.append(Preempted(key, event.group, p.domain, p.moves.get(key, "")))
+                if key in p.moves:  # its controller makes a replacement at once, not bound yet
+                    new = replace(old, name=f"{old.name}-moved", uid="", node_name=None, phase="Pending")
+                    self.order[new.key] = len(self.order)
+                    self.scheduler.observe_pod(new)
         return bool(p.pods)
 
     def _queue(self) -> list[str]:
