@@ -95,6 +95,10 @@ class SubGroupSpec:
     parent: str | None = None
     min_member: int | None = None
     min_subgroup: int | None = None
+    # A segment or slice of a workload (KAI's segment-size, Kueue's podset-slice-size): its pods
+    # work as one group, so an elastic one (minMember 0) is placed whole or not at all. Set by
+    # the grouper; the PodGroup API has no such field, so it stays in memory.
+    whole: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,11 @@
 Per scope: the nodes its running pods already hold, the pods per shape its minimum needs at
 least (any choice of `minMember` children) and its whole needs, and whether it is satisfied
 without placing any pod (elastic). Children are prepared before their parents.
+
+A *whole unit* is an elastic segment or slice (`Scope.whole`, `minMember: 0`): a segment beyond
+the minimum. Its pods work together (a tensor-parallel group), so it is placed with all its pods
+(in one domain of its required level) or not at all: once the minimum stands, `grow_units` makes
+each unit's minimum all of its pods, and the optional phase places units as it places minimums.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ class Demand:
         self.full: dict[int, list[int]] = {}  # pods per shape of every unplaced member
         self.preplaced: dict[int, int] = {}  # leaves: members already on a node
         self.empty_ok: dict[int, bool] = {}  # satisfied without placing any pod
+        self.min_pods: dict[int, int] = {}  # leaves: the pods that make its minimum (minMember, a unit's all)
+        self.units: dict[int, Scope] = {}  # whole units by scope id (see above)
         for scope in reversed(gang.scopes):  # children before parents
             if scope.leaf:
                 self._leaf(scope, index)
@@ -42,6 +49,16 @@ class Demand:
         self.minimum[scope.id] = [max(0, need - (unplaced - full[s])) for s in range(self.nshapes)]
         self.preplaced[scope.id] = pre
         self.empty_ok[scope.id] = need == 0
+        self.min_pods[scope.id] = scope.min_member
+        if scope.whole and scope.min_member == 0 and unplaced:
+            self.units[scope.id] = scope
+
+    def grow_units(self) -> None:
+        """Phase 3 begins: each whole unit needs all of its pods (the minimum of the gang stands,
+        so no parent's minimum is counted again)."""
+        for unit in self.units.values():
+            self.min_pods[unit.id] = len(unit.members)
+            self.minimum[unit.id] = list(self.full[unit.id])
 
     def _inner(self, scope: Scope) -> None:
         kids = scope.children

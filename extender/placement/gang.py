@@ -58,6 +58,7 @@ class Scope:
     weight: int = 1
     name: str = ""  # the SubGroup name ("" for the PodGroup and sets)
     key: str = ""  # its identity in results: the PodGroup's ns/name, the SubGroup name, a set's label
+    whole: bool = False  # a segment or slice: its pods beyond any minimum go all together or not at all
 
     @property
     def leaf(self) -> bool:
