@@ -183,6 +183,18 @@ def test_segments_in_racks_take_the_fewest_racks() -> None:
     assert sorted(r for s in got for r in s) == ["z1-b1-r1", "z1-b1-r1", "z1-b1-r2"]
 
 
+def test_equally_tight_domains_go_by_the_fewest_racks_their_segments_take() -> None:
+    #   block b1: racks r1..r4 4 free each       16 free, segments of 4 take 4 racks
+    #   block b2: racks r1, r2 8 free, r3, r4 full  16 free, segments of 4 take 2 racks
+    # 4 segments of 4 in one block: both leave nothing; b2 holds them in fewer racks.
+    cluster = grid(zones=1, blocks=2, racks=4, nodes=8)
+    busy = {f"z1-b1-r{r}-n{n}": 0 for r in range(1, 5) for n in range(5, 9)}
+    busy |= {f"z1-b2-r{r}-n{n}": 0 for r in (3, 4) for n in range(1, 9)}
+    pg, pods = segmented([4] * 4, 4, "rack", held="block")
+    got = segment_racks(placed(run(cluster, pg, pods, used=used_gpus(busy))), 4)
+    assert sorted(r for s in got for r in s) == ["z1-b2-r1", "z1-b2-r1", "z1-b2-r2", "z1-b2-r2"]
+
+
 @pytest.mark.parametrize(
     ("caps", "room", "count", "want"),
     [

@@ -218,20 +218,21 @@ class Candidates:
         counts = self.state.counts
         full = self.demand.full[scope.id]
         s = self.demand.dominant(scope)
-        room_all = self.parts.room(scope, level, cand, s, full=True)
+        in_parts = self.parts.counted_in_parts(scope, level)
+        room_all = self.parts.room(scope, level, cand, s, full=True) if in_parts else counts[s][level][cand]
         full_ok = room_all >= full[s]  # room never exceeds the count of shape s, so s is checked
         for shape, need in enumerate(full):
             if need > 0 and shape != s:
                 full_ok &= counts[shape][level][cand] >= need
-        room_min = self.parts.room(scope, level, cand, s, full=False)
-        room = np.where(full_ok, room_all, room_min)
-        spread_all = self.parts.domains_needed(scope, level, cand, s, full=True)
-        spread_min = self.parts.domains_needed(scope, level, cand, s, full=False)
-        spread = None
-        if spread_all is not None and spread_min is not None:
-            spread = np.where(full_ok, spread_all, spread_min)
-        elif spread_min is not None:
-            spread = spread_min
+        room, spread = room_all, None
+        if in_parts:  # the minimum's parts may be fewer or smaller than all of them
+            room = np.where(full_ok, room_all, self.parts.room(scope, level, cand, s, full=False))
+            spread_all = self.parts.domains_needed(scope, level, cand, s, full=True)
+            spread_min = self.parts.domains_needed(scope, level, cand, s, full=False)
+            if spread_all is not None and spread_min is not None:
+                spread = np.where(full_ok, spread_all, spread_min)
+            else:
+                spread = spread_min if spread_min is not None else spread_all
         leftover = np.where(full_ok, room - full[s], -room)
         return _Fit(room, full_ok, full[s], spread, leftover)
 

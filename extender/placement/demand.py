@@ -28,6 +28,7 @@ class Demand:
         self.empty_ok: dict[int, bool] = {}  # satisfied without placing any pod
         self.min_pods: dict[int, int] = {}  # leaves: the pods that make its minimum (minMember, a unit's all)
         self.units: dict[int, Scope] = {}  # whole units by scope id (see above)
+        self.generation = 0  # counts changes of the amounts above (grow_units), for caches
         for scope in reversed(gang.scopes):  # children before parents
             if scope.leaf:
                 self._leaf(scope, index)
@@ -56,6 +57,7 @@ class Demand:
     def grow_units(self) -> None:
         """Phase 3 begins: each whole unit needs all of its pods (the minimum of the gang stands,
         so no parent's minimum is counted again)."""
+        self.generation += 1
         for unit in self.units.values():
             self.min_pods[unit.id] = len(unit.members)
             self.minimum[unit.id] = list(self.full[unit.id])

@@ -22,7 +22,7 @@ import numpy as np
 from extender.placement.demand import Demand
 from extender.placement.gang import Scope
 from extender.placement.state import AttemptState
-from extender.placement.tree import IntArray, TopologyTree
+from extender.placement.tree import Domain, IntArray, TopologyTree
 
 # Domains needed where the parts do not fit at all: ranks after any real count.
 NEVER = 1 << 40
@@ -43,6 +43,7 @@ class Parts:
     def __init__(self, tree: TopologyTree, state: AttemptState, demand: Demand) -> None:
         self.tree, self.state, self.demand = tree, state, demand
         self._layout: dict[int, Layout | None] = {}
+        self._shares_of: dict[tuple[int, int, bool, int], tuple[int, int, int, int] | None] = {}
 
     def layout(self, scope: Scope) -> Layout | None:
         """The scope's parts and loose leaves, or None when it has no parts, or parts at
@@ -56,17 +57,26 @@ class Parts:
             self._layout[scope.id] = found
         return self._layout[scope.id]
 
+    def counted_in_parts(self, scope: Scope, level: int) -> bool:
+        """Whether the scope has parts finer than `level` (else its room is counted pod by pod)."""
+        layout = self.layout(scope)
+        return layout is not None and layout.level > level
+
     def room(self, scope: Scope, level: int, cand: IntArray, shape: int, *, full: bool) -> IntArray:
         """Per candidate of `level`: pods of `shape` the scope can put there, counting room for its
         parts in whole parts only (of its smallest part) and loose pods in what is left. `full`:
         parts as large as all their pods, else as their minimum."""
         room: IntArray = self.state.counts[shape][level][cand]
         shares = self._shares(scope, level, shape, full)
-        if shares is None:
+        if shares is None or not len(cand):
             return room
         unit, _, loose, part_level = shares
-        whole = self._whole(level, part_level, shape, unit)[cand]
-        usable: IntArray = whole + np.minimum(room - whole, loose)
+        lo, hi, owner = self._span(level, part_level, cand)
+        labeled = self.tree.levels[part_level].labeled[lo:hi]
+        whole = (self.state.counts[shape][part_level][lo:hi] // unit) * unit * labeled
+        per_owner = np.bincount(owner, weights=whole, minlength=int(cand.max() - cand.min()) + 1).astype(np.int64)
+        took = per_owner[cand - cand.min()]
+        usable: IntArray = took + np.minimum(room - took, loose)
         return usable
 
     def domains_needed(self, scope: Scope, level: int, cand: IntArray, shape: int, *, full: bool) -> IntArray | None:
@@ -75,10 +85,11 @@ class Parts:
         shares = self._shares(scope, level, shape, full)
         if shares is None:
             return None
+        if not len(cand):
+            return np.zeros(0, dtype=np.int64)
         unit, count, _, part_level = shares
-        inner = self.tree.levels[part_level]
-        caps = (self.state.counts[shape][part_level] // unit) * inner.labeled
-        owner = self.tree.levels[level].domain_of_pos[inner.starts]
+        lo, hi, owner = self._span(level, part_level, cand)
+        caps = (self.state.counts[shape][part_level][lo:hi] // unit) * self.tree.levels[part_level].labeled[lo:hi]
         # Per owner, its part-level domains by room, largest first; a domain is needed while
         # the rooms before it hold fewer than `count` parts.
         order = np.lexsort((-caps, owner))
@@ -86,11 +97,22 @@ class Parts:
         total = np.cumsum(caps_sorted)
         first = np.searchsorted(owner_sorted, owner_sorted)  # index of each owner's first entry
         before = total - caps_sorted - (total[first] - caps_sorted[first])  # within the owner
-        size = len(self.tree.levels[level].starts)
+        size = int(cand.max() - cand.min()) + 1
         needed = np.bincount(owner_sorted, weights=(before < count) & (caps_sorted > 0), minlength=size)
         held = np.bincount(owner_sorted, weights=caps_sorted, minlength=size)
-        out: IntArray = np.where(held[cand] >= count, needed[cand].astype(np.int64), NEVER)
+        mine = cand - cand.min()
+        out: IntArray = np.where(held[mine] >= count, needed[mine].astype(np.int64), NEVER)
         return out
+
+    def _span(self, level: int, part_level: int, cand: IntArray) -> tuple[int, int, IntArray]:
+        """The domains of `part_level` under the candidates' range [lo, hi), and the candidate
+        (counted from the first) each belongs to: the arrays stay as small as the region."""
+        first, last = int(cand.min()), int(cand.max())
+        lo = self.tree.descendants(Domain(level, first), part_level)[0]
+        hi = self.tree.descendants(Domain(level, last), part_level)[1]
+        starts = self.tree.levels[part_level].starts[lo:hi]
+        owner: IntArray = self.tree.levels[level].domain_of_pos[starts] - first
+        return lo, hi, owner
 
     def _shares(self, scope: Scope, level: int, shape: int, full: bool) -> tuple[int, int, int, int] | None:
         """(the part size counted in, the parts to place, the loose pods, the parts' level) for
@@ -98,6 +120,12 @@ class Parts:
         layout = self.layout(scope)
         if layout is None or layout.level <= level:
             return None
+        key = (scope.id, shape, full, self.demand.generation)
+        if key not in self._shares_of:
+            self._shares_of[key] = self._count_shares(scope, layout, shape, full)
+        return self._shares_of[key]
+
+    def _count_shares(self, scope: Scope, layout: Layout, shape: int, full: bool) -> tuple[int, int, int, int] | None:
         amounts = self.demand.full if full else self.demand.minimum
         sizes = [amounts[p.id][shape] for p in layout.parts]
         unit = min((s for s in sizes if s > 0), default=0)
@@ -106,16 +134,6 @@ class Parts:
         loose = sum(amounts[leaf.id][shape] for leaf in layout.loose)
         in_parts = amounts[scope.id][shape] - loose if not full else sum(sizes)
         return unit, -(-max(0, in_parts) // unit), loose, layout.level
-
-    def _whole(self, level: int, part_level: int, shape: int, unit: int) -> IntArray:
-        """Per domain of `level`: pods of `shape` its domains of `part_level` hold in whole parts."""
-        inner = self.tree.levels[part_level]
-        whole = (self.state.counts[shape][part_level] // unit) * unit * inner.labeled
-        owner = self.tree.levels[level].domain_of_pos[inner.starts]
-        summed: IntArray = np.bincount(owner, weights=whole, minlength=len(self.tree.levels[level].starts)).astype(
-            np.int64
-        )
-        return summed
 
 
 def _split(scope: Scope) -> tuple[list[Scope], list[Scope]]:
