@@ -36,7 +36,7 @@ def comparable(spec: PodGroupSpec) -> PodGroupSpec:
         global_constraint=plain(spec.global_constraint),
         subgroup_constraints={k: plain(c) for k, c in spec.subgroup_constraints.items()},  # type: ignore[misc]
         subgroup_sets=tuple(replace(s, constraint=plain(s.constraint)) for s in spec.subgroup_sets),  # type: ignore[arg-type]
-        subgroups=tuple(replace(sg, whole=False) for sg in spec.subgroups),
+        subgroups=tuple(replace(sg, segment_pods=0) for sg in spec.subgroups),
         uid="",
         derived_from="",
     )

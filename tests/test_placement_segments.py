@@ -56,8 +56,8 @@ def segmented(
     if held:
         constraints["global"] = {"requiredTopologyLevel": held}
     pg = podgroup({"subGroups": subgroups, "topologyConstraints": constraints})
-    whole = tuple(replace(sg, whole=True) if sg.name.startswith("w-") else sg for sg in pg.subgroups)
-    return replace(pg, subgroups=whole), pods
+    marked = [replace(sg, segment_pods=sizes[int(sg.name[2:])]) if sg.name[:2] == "w-" else sg for sg in pg.subgroups]
+    return replace(pg, subgroups=tuple(marked)), pods
 
 
 def segment_racks(assignments: dict[str, str], segments: int) -> list[set[str]]:
@@ -129,11 +129,29 @@ def test_an_elastic_segment_with_pods_running_adds_the_rest_whole_or_none() -> N
     assert racks_of(dict(result.assignments))["default/w1-2"] == "z1-b1-r2"
 
 
+def test_an_elastic_segment_whose_pods_are_not_all_created_waits_and_its_room_counts() -> None:
+    #   zone z1: rack r1 3 free, rack r2 7 free    zone z2: racks r1 and r2 8 free
+    # Segment 1 (elastic, 4 pods) has 2 pods so far. Counting only those, z1 would hold the gang
+    # (segments of 2 fit its racks); counting the 2 to come, only z2 holds it. Its 2 pods wait.
+    cluster = grid(zones=2, blocks=1, racks=2, nodes=8)
+    pg, pods = segmented([4, 4], 1, "rack", held="zone")
+    present = [p for p in pods if p.name not in ("w1-2", "w1-3")]
+    busy = {**{f"z1-b1-r1-n{n}": 0 for n in range(1, 6)}, "z1-b1-r2-n1": 0}
+    result = run(cluster, pg, present, used=used_gpus(busy))
+    assert isinstance(result, Plan)
+    assert sorted(result.unplaced) == ["default/w1-0", "default/w1-1"]
+    assert {n.split("-")[0] for n in result.assignments.values()} == {"z2"}
+    result = run(cluster, pg, pods, used=used_gpus(busy))
+    assert isinstance(result, Plan)
+    assert result.unplaced == ()
+    assert segment_racks(dict(result.assignments), 2) == [{"z2-b1-r1"}, {"z2-b1-r1"}]
+
+
 def test_a_plain_elastic_subgroup_still_takes_what_fits() -> None:
     # Not a segment (no grouper made it): minMember 0 means as many of its pods as fit.
     cluster = grid(zones=1, blocks=1, racks=1, nodes=4)
     pg, pods = segmented([4, 6], 1, "rack")
-    plain = replace(pg, subgroups=tuple(replace(sg, whole=False) for sg in pg.subgroups))
+    plain = replace(pg, subgroups=tuple(replace(sg, segment_pods=0) for sg in pg.subgroups))
     result = run(cluster, plain, pods)
     assert isinstance(result, Plan)
     assert len(result.unplaced) == 6  # the rack is full after segment 0

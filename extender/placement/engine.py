@@ -257,7 +257,7 @@ class _Placer:
             r = c.rule
             if r is None or r.required is None or r.required <= region.level or r.exclusive:
                 continue
-            if c.weight != 1 or self.demand.fixed[c.id] or c.id in self.state.pins:
+            if c.weight != 1 or self.demand.fixed[c.id] or c.id in self.state.pins or c.id in self.demand.waiting:
                 continue
             runs.setdefault(self._signature(c), []).append(c)
         return {c.id: run for run in runs.values() if len(run) > 1 for c in run}
@@ -370,6 +370,8 @@ class _Placer:
         pin = self.state.pins.get(scope.id)
         if pin is None:
             return
+        if scope.id in self.demand.waiting:
+            return  # a unit whose pods are not all created yet: placed once they are
         if scope.leaf:
             cp = self.state.checkpoint()
             for shape, keys in _by_shape(self._unplaced(scope)):
@@ -413,6 +415,8 @@ class _Placer:
         domain) when that takes every pod of the child, else wherever its constraints allow. A
         whole unit (a segment beyond the minimum) goes whole or not at all; another child takes
         as much as fits, where that is the most."""
+        if child.id in self.demand.waiting:
+            return  # a unit whose pods are not all created yet: placed once they are
         regions = [required]
         if preferred != required and self._holds(preferred, self.demand.full[child.id]):
             regions.insert(0, preferred)
