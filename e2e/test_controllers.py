@@ -201,6 +201,53 @@ async def test_a_pytorchjob_with_elastic_segments(
     await eventually(two_wait, within=30, what="the two workers beyond the room to be created and wait")
 
 
+async def test_an_elastic_pytorchjob_in_one_zone_goes_whole_to_the_zone_that_holds_every_segment(
+    running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    # 8 workers, 4 the minimum, in segments of 4 per rack, the job in one zone. Zone z0 has 9
+    # nodes (racks of 3 and 6) and zone z1 10 (racks of 5 and 5): by free nodes z0 is the tighter
+    # zone, but only z1 holds both segments whole. The elastic segment runs whole in z1, never
+    # 3 of its 4 workers in z0's small rack.
+    #   z0-b0-r0 (3 nodes), z0-b0-r1 (6)    z1-b0-r0 (5), z1-b0-r1 (5)
+    nodes = []
+    for zone, sizes in ((0, (3, 6)), (1, (5, 5))):
+        for rack, count in enumerate(sizes):
+            nodes += await fake_gpu_nodes.add(zone=zone, block=0, rack=rack, count=count)
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": "zoned",
+            "annotations": {"kai.scheduler/topology": "e2e-dc", "kai.scheduler/topology-required-placement": ZONE},
+        },
+        "spec": {
+            "elasticPolicy": {"minReplicas": 4, "maxReplicas": 8, "rdzvBackend": "c10d"},
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 8,
+                    "restartPolicy": "OnFailure",
+                    "template": {
+                        "metadata": {
+                            "annotations": {
+                                "kai.scheduler/segment-size": "4",
+                                "kai.scheduler/segment-topology-required-placement": RACK,
+                            }
+                        },
+                        "spec": {"terminationGracePeriodSeconds": 0, "containers": [container("pytorch")]},
+                    },
+                }
+            },
+        },
+    }
+    await create(kube, job, ns)
+    placed = await wait_all_bound(kube, ns, 8, within=120)
+    rack_of = await node_racks(kube, nodes)
+    racks = segments_of(placed, rack_of, "zoned-worker-", 4)
+    assert len(racks) == 2
+    assert all(len(r) == 1 for r in racks), racks
+    assert {r.split("-")[0] for rs in racks for r in rs} == {"z1"}
+
+
 # -- LeaderWorkerSet with subgroups (the LWS subgroup KEP), its own webhook's labels --------------------------
 
 

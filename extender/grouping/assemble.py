@@ -53,7 +53,7 @@ def _segment_subgroups(
             inner = -(-(b - a) // rest[0].size)
             out.append(SubGroupSpec(name, parent, min_subgroup=inner))
         else:
-            out.append(SubGroupSpec(name, parent, min_member=(b - a) if a < minimum else 0))
+            out.append(SubGroupSpec(name, parent, min_member=(b - a) if a < minimum else 0, segment_pods=b - a))
         if layer.constraint is not None:
             constraints[name] = layer.constraint
         if rest:

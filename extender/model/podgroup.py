@@ -95,6 +95,11 @@ class SubGroupSpec:
     parent: str | None = None
     min_member: int | None = None
     min_subgroup: int | None = None
+    # The pods of a segment or slice of a workload (KAI's segment-size, Kueue's podset-slice-size),
+    # 0 for any other SubGroup: they work as one group, so an elastic one (minMember 0) is placed
+    # with all of them or not at all. Set by the grouper; the PodGroup API has no such field, so
+    # it stays in memory.
+    segment_pods: int = 0
 
 
 @dataclass(frozen=True, slots=True)

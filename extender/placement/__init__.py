@@ -5,14 +5,17 @@ server, the simulator and the benchmarks all call `plan()`; nothing else places 
 packages import placement through this module only.
 """
 
-from extender.placement.engine import incomplete, meets_minimum, minimum_pods, plan, scope_minimum_pods
+from extender.placement.engine import plan
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.gang_from_podgroup import BuiltGang, build_gang
 from extender.placement.leftout import Excluded, Exclusion, left_out
+from extender.placement.minimum import incomplete, meets_minimum, minimum_pods, scope_minimum_pods
 from extender.placement.ranking import (
+    ALLOTTED,
     COMPACT,
     HOLDS_ALL,
     INNER,
+    PARTS,
     PATH,
     PREFERRED,
     REQUIRED,
@@ -41,12 +44,14 @@ from extender.placement.victims import (
 )
 
 __all__ = [
+    "ALLOTTED",
     "COMPACT",
     "HOLDS_ALL",
     "INCOMPLETE",
     "INNER",
     "NO_CAPACITY",
     "NO_DOMAIN",
+    "PARTS",
     "PATH",
     "PREFERRED",
     "REQUIRED",

@@ -39,8 +39,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from extender.placement.engine import incomplete, plan
+from extender.placement.engine import plan
 from extender.placement.gang import Gang, Scope
+from extender.placement.minimum import incomplete
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.tree import BoolArray, IntArray, TopologyTree
