@@ -15,7 +15,7 @@ LAYERS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
 UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 
 # The PodSet annotations of Kueue v0.19.2's apis/kueue/v1beta2/topology_types.go: each is one
-# topogang reads (none is new since v0.17.1).
+# topogang reads.
 PODSET_ANNOTATIONS = {
     "kueue.x-k8s.io/podset-required-topology",
     "kueue.x-k8s.io/podset-preferred-topology",

@@ -132,7 +132,7 @@ KAI = _under(
 # pkg/controller/jobs/raycluster/common.go, pkg/workloadslicing/workloadslicing.go; keys only its KEPs
 # and CHANGELOGs name (older releases set them): keps/2724 (tas, node-to-replace), 976, 3125, 6757,
 # 6915, 7066, 7990, 8303, 8691, 77, 2941, 3589, 1136, CHANGELOG-0.7 (parent-workload) and -0.10
-# (pod-group-index). Its PodSet annotations are the same seven as v0.17.1's.
+# (pod-group-index).
 KUEUE = _under(
     "kueue.x-k8s.io/",
     "podset-required-topology",
