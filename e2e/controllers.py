@@ -313,7 +313,6 @@ class Controllers:
                 str(self.built.path("kueue")),
                 f"--config={self._config_file(name, config)}",
                 "--feature-gates=VisibilityOnDemand=false,TASMultiLayerTopology=true",
-                f"--visibility-server-port={_free_port()}",
             ]
             webhooks = webhook_configurations(
                 self.built.webhooks("kueue"), "e2e-kueue", webhook, certs.ca_bundle,

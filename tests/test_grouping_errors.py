@@ -96,7 +96,8 @@ CASES: list[tuple[str, dict[str, Any], str]] = [
     (
         "kueue-unconstrained-not-a-bool",
         slices({"kueue.x-k8s.io/podset-unconstrained-topology": "yes"}),
-        f"{JOB}[kueue.x-k8s.io/podset-unconstrained-topology]: expected true or false, got 'yes'",
+        f"{JOB}[kueue.x-k8s.io/podset-unconstrained-topology]:"
+        " expected a boolean as Kueue reads one (true, false, 1, 0, t, f, True, FALSE...), got 'yes'",
     ),
     (
         "kueue-slice-size-not-dividing",

@@ -23,6 +23,8 @@ from extender.model.errors import FieldError
 from extender.model.limits import MAX_SEGMENTS, beyond
 from extender.model.podgroup import TopologyConstraint
 
+_LAYER_FIELDS = frozenset({"topology", "size"})  # of a podset-slice-required-topology-constraints layer
+
 
 @dataclass(frozen=True)
 class Layer:
@@ -120,8 +122,8 @@ def placement(
         spelt = [a for a in (*(a for a, _ in n.KUEUE_SPELLINGS), n.KUEUE_UNCONSTRAINED) if a in ann]
         errors.append(FieldError(obj, ann_field(where, spelt[-1]), f"set only one of {', '.join(spelt)}"))
     unconstrained = ann.get(n.KUEUE_UNCONSTRAINED)
-    if unconstrained is not None and unconstrained not in ("true", "false"):
-        msg = f"expected true or false, got {unconstrained!r}"
+    if unconstrained is not None and unconstrained not in n.KUEUE_BOOLEANS:
+        msg = f"expected a boolean as Kueue reads one (true, false, 1, 0, t, f, True, FALSE...), got {unconstrained!r}"
         errors.append(FieldError(obj, ann_field(where, n.KUEUE_UNCONSTRAINED), msg))
     required, preferred = values.get("required"), values.get("preferred")
     if required is None and preferred is None:
@@ -180,10 +182,46 @@ def _kai_segments(
     return Layout(part, "seg", (Layer(size, c),), index_label, offset)
 
 
-def _kueue_slices(part: Part, obj: str, index_label: str, offset: int, errors: list[FieldError]) -> Layout | None:
+def _kueue_layer(
+    item: object,
+    where_i: str,
+    i: int,
+    obj: str,
+    levels: dict[str, int],
+    errors: list[FieldError],
+    warnings: list[str],
+) -> Layer | None:
+    """Layer I of podset-slice-required-topology-constraints; LEVELS maps each level named so far
+    to the first layer naming it."""
+    if not isinstance(item, Mapping):
+        errors.append(FieldError(obj, where_i, f"expected an object {{topology, size}}, got {item!r}"))
+        return None
+    topo = item.get("topology")
+    lv = level(topo if isinstance(topo, str) else None, obj, f"{where_i}.topology", errors)
+    # Kueue's Go decoder drops a field it does not know; a misspelt one is said here.
+    for key in sorted(str(k) for k in item if k not in _LAYER_FIELDS):
+        warnings.append(f"{obj}: {where_i}.{key} ignored: a layer has only topology and size")
+    if lv is not None and levels.setdefault(lv, i) != i:
+        msg = f"{lv!r} is layer {levels[lv]}'s topology too: each layer names a different level"
+        errors.append(FieldError(obj, f"{where_i}.topology", msg))
+    if not isinstance(topo, str):
+        errors.append(FieldError(obj, f"{where_i}.topology", f"expected a node label, got {topo!r}"))
+    size = positive_int(item.get("size"), obj, f"{where_i}.size", errors)
+    if item.get("size") is None:
+        errors.append(FieldError(obj, f"{where_i}.size", "missing: each layer needs a size"))
+    if lv is None or size is None:
+        return None
+    at = f"{where_i}.topology"
+    return Layer(size, TopologyConstraint(required=lv, field=where_i, required_fields=(at,), obj=obj))
+
+
+def _kueue_slices(
+    part: Part, obj: str, index_label: str, offset: int, errors: list[FieldError], warnings: list[str]
+) -> Layout | None:
     ann, where = part.template, part.where
     before = len(errors)
     layers: list[Layer] = []
+    levels: dict[str, int] = {}  # a layer's level -> the first layer naming it
     if n.KUEUE_SLICE_CONSTRAINTS in ann:
         field_ = ann_field(where, n.KUEUE_SLICE_CONSTRAINTS)
         for other in (n.KUEUE_SLICE_REQUIRED, n.KUEUE_SLICE_SIZE):
@@ -205,21 +243,9 @@ def _kueue_slices(part: Part, obj: str, index_label: str, offset: int, errors: l
             )
             return None
         for i, item in enumerate(raw):
-            where_i = f"{field_}[{i}]"
-            if not isinstance(item, Mapping):
-                errors.append(FieldError(obj, where_i, f"expected an object {{topology, size}}, got {item!r}"))
-                continue
-            topo = item.get("topology")
-            lv = level(topo if isinstance(topo, str) else None, obj, f"{where_i}.topology", errors)
-            if not isinstance(topo, str):
-                errors.append(FieldError(obj, f"{where_i}.topology", f"expected a node label, got {topo!r}"))
-            size = positive_int(item.get("size"), obj, f"{where_i}.size", errors)
-            if item.get("size") is None:
-                errors.append(FieldError(obj, f"{where_i}.size", "missing: each layer needs a size"))
-            if lv is not None and size is not None:
-                at = f"{where_i}.topology"
-                c = TopologyConstraint(required=lv, field=where_i, required_fields=(at,), obj=obj)
-                layers.append(Layer(size, c))
+            layer = _kueue_layer(item, f"{field_}[{i}]", i, obj, levels, errors, warnings)
+            if layer is not None:
+                layers.append(layer)
         if len(errors) > before:
             return None
         above, above_name = part.replicas, f"the {part.replicas} replicas of {part.name}"
@@ -297,4 +323,4 @@ def layout_of(
     own_topology = ann.get(n.KAI_TOPOLOGY) or None
     if kai:
         return _kai_segments(part, obj, own_topology, index_label, offset, errors) or plain
-    return _kueue_slices(part, obj, index_label, offset, errors) or plain
+    return _kueue_slices(part, obj, index_label, offset, errors, warnings) or plain

@@ -46,6 +46,8 @@ KUEUE_SPELLINGS = (
 )
 PLACEMENT_SPELLINGS = ((KAI_REQUIRED, "required"), (KAI_PREFERRED, "preferred"), *KUEUE_SPELLINGS)
 KUEUE_PLACEMENT = frozenset({*(a for a, _ in KUEUE_SPELLINGS), KUEUE_UNCONSTRAINED})
+# The values Kueue reads as a boolean in podset-unconstrained-topology (Go's strconv.ParseBool).
+KUEUE_BOOLEANS = frozenset({"1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"})
 
 # -- kinds ---------------------------------------------------------------------------------------------
 APPS_V1 = "apps/v1"

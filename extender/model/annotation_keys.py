@@ -131,12 +131,14 @@ KAI = _under(
     "migrated-from",
 )
 
-# kubernetes-sigs/kueue main after v0.20.0-devel (commit ff69552e): apis/kueue/v1beta2/topology_types.go,
-# constants.go and multikueue_types.go, pkg/controller/constants/constants.go, pkg/constants/constants.go,
+# kubernetes-sigs/kueue v0.19.2 (commit 8eab6877, the newest release the Go module proxy serves):
+# apis/kueue/v1beta2/topology_types.go, constants.go and multikueue_types.go,
+# pkg/controller/constants/constants.go, pkg/constants/constants.go,
 # pkg/controller/jobs/pod/constants/constants.go, pkg/controller/jobs/job/job_controller.go,
-# pkg/controller/jobs/raycluster/common.go, pkg/workloadslicing/workloadslicing.go; keys only the KEPs
+# pkg/controller/jobs/raycluster/common.go, pkg/workloadslicing/workloadslicing.go; keys only its KEPs
 # and CHANGELOGs name (older releases set them): keps/2724 (tas, node-to-replace), 976, 3125, 6757,
-# 6915, 7066, 7990, 8303, 8691, 77, 2941, 3589, 1136.
+# 6915, 7066, 7990, 8303, 8691, 77, 2941, 3589, 1136, CHANGELOG-0.7 (parent-workload) and -0.10
+# (pod-group-index).
 KUEUE = _under(
     "kueue.x-k8s.io/",
     "podset-required-topology",
