@@ -18,7 +18,7 @@ from structlog.testing import capture_logs
 from extender.core.apply import apply_object, delete_object
 from extender.core.cluster import ClusterState
 from extender.core.scheduler import GangScheduler
-from extender.grouping import synthesize
+from extender.grouping import ObjectIndex, synthesize
 from extender.kube.client import ApiError
 from extender.kube.podgroups import PodGroupWriter
 from tests.builders import TOPO, grid, pod, podgroup
@@ -319,3 +319,28 @@ async def test_a_split_of_kubernetes_own_gang_is_said_on_its_root_object_too() -
         ]
     finally:
         await writer.stop()
+
+
+async def test_a_trainjobs_gang_tells_its_events_on_the_trainjob_too() -> None:
+    from tests.test_grouping_trainjob import runtime, trainjob
+
+    scheduler = GangScheduler(ClusterState())
+    for n in grid(nodes=4):
+        scheduler.state.upsert_node(n)
+    tj = trainjob(annotations={"kai.scheduler/topology-required-placment": "rack"})  # a typo: Invalid
+    tj["metadata"]["uid"] = "uid-tj"
+    made = synthesize(tj, objects=ObjectIndex([runtime()]))
+    for obj in (tj, *made.owners, *made.pods):
+        apply_object(scheduler, obj)
+    api, events = FakeApi(), Events()
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01, incomplete_grace=0)
+    writer.start()
+    try:
+        await until(lambda: any(o == "tj/uid-tj" for o, *_ in events.events), "an Event on the TrainJob")
+    finally:
+        await writer.stop()
+    on_podgroup = [e[1:] for e in events.events if e[0].startswith("trainjob-tj/")]
+    on_trainjob = [e[1:] for e in events.events if e[0] == "tj/uid-tj"]
+    assert on_trainjob == on_podgroup
+    assert on_trainjob[0][0] == "Warning"
+    assert "did you mean kai.scheduler/topology-required-placement" in on_trainjob[0][2]

@@ -65,6 +65,9 @@ from extender.model.keys import GroupKey
 
 UPSTREAM_BY_KIND = {r.kind: r for r in UPSTREAM_GROUPS}  # Kubernetes' own PodGroup, CompositePodGroup
 FIELD_MANAGER = "topogang"
+# Workloads whose users look at the workload itself, not at the objects it makes (a TrainJob
+# becomes a JobSet, Jobs and pods): each Event of their gang is said on them too.
+EVENTS_ON_WORKLOAD = frozenset({"TrainJob"})
 TOPOGANG_PODGROUPS = next(r for r in PODGROUPS if r.api_version(r.versions[0]) == API_VERSION)
 SLICE = 0.002  # seconds of status computing between two yields to the event loop (requests go first)
 
@@ -289,6 +292,10 @@ class PodGroupWriter:
             await self._split_upstream(group, message)
         try:
             await self.events.event(involved, reason, message, kind)
+            owner = self.scheduler.lookup.view(group).owner
+            if owner is not None and owner.kind in EVENTS_ON_WORKLOAD:
+                on = {"apiVersion": owner.api_version, "kind": owner.kind, "namespace": key.namespace}
+                await self.events.event({**on, "name": owner.name, "uid": owner.uid}, reason, message, kind)
         except Exception as exc:
             self.log.warning("podgroup event failed", group=group, error=str(exc))
 
