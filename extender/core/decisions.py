@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
+from extender.core.waits import Expected, Overdue, ReservedRoom
 from extender.placement import (
     INCOMPLETE,
     NO_CAPACITY,
@@ -381,34 +381,6 @@ class Planned:
 
 
 @dataclass(frozen=True)
-class ReservedRoom:
-    """Room held for a waiting gang (core/reservations.py): where, and when it should start."""
-
-    domain: DomainRef
-    nodes: int
-    start: float | None  # estimated start, wall-clock seconds; None: no wall clock is known
-    made: float | None  # when the reservation was made, wall-clock seconds; None: not known
-    after: float = 0.0  # seconds from the last reservation pass to the estimated start
-
-    def render(self) -> str:
-        held = f"room held for it in {self.domain} ({self.nodes} nodes)"
-        if self.start is None or self.made is None:
-            return f"{held}, since a moment not known (no wall clock); expected to start {after_pass(self.after)}"
-        return f"{held} since {rfc3339(self.made)}; expected to start by {rfc3339(self.start)}"
-
-
-def after_pass(seconds: float) -> str:
-    """When, without a wall clock to name the moment: "1h0m after the last reservation pass"."""
-    hours, rest = divmod(max(0, round(seconds)), 3600)
-    text = f"{hours}h{rest // 60}m" if hours else f"{rest // 60}m{rest % 60}s" if rest >= 60 else f"{rest}s"
-    return f"{text} after the last reservation pass"
-
-
-def rfc3339(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
 class QueueBlocked:
     """spec.queue names a queue the cluster does not have."""
 
@@ -455,7 +427,7 @@ class Split:
 
 
 # What a status message says, in order: where the gang stands, then what last happened to it.
-Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline | ReservedRoom
+Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline | ReservedRoom | Overdue | Expected
 
 
 @dataclass(frozen=True)
@@ -482,6 +454,8 @@ class GroupStatus:
     warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings
     split: Split | None = None  # a member another decider bound elsewhere
     reservation: ReservedRoom | None = None  # room held for it while it waits
+    overdue: Overdue | None = None  # it has waited past its maximum wait
+    expected: Expected | None = None  # when it is expected to start, while it waits
 
     @property
     def message(self) -> str:

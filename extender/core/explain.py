@@ -14,12 +14,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING, BudgetBlocked, Headline, rfc3339
+from extender.core.decisions import R_WAITING, BudgetBlocked, Headline
 from extender.core.evicted import REPAIRED, Eviction
 from extender.core.exclusivity import snapshot_for
 from extender.core.explain_devices import device_lines
 from extender.core.explain_why import DRY_RUN, Why, replay, why_lines
 from extender.core.scheduler import GangScheduler
+from extender.core.waits import rfc3339
 from extender.placement import (
     Excluded,
     Gang,

@@ -27,7 +27,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import ReservedRoom
 from extender.core.membership import Membership
 from extender.core.reservations import (
     Admission,
@@ -45,6 +44,7 @@ from extender.core.reservations import (
     below_cut,
     reserve,
 )
+from extender.core.waits import ReservedRoom
 from extender.model.pod import PodInfo
 from extender.model.topology import LevelError, TopologySpec
 from extender.placement import Domain, Gang, NodeTable, Scope, scope_minimum_pods

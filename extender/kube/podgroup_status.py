@@ -42,10 +42,9 @@ from extender.core.decisions import (
     R_SCHEDULED,
     SCHEDULED,
     GroupStatus,
-    ReservedRoom,
-    rfc3339,
 )
 from extender.core.membership import GroupView
+from extender.core.waits import ReservedRoom, rfc3339
 from extender.model.podgroup_body import podgroup_spec_body
 
 API_VERSION = "scheduling.topogang.io/v1alpha1"

@@ -26,8 +26,9 @@ from collections.abc import Callable
 
 import structlog
 
-from extender.core.decisions import R_NOT_LEADER, PlanEvent, Released, rfc3339
+from extender.core.decisions import R_NOT_LEADER, PlanEvent, Released
 from extender.core.scheduler import GangScheduler
+from extender.core.waits import rfc3339
 from extender.model.errors import InvalidObject
 from extender.model.pod import PodInfo, parse_pod
 from extender.server import wire
