@@ -13,6 +13,11 @@ For each job larger than a rack the replay also records its *drain*: how long af
 room for it would exist (counted as reservations count it) if nothing started after it arrived
 and every running job ended at its real end; a wait no holding of room can beat, only preemption
 or a different past.
+
+With a maximum wait (the policy's reservation `Settings.max_wait`), each job still queued when it
+becomes overdue gets its *overdue drain* the same way, from the first moment the replay sees it
+overdue, counted from the moment it became so: the bound a maximum wait promises is that moment
+plus this drain.
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ class Replay:
     worst: tuple[float, int, IntArray] | None = None
     overcommitted: int = 0  # placements that would take more than a node has (a policy bug)
     drain: dict[int, float] = field(default_factory=dict)  # job -> its drain (module docstring)
+    max_wait: float | None = None  # the policy's maximum wait (None: none)
+    overdue_drain: dict[int, float] = field(default_factory=dict)  # job -> its drain once overdue
+    estimated: list[tuple[int, float, float]] = field(default_factory=list)  # (job, first estimate, start)
 
 
 def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.1) -> Replay:
@@ -75,6 +83,7 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
     holding = policy.holding
     layout = layout_of(cluster)
     rack = int(cluster.domain_gpus("rack").max())
+    out.max_wait = holding.settings.max_wait if holding is not None else None
     a = 0
     while a < len(arrivals) or ends:
         now = min(arrivals[a].arrival if a < len(arrivals) else float("inf"), ends[0][0] if ends else float("inf"))
@@ -86,6 +95,11 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
             np.subtract.at(pods, list(done.nodes), 1)
             policy.done(done.job)
             freed = True
+        if out.max_wait is not None:
+            for job in queue:
+                due = job.arrival + out.max_wait
+                if due <= now and job.id not in out.overdue_drain:
+                    out.overdue_drain[job.id] = now - due + _drain(cluster, layout, job, now, used, running)
         fresh = []
         while a < len(arrivals) and arrivals[a].arrival <= now:
             policy.prepare(arrivals[a])
@@ -112,6 +126,7 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
     if holding is not None:
         out.backfilled, out.estimates, out.reservations = holding.backfills, holding.estimates, holding.made
         out.reserve_ms = holding.reserve_ms
+        out.estimated = holding.estimated
     return out
 
 
