@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(reserve_after=args.reserve_after, limit=args.reservations)
     names = [p.name for p in _policies(cluster, settings, args)]
     swept = [waits.policy_name(label) for label, _ in args.max_wait]
-    wanted = [*args.policies.split(","), *(f"topogang+{n}" for n, _ in args.variant), *swept] if args.policies else names
+    asked = [*args.policies.split(","), *(f"topogang+{n}" for n, _ in args.variant), *swept]
+    wanted = asked if args.policies else names
     if not set(wanted) <= set(names):
         print(f"trace.py: --policies {args.policies}: choose from {', '.join(names)}", file=sys.stderr)
         return 2

@@ -93,7 +93,8 @@ def test_run_times_learnt_expect_the_median_of_the_longer_runs_seen_else_the_rul
     assert life.ends(50.0, ["Job", "Job", "Job"], started, rule).tolist() == [1000.0] * 3
     for seconds in (10.0, 20.0, 100.0, 200.0, 400.0):
         life.observe("Job", seconds)
-    assert life.run("Job") == 100.0 and life.run("JobSet") is None
+    assert life.run("Job") == 100.0
+    assert life.run("JobSet") is None
     ends = life.ends(50.0, ["Job", "JobSet", "Job"], np.array([45.0, 0.0, -350.0]), rule)
     # 5 s old: the median of all five (100); another kind: the rule; 400 s old: older than all but
     # one run (400 is not longer): the rule again.

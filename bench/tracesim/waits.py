@@ -24,7 +24,7 @@ RESERVE = "topogang+reserve"
 
 
 def maxima(text: str) -> list[tuple[str, float | None]]:
-    """"off,4h,30m" -> [("off", None), ("4h", 14400.0), ("30m", 1800.0)]."""
+    """ "off,4h,30m" -> [("off", None), ("4h", 14400.0), ("30m", 1800.0)]."""
     out: list[tuple[str, float | None]] = []
     for item in (x.strip() for x in text.split(",") if x.strip()):
         seconds = None if item == OFF else parse_duration(item)
