@@ -52,6 +52,7 @@ JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 # topogang's own.
 RUNTIME_BOUND = "scheduling.topogang.io/runtime-bound"
 ON_UNREPAIRABLE = "scheduling.topogang.io/on-unrepairable"
+MAX_WAIT = "scheduling.topogang.io/max-wait"
 
 READ = frozenset(
     {
@@ -76,6 +77,7 @@ READ = frozenset(
         JOBSET_EXCLUSIVE,
         RUNTIME_BOUND,
         ON_UNREPAIRABLE,
+        MAX_WAIT,
     }
 )
 
@@ -262,6 +264,7 @@ TOPOGANG = _under(
     "scheduling.topogang.io/",
     "runtime-bound",
     "on-unrepairable",
+    "max-wait",
     "plan-generation",
     "segment-index",
     "gang",
