@@ -9,9 +9,9 @@ from extender.model.errors import InvalidObject
 from extender.model.max_wait import MAX_WAIT_ANNOTATION
 from extender.model.podgroup import parse_podgroup
 from tests.grouping_builders import errors, group, job, only
-from tests.test_upstream_grouping import grouped, pods
 from tests.test_upstream_gangs import group as upstream_group
 from tests.test_upstream_gangs import pod
+from tests.test_upstream_grouping import grouped, pods
 
 FIELD = f"metadata.annotations[{MAX_WAIT_ANNOTATION}]"
 
@@ -47,10 +47,10 @@ def test_a_bad_value_is_refused_naming_the_annotation(text: str, expected: str) 
 
 
 def test_a_misspelt_key_asks_for_the_one_meant() -> None:
-    body = podgroup("30m")
-    body["metadata"]["annotations"] = {"scheduling.topogang.io/max-wiat": "30m"}  # type: ignore[index]
-    with pytest.raises(InvalidObject, match="did you mean scheduling.topogang.io/max-wait"):
-        parse_podgroup(body)
+    meta = {"name": "pg", "namespace": "ml", "annotations": {"scheduling.topogang.io/max-wiat": "30m"}}
+    with pytest.raises(InvalidObject) as raised:
+        parse_podgroup({"kind": "PodGroup", "metadata": meta, "spec": {}})
+    assert "unknown annotation; did you mean scheduling.topogang.io/max-wait?" in str(raised.value)
 
 
 def test_on_a_workload_it_is_the_gangs_and_a_bad_value_names_the_workload() -> None:
