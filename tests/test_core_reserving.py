@@ -305,7 +305,7 @@ def test_a_gang_whose_nodes_lack_its_level_label_holds_no_room() -> None:
     assert scheduler.reserving.of("default/g") is None
     assert scheduler.status("default/g").message == (
         "PodGroup default/g: 2 pods x {cpu: 1, nvidia.com/gpu: 8} in one rack; no node has label"
-        " example.com/topology-rack"
+        " example.com/topology-rack; position 1 of 1 in the queue; no domain holds it even empty: no start expected"
     )
 
 

@@ -250,7 +250,7 @@ def test_a_plain_pod_is_not_a_gang(capsys: pytest.CaptureFixture[str]) -> None:
 
 GANG_FIELDS = [
     "gang", "source", "phase", "message", "topology", "asked", "scopes", "planning", "why", "leftOut", "devices",
-    "preemption", "lastRepair", "reservation", "evicted", "preemptedForIt", "notes",
+    "preemption", "lastRepair", "reservation", "overdue", "queue", "assumed", "evicted", "preemptedForIt", "notes",
 ]  # fmt: skip
 
 
@@ -373,7 +373,10 @@ def test_a_gang_whose_nodes_lack_its_level_label_holds_no_room(
     (tmp_path / "in.yaml").write_text(UNTIMED.replace("RACK1", ""))
     assert main(["explain", "ml/big", "-f", str(tmp_path / "in.yaml")]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[1] == "  PodGroup ml/big: 2 pods x {nvidia.com/gpu: 8} in one rack; no node has label rack"
+    assert out.splitlines()[1] == (
+        "  PodGroup ml/big: 2 pods x {nvidia.com/gpu: 8} in one rack; no node has label rack;"
+        " position 1 of 1 in the queue; no domain holds it even empty: no start expected"
+    )
     assert "Reservation" not in out
     assert "room held" not in out
 

@@ -83,6 +83,7 @@ class Holding:
     first_estimates: dict[int, float] = field(default_factory=dict)  # job -> its first estimated start
     estimated: list[tuple[int, float, float]] = field(default_factory=list)  # (job, first estimate, start)
     overdue_since: dict[int, float] = field(default_factory=dict)  # job -> when it became overdue
+    slotted: dict[int, float] = field(default_factory=dict)  # overdue job -> when it first held room
     lifetimes: Lifetimes = field(default_factory=Lifetimes)  # run times of the jobs that ended (one kind: Job)
 
     def __post_init__(self) -> None:
@@ -173,6 +174,8 @@ class Holding:
         self.reserve_ms.append((time.perf_counter() - t0) * 1000)
         self._lost |= bool((before & ~self.held_nodes()).any())
         for r in self.reservations:
+            if r.overdue is not None:
+                self.slotted.setdefault(int(r.key), now)
             if r.key not in keys:
                 self.made += 1
                 self._first.setdefault(r.key, (now, r.start))

@@ -32,6 +32,9 @@ wait_p99_top_s, wait_max_top_s  gangs of the trace's highest priority, every siz
 over_bound_max_s, over_bound_jobs  with a maximum wait: the largest excess of a gang's wait over
                              its maximum plus its overdue drain (bench/tracesim/replay.py; <= 0:
                              every gang within the bound), and how many gangs exceeded it
+slot_wait_p99_s              with a maximum wait: overdue gangs' time from becoming overdue to first
+                             holding room; over_bound_slot_share: of the gangs beyond the bound, the
+                             share whose excess that wait for a slot explains
 overdue_jobs                 with a maximum wait: gangs that became overdue (arrived in the window)
 estimate_err_{p50,p90}_<size>  |first estimated start - actual start| / actual wait, median and
                              90th percentile, of the gangs that waited and got an estimate
@@ -186,6 +189,18 @@ def _bounded_waits(cluster: Cluster, jobs: list[Job], run: Replay, t0: float, t1
         out["over_bound_max_s"] = round(max(excess, default=-run.max_wait), 1)
         out["over_bound_jobs"] = sum(1 for e in excess if e > 1.0)
         out["overdue_jobs"] = len(excess)
+        # Why beyond: the time from becoming overdue to first holding room (one slot, gangs overdue longer first)
+        slot = {
+            p.job.id: run.slotted.get(p.job.id, p.start) - (p.job.arrival + run.max_wait)
+            for p in placed
+            if p.job.id in run.overdue_drain
+        }
+        beyond = [(e, slot[jid]) for e, jid in zip(excess, slot, strict=True) if e > 1.0]
+        out["over_bound_slot_share"] = (
+            round(sum(1 for e, w in beyond if w >= e - 1.0) / len(beyond), 3) if beyond else 0.0
+        )
+        waited = np.array(list(slot.values()) or [0.0])
+        out["slot_wait_p99_s"] = round(float(np.percentile(waited, 99)), 1)
     start = {p.job.id: p for p in placed}
     errors: dict[str, list[float]] = {s: [] for s in SIZES}
     for jid, estimate, began in run.estimated:

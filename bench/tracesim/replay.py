@@ -69,6 +69,7 @@ class Replay:
     max_wait: float | None = None  # the policy's maximum wait (None: none)
     overdue_drain: dict[int, float] = field(default_factory=dict)  # job -> its drain once overdue
     estimated: list[tuple[int, float, float]] = field(default_factory=list)  # (job, first estimate, start)
+    slotted: dict[int, float] = field(default_factory=dict)  # overdue job -> when it first held room
 
 
 def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.1) -> Replay:
@@ -127,6 +128,7 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
         out.backfilled, out.estimates, out.reservations = holding.backfills, holding.estimates, holding.made
         out.reserve_ms = holding.reserve_ms
         out.estimated = holding.estimated
+        out.slotted = holding.slotted
     return out
 
 

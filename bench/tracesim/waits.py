@@ -100,7 +100,8 @@ def describe(rows: list[dict[str, Any]], sweep: list[tuple[str, float | None]], 
             lines.append(
                 f"  {lb}: every wait <= maximum + overdue drain: {'met' if ok else 'MISSED'}"
                 f" ({r['over_bound_jobs']} of {r['overdue_jobs']} overdue gangs beyond it, at most by"
-                f" {max(r['over_bound_max_s'], 0):.0f} s)"
+                f" {max(r['over_bound_max_s'], 0):.0f} s; the wait for a slot explains"
+                f" {r['over_bound_slot_share']:.0%} of them; overdue to holding room p99 {r['slot_wait_p99_s']:.0f} s)"
             )
     return "\n".join(lines)
 

@@ -188,28 +188,55 @@ class Extender:
 
     def _reserve(self, now: float) -> None:
         """Who holds room where (core/reservations.py): one log line per change, the PodGroups
-        told, and the pods refused for room that was let go woken."""
+        told (and an Event for each gang that became overdue), and the pods refused for room
+        that was let go woken."""
+        reserving = self.scheduler.reserving
         made, released = self.scheduler.refresh_reservations(now, time.time())
         for group in made:
-            room = self.scheduler.reserving.of(group)
+            room = reserving.of(group)
             if room is None:
                 continue
             self.metrics.holds.inc()
+            late = reserving.overdue_of(group)
             log.info(
                 "room held",
                 group=group,
                 domain=str(room.domain),
                 nodes=room.nodes,
                 estimated_start=rfc3339(room.start) if room.start is not None else None,
-                reason="waited longest for room at its priority",
+                overdue_since=rfc3339(late.since) if late is not None and late.since is not None else None,
+                reason="overdue longest" if late is not None else "waited longest for room at its priority",
             )
         for group in released:
             log.info("room released", group=group, reason=self.scheduler.reasons.text(group) or "no longer waiting")
-        told, self.scheduler.reserving.told = self.scheduler.reserving.told, set()
-        for group in {*made, *released, *told}:
+        overdue = reserving.waits.take_overdue()
+        for group in overdue:
+            self._overdue(group)
+        told, reserving.told = reserving.told, set()
+        for group in {*made, *released, *told, *overdue, *reserving.waits.take_moved(time.time())}:
             self.report.changed(group)
         if self.scheduler.reserving.take_freed():
             self.wakeups.room_freed()
+
+    def _overdue(self, group: str) -> None:
+        """GROUP waited past its maximum wait: one log line and a Warning Event on its PodGroup,
+        saying since when and what it holds."""
+        late = self.scheduler.reserving.overdue_of(group)
+        if late is None:
+            return
+        self.metrics.overdue.inc()
+        room = self.scheduler.reserving.of(group)
+        log.warning(
+            "gang overdue",
+            group=group,
+            overdue_since=rfc3339(late.since) if late.since is not None else None,
+            max_wait_s=late.limit,
+            holds=str(room.domain) if room is not None else None,
+            nodes=room.nodes if room is not None else 0,
+            reason=late.render(),
+        )
+        said = late.render() + (f"; {room.render()}" if room is not None else "")
+        self.report.emit_group(group, "Overdue", said, "Warning")
 
     def recover(self) -> None:
         """This replica starts leading: plan the rest of every gang found cut off between two

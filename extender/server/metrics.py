@@ -24,6 +24,15 @@ a group name).
   topogang_api_trouble_total{kind}                       counter    API server trouble, by kind
   topogang_leader                                        gauge      1 while this replica holds the Lease
   topogang_leader_transitions_total                      counter    times this replica became the leader
+  topogang_held_room_gangs                               gauge      waiting gangs that hold room (reservations)
+  topogang_held_room_estimated_start_seconds{group}      gauge      when each gang holding room should start (Unix time)
+  topogang_room_holds_total                              counter    reservations made
+  topogang_overdue_gangs                                 gauge      waiting gangs past their maximum wait
+  topogang_gangs_overdue_total                           counter    gangs that became overdue
+  topogang_estimated_start_seconds{group}                gauge      when each of the first --estimate-gangs waiting
+                                                                    gangs is expected to start (Unix time)
+
+The two metrics labelled by group are bounded: at most --reservations and --estimate-gangs gangs.
 
 The first twelve are recorded as things happen; the rest are read when Prometheus scrapes, from
 the objects that own them, so nothing on the filter path does more than one histogram
@@ -167,6 +176,11 @@ class Metrics:
         self.holds = Counter(
             "topogang_room_holds_total", "Reservations made: a waiting gang given room to hold.", registry=r
         )
+        self.overdue = Counter(
+            "topogang_gangs_overdue_total",
+            "Gangs that waited for room longer than their maximum wait (they became overdue).",
+            registry=r,
+        )
         self.unrepairable = Counter(
             "topogang_unrepairable_total",
             "Running gangs that lost pods and that no repair mended within the repair timeout.",
@@ -218,6 +232,8 @@ def watch(
     leading: Callable[[], Reading],
     transitions: Callable[[], Reading],
     held: Callable[[], Mapping[str, float]],
+    overdue: Callable[[], Reading] = lambda: 0.0,
+    estimated: Callable[[], Mapping[str, float]] = dict,
 ) -> None:
     """The metrics read at scrape time, each from the object that keeps the number."""
     metrics.gauge("topogang_reservations", "Pods holding reserved room: planned, not bound yet.", reservations)
@@ -243,5 +259,12 @@ def watch(
         "topogang_held_room_estimated_start_seconds",
         "When each gang holding room is expected to start (Unix time), by gang.",
         held,
+        "group",
+    )
+    metrics.gauge("topogang_overdue_gangs", "Waiting gangs that have waited longer than their maximum wait.", overdue)
+    metrics.gauge(
+        "topogang_estimated_start_seconds",
+        "When each of the first --estimate-gangs waiting gangs is expected to start (Unix time), by gang.",
+        estimated,
         "group",
     )

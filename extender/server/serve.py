@@ -162,6 +162,8 @@ def _scheduler(settings: Settings) -> GangScheduler:
             limit=settings.reservations,
             reserve_after=settings.reserve_after,
             largest_first=settings.reserve_largest_first,
+            max_wait=settings.max_wait,
+            estimates=settings.estimate_gangs,
         ),
         reserve_level=settings.reserve_level,
     )
@@ -221,6 +223,8 @@ def _watch(
         leading=lambda: float(leading()),
         transitions=lambda: elector.transitions if elector is not None else 0,
         held=lambda: {group: room.start for group, room in scheduler.reserving.held() if room.start is not None},
+        overdue=lambda: len(scheduler.reserving.waits.overdue),
+        estimated=scheduler.reserving.estimated_starts,
     )
 
 

@@ -49,6 +49,16 @@ reservations        --reservations    TOPOGANG_RESERVATIONS   1 (gangs that may 
                     --reserve-level   TOPOGANG_RESERVE_LEVEL  any (only gangs that need a domain of
                                                               this level, e.g. topology.kubernetes.io/zone,
                                                               or a coarser one may hold room)
+maximum wait        --max-wait        TOPOGANG_MAX_WAIT       off (a duration such as 2h: a gang
+                                                              waiting for room longer is overdue and
+                                                              takes a reservation slot first; its
+                                                              held room is kept from work that is
+                                                              not overdue, whatever its priority.
+                                                              Gangs may set their own with
+                                                              scheduling.topogang.io/max-wait)
+estimated starts    --estimate-gangs  TOPOGANG_ESTIMATE_GANGS 100 (the first this many gangs waiting
+                                                              get an estimated start at each pass;
+                                                              0: none)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 request body limit  --max-body        TOPOGANG_MAX_BODY       32 (MiB; see server/limits.py)
 
@@ -95,11 +105,13 @@ from pathlib import Path
 
 from extender import logs
 from extender.core.reservations import Settings as ReservationSettings
+from extender.model.max_wait import EXPECTED, MAX_WAIT_ANNOTATION, max_wait
 from extender.server.limits import DEFAULT_MAX_BODY_MIB
 from extender.server.tls import TlsFiles
 
 RESERVATION_DEFAULTS = ReservationSettings()
 MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
+MAX_ESTIMATES = 1000  # each costs a search over the releases per sweep: bounded
 RESERVE_ORDERS = ("queue", "largest")
 # A node label key (an optional DNS-subdomain prefix and a name of up to 63 characters) or a
 # level's short name or alias: what TopologySpec.resolve accepts.
@@ -128,6 +140,8 @@ class Settings:
     reserve_after: float = RESERVATION_DEFAULTS.reserve_after
     reserve_largest_first: bool = RESERVATION_DEFAULTS.largest_first  # --reserve-order largest
     reserve_level: str | None = None  # --reserve-level: only gangs of this level or coarser hold room
+    max_wait: float | None = RESERVATION_DEFAULTS.max_wait  # --max-wait; None: off
+    estimate_gangs: int = RESERVATION_DEFAULTS.estimates  # --estimate-gangs
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     bind_ahead: bool = True  # bind a planned gang at once when kube-scheduler has nothing to add (core/binding.py)
     log_level: str = "info"
@@ -206,6 +220,19 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "only gangs that need a domain of this topology level (a node label such as"
         " topology.kubernetes.io/zone, or its short name) or a coarser one may hold room; a Topology"
         " without it: any gang (TOPOGANG_RESERVE_LEVEL; any)",
+    ),
+    (
+        "--max-wait",
+        "DURATION",
+        "a gang waiting for room longer than this (e.g. 2h) is overdue: it takes a reservation slot first, and"
+        " the room held for it is kept from work of any priority that is not overdue; gangs may set their own"
+        " with scheduling.topogang.io/max-wait (TOPOGANG_MAX_WAIT; off)",
+    ),
+    (
+        "--estimate-gangs",
+        "N",
+        f"the first N gangs waiting for room get an estimated start at each pass; 0: none"
+        f" (TOPOGANG_ESTIMATE_GANGS; {RESERVATION_DEFAULTS.estimates})",
     ),
     ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
     ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
@@ -330,6 +357,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     settings = replace(
         settings, reservations=limit, reserve_after=after, reserve_largest_first=largest, reserve_level=level
     )
+    settings = replace(settings, max_wait=_max_wait(pick(args.max_wait, "TOPOGANG_MAX_WAIT")))
+    settings = replace(settings, estimate_gangs=_estimates(pick(args.estimate_gangs, "TOPOGANG_ESTIMATE_GANGS")))
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
@@ -370,6 +399,27 @@ def _reservations(
             f" such as topology.kubernetes.io/zone or zone, got {level!r}"
         )
     return limit, after, order == "largest", level
+
+
+def _max_wait(text: str | None) -> float | None:
+    """--max-wait: off, or a duration with units, read as the annotation is (model/max_wait.py)."""
+    if text is None or text.strip().lower() == "off":
+        return None
+    seconds, problem = max_wait({MAX_WAIT_ANNOTATION: text}, "--max-wait")
+    if problem is not None:
+        raise SettingsError(f"--max-wait (TOPOGANG_MAX_WAIT): expected off or {EXPECTED}, got {text!r}")
+    return seconds
+
+
+def _estimates(text: str | None) -> int:
+    if text is None:
+        return RESERVATION_DEFAULTS.estimates
+    if not text.strip().isdigit() or int(text) > MAX_ESTIMATES:
+        raise SettingsError(
+            f"--estimate-gangs (TOPOGANG_ESTIMATE_GANGS): expected a whole number from 0 to {MAX_ESTIMATES},"
+            f" got {text!r}"
+        )
+    return int(text)
 
 
 def _address(name: str, text: str) -> tuple[str, int]:
