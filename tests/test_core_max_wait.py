@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 
+import orjson
 import structlog
 
 from extender.core.explain import explain, render
@@ -23,7 +24,8 @@ from extender.core.reservations import Settings
 from extender.core.scheduler import GangScheduler
 from extender.kube.podgroup_status import status_body
 from extender.model.max_wait import MAX_WAIT_ANNOTATION
-from extender.model.pod import OwnerRef
+from extender.model.pod import OwnerRef, PodInfo
+from extender.server import wire
 from extender.server.extender import Extender
 from tests.builders import pod, podgroup
 from tests.test_core_reserving import NODES, WALL, free_b1_node, plain
@@ -185,3 +187,65 @@ async def test_the_sweep_says_a_gang_became_overdue_once_with_an_event_a_log_lin
     assert message.startswith("overdue since ")
     assert "room held for it in block z1/b1 (4 nodes)" in message
     assert extender.metrics.overdue._value.get() == 1.0  # type: ignore[attr-defined]
+
+
+def high_gang(scheduler: GangScheduler, name: str = "hi") -> list[PodInfo]:
+    """A gang of a block at priority 1,000 that may preempt."""
+    scheduler.state.set_podgroup(f"default/{name}", podgroup({"minMember": 4, **BLOCK}, name=name))
+    members = [pod(f"{name}-{i}", group=name, spec={"priority": 1000}) for i in range(4)]
+    for p in members:
+        scheduler.observe_pod(p)
+    return members
+
+
+def b2_out_of_reach(scheduler: GangScheduler) -> None:
+    """b2's running pods at priority 5,000: no gang here may evict them."""
+    for n in NODES:
+        if "-b2-" in n:
+            scheduler.observe_pod(pod(f"run-{n}", node_name=n, spec={"priority": 5000}))
+
+
+def test_a_higher_priority_gang_does_not_preempt_its_way_into_room_held_for_an_overdue_gang() -> None:
+    for max_wait, preempts in ((None, True), ("60s", False)):
+        scheduler, keys = setup(max_wait=max_wait)
+        b2_out_of_reach(scheduler)
+        queue_big(scheduler, keys)
+        scheduler.refresh_reservations(61.0, WALL + 61)  # big holds b1 (overdue with a maximum)
+        hi = high_gang(scheduler)
+        scheduler.filter(hi[0], NODES, 62.0)
+        found = scheduler.preempting.nomination("default/hi")
+        assert (found is not None) == preempts, max_wait
+        if found is not None:  # b1's priority-0 pods: strict priority order
+            assert str(found.preemption.domain) == "block z1/b1"
+
+
+def test_a_gang_that_started_overdue_is_not_evicted_by_work_that_is_not() -> None:
+    for max_wait, evicted in ((None, True), ("60s", False)):
+        scheduler, keys = setup(max_wait=max_wait)
+        b2_out_of_reach(scheduler)
+        queue_big(scheduler, keys)
+        scheduler.refresh_reservations(61.0, WALL + 61)
+        for n in NODES:  # b1's pods reached their bound
+            if "-b1-" in n:
+                scheduler.delete_pod(f"default/run-{n}")
+        assert scheduler.filter(scheduler.state.pods[keys[0]], NODES, 62.0).nodes != []
+        for key, node in dict(scheduler.reserved("default/big")).items():
+            scheduler.observe_pod(replace(scheduler.state.pods[key], node_name=node, phase="Running"))
+        assert scheduler.status("default/big").phase == "Scheduled"
+        hi = high_gang(scheduler)
+        scheduler.filter(hi[0], NODES, 63.0)
+        found = scheduler.preempting.nomination("default/hi")
+        assert (found is not None and "default/big" in found.preemption.victims) == evicted, max_wait
+
+
+def test_kube_scheduler_may_not_evict_a_gang_that_started_overdue_for_a_plain_pod() -> None:
+    scheduler, keys = setup()
+    for i, key in enumerate(keys):
+        scheduler.observe_pod(replace(scheduler.state.pods[key], node_name=NODES[i], uid=f"u{i}", phase="Running"))
+    scheduler.observe_pod(plain("urgent", priority=1000))
+    extender = Extender(scheduler, Events(), bind_timeout=5)
+    victims = {NODES[0]: {"Pods": [{"UID": "u0"}], "NumPDBViolations": 0}, NODES[5]: {"Pods": [{"UID": "x"}]}}
+    args = wire.PreemptArgs("default/urgent", victims, {})
+    assert set(orjson.loads(extender.preempt(args))["NodeNameToMetaVictims"]) == {NODES[0], NODES[5]}
+    scheduler.reserving.waits.protected.add("default/big")  # as when it was planned overdue
+    assert set(orjson.loads(extender.preempt(args))["NodeNameToMetaVictims"]) == {NODES[5]}

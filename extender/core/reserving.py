@@ -162,6 +162,13 @@ class Reserving:
         self._set(tuple(r for r in self.current if r.key != group))
         return True
 
+    def started(self, group: str) -> bool:
+        """GROUP was planned: it leaves the queue (`placed`); if it was overdue, it is spared from
+        preemption by work that is not (Waits.spared)."""
+        if group in self.waits.overdue:
+            self.waits.protected.add(group)
+        return self.placed(group)
+
     def drop_all(self) -> None:
         """This replica stops leading: nothing is held and nobody queues (a new term starts
         from what the cluster shows)."""
@@ -174,6 +181,7 @@ class Reserving:
         self._freed = False
 
     def sweep(self, groups: set[str]) -> bool:
+        self.waits.protected &= groups
         self._recorded = {g: v for g, v in self._recorded.items() if g in groups}
         self._waited = {g: v for g, v in self._waited.items() if g in groups}
         self._tried = {g: v for g, v in self._tried.items() if g in groups}

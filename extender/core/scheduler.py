@@ -258,7 +258,7 @@ class GangScheduler:
             if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
                 self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
-        self.reserving.placed(group)
+        self.reserving.started(group)
         new, outcome = self.plans.hold(group, result, now)
         self.repairs.mended(group)
         self.reasons.record(group, BeyondMinimum(len(result.unplaced)) if result.unplaced else None)
@@ -334,8 +334,12 @@ class GangScheduler:
         return PlanEvent.of(group, "repairing", found.plan, found.describe(), repair=found)
 
     def _preempt(self, group: str, now: float) -> PlanEvent | None:
-        """Victims whose eviction makes room for GROUP: their room is reserved for it at once."""
-        if not isinstance(found := self.preempting.attempt(group, now), Nomination):
+        """Victims whose eviction makes room for GROUP: their room is reserved for it at once.
+        Not in room reservations keep from it, nor from gangs that started overdue (unless it
+        is overdue itself)."""
+        held = self._held_from(group, self.membership.view(group), now)
+        spared = self.reserving.waits.spared(group)
+        if not isinstance(found := self.preempting.attempt(group, now, held, spared), Nomination):
             return None
         self.reserving.placed(group)
         self.reasons.record(group, found.reason())

@@ -42,6 +42,9 @@ class Waits:
         self.positions: dict[str, int] = {}  # queued group -> its place in the pass's order (from 1)
         self._topology: dict[str, str] = {}  # group -> the Topology its estimate is of
         self._told: dict[str, float] = {}  # group -> the estimated start last taken by `take_moved`
+        # Gangs planned while overdue: work that is not overdue may not evict them (the bound on
+        # their wait would mean nothing if what they waited behind evicted them at once).
+        self.protected: set[str] = set()
 
     def forget(self, group: str) -> None:
         for kept in (self.estimates, self.positions, self.overdue, self.limits, self._topology):
@@ -49,7 +52,7 @@ class Waits:
 
     def clear(self) -> None:
         self.limits, self.overdue, self.estimates, self.positions, self._topology = {}, {}, {}, {}, {}
-        self.became_overdue, self._told = [], {}
+        self.became_overdue, self._told, self.protected = [], {}, set()
 
     def rank(self, order: list[str], since: Callable[[str], float], wall: float) -> list[str]:
         """ORDER (queue order) as the pass serves it: the overdue gangs first, the one overdue
@@ -113,6 +116,10 @@ class Waits:
                 self._told[g] = e.start
                 out.append(g)
         return out
+
+    def spared(self, group: str) -> frozenset[str]:
+        """The gangs GROUP may not evict: those that started overdue, unless it is overdue too."""
+        return frozenset() if group in self.overdue else frozenset(self.protected - {group})
 
     def take_overdue(self) -> list[str]:
         out, self.became_overdue = self.became_overdue, []

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -106,7 +107,8 @@ class Extender:
     def preempt(self, args: wire.PreemptArgs) -> bytes:
         """Gang members: no victims for kube-scheduler (preempting for one pod cannot seat a
         gang); topogang preempts for the whole gang instead, evicting its own victims. Plain
-        pods: kube-scheduler's own choice, unchanged."""
+        pods: kube-scheduler's own choice, but for the nodes where it would evict a pod of a gang
+        that started overdue (core/waiting.py)."""
         key = args.pod_key
         if self.lookup.pod(key) is None:  # the request can be ahead of our watch
             with contextlib.suppress(InvalidObject):
@@ -116,9 +118,22 @@ class Extender:
                 self.scheduler.observe_pod(pod)
         if self.lookup.group_of(key) is None:
             # a pod naming a gang that cannot be resolved yet is no plain pod either
-            return wire.encode_victims({} if self.lookup.waiting(key) is not None else args.victims)
+            return wire.encode_victims({} if self.lookup.waiting(key) is not None else self._sparing(args.victims))
         self._preempt_for(key)
         return wire.encode_victims({})
+
+    def _sparing(self, victims: dict[str, Any]) -> dict[str, Any]:
+        """VICTIMS (node -> MetaVictims) without the nodes where a pod of a gang that started
+        overdue would be evicted: work that is not overdue may not evict such a gang."""
+        protected = self.scheduler.reserving.waits.protected
+        if not protected:
+            return victims
+        uids = {p.uid for g in protected for k in self.lookup.members(g) if (p := self.lookup.pod(k)) is not None}
+        return {
+            node: v
+            for node, v in victims.items()
+            if not any(isinstance(m, dict) and m.get("UID") in uids for m in (v or {}).get("Pods") or ())
+        }
 
     def _preempt_for(self, key: str) -> None:
         """The gang of member KEY preempts for itself now, if it should (GangScheduler.preempt)."""
