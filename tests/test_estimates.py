@@ -13,7 +13,7 @@ import numpy as np
 
 from extender.core.estimates import Estimate, estimate
 from extender.core.lifetimes import Lifetimes
-from extender.core.reservations import NEVER, Demand, Layout, Reservation, Running, Settings, Waiting
+from extender.core.reservations import NEVER, Demand, Layout, Reservation, Running, Settings, Waiting, soonest
 
 BLOCK, RACK = 1, 2
 ENDS = [100.0, 200.0, 300.0, 400.0, 150.0, 250.0, 350.0, 450.0]
@@ -100,3 +100,25 @@ def test_run_times_learnt_expect_the_median_of_the_longer_runs_seen_else_the_rul
     # one run (400 is not longer): the rule again.
     assert ends.tolist() == [145.0, 1000.0, 1000.0]
     assert life.ends(50.0, ["Job"], np.array([-100.0]), np.array([1000.0])).tolist() == [300.0]  # 150 s old: 200, 400
+
+
+def test_for_the_first_gang_the_walk_answers_as_the_reservation_pass_does() -> None:
+    """The walk's search (each bisection step adding only the releases between its bounds) gives
+    `soonest`'s domain and start, on random busy clusters."""
+    rng = np.random.default_rng(7)
+    lay = layout()
+    for _ in range(200):
+        free = rng.integers(0, 9, size=(8, 1)).astype(np.int64)
+        count = int(rng.integers(0, 12))
+        pods = Running(
+            rng.integers(0, 8, size=count).astype(np.int64),
+            rng.integers(1, 9, size=(count, 1)).astype(np.int64),
+            np.sort(rng.uniform(0, 1000, size=count)),
+        )
+        demand = Demand((int(rng.integers(1, 9)),), int(rng.integers(1, 9)), 0, 0, int(rng.choice([BLOCK, RACK, 3])))
+        level = lay.level_for(demand)
+        assert level is not None
+        want = soonest(0.0, demand, level, free, pods.by_end(), lay, lay.labeled[level])
+        (got,) = estimate(0.0, [Waiting("g", 0, 0.0, demand)], free, pods, np.zeros(count, np.bool_), lay, (), {},
+                          SETTINGS, 1)  # fmt: skip
+        assert (got.start, got.domain) == ((NEVER, None) if want is None else (want.start, want.domain))

@@ -78,7 +78,7 @@ def test_the_maximum_wait_is_off_unless_asked_for_and_estimates_reach_the_first_
     assert settings("--max-wait=2h").max_wait == 7200.0
     assert settings(TOPOGANG_MAX_WAIT="1h30m").max_wait == 5400.0
     assert settings("--max-wait=off", TOPOGANG_MAX_WAIT="2h").max_wait is None
-    assert (settings().estimate_gangs, settings("--estimate-gangs=0").estimate_gangs) == (100, 0)
+    assert (settings().estimate_gangs, settings("--estimate-gangs=0").estimate_gangs) == (50, 0)
     reservations = serve._scheduler(settings("--max-wait=30m", "--estimate-gangs=7")).reserving.settings
     assert (reservations.max_wait, reservations.estimates) == (1800.0, 7)
 

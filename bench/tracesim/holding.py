@@ -79,7 +79,7 @@ class Holding:
     _first: dict[str, tuple[float, float]] = field(default_factory=dict)
     _tried: dict[int, tuple[str, ...]] = field(default_factory=dict)  # job -> signature of its last refusal
     _lost = False  # a held node was let go since the last walk: every waiting job may fit now
-    estimate_limit: int = 100  # gangs the estimate walk reaches, in the pass's order (the server's default)
+    estimate_limit: int = Settings().estimates  # gangs the estimate walk reaches, in the pass's order (the server's)
     first_estimates: dict[int, float] = field(default_factory=dict)  # job -> its first estimated start
     estimated: list[tuple[int, float, float]] = field(default_factory=list)  # (job, first estimate, start)
     overdue_since: dict[int, float] = field(default_factory=dict)  # job -> when it became overdue

@@ -56,7 +56,7 @@ maximum wait        --max-wait        TOPOGANG_MAX_WAIT       off (a duration su
                                                               not overdue, whatever its priority.
                                                               Gangs may set their own with
                                                               scheduling.topogang.io/max-wait)
-estimated starts    --estimate-gangs  TOPOGANG_ESTIMATE_GANGS 100 (the first this many gangs waiting
+estimated starts    --estimate-gangs  TOPOGANG_ESTIMATE_GANGS 50 (the first this many gangs waiting
                                                               get an estimated start at each pass;
                                                               0: none)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
