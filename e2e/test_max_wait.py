@@ -12,7 +12,7 @@ goes to higher priorities: each new small gang takes the node that frees. Once t
 overdue (60 s after its PodGroup was made), its room is kept from them: no new small gang starts
 there, the running ones end within RUN, and it starts. The bound the test allows, from its
 PodGroup's creation: its maximum wait, a sweep to notice (5 s), RUN for the small gangs running
-then to end, and START_SLACK for its 64 pods to be planned and bound (tests/e2e/test_reservations.py's
+then to end, and START_SLACK for its 64 pods to be planned and bound (e2e/test_reservations.py's
 allowance). Without a maximum, the same churn goes on until that bound has passed, and the large
 gang is still waiting: strict priority order.
 """
