@@ -15,7 +15,7 @@ help:
 	@echo "make bench  - the planning benchmark (bench/plan_scale.py)"
 	@echo "make trace  - placement quality on a trace against Kueue/KAI-like baselines (bench/trace.py)"
 	@echo "make cluster - a local Kubernetes control plane with fake GPU nodes, until Ctrl-C"
-	@echo "make components - build the JobSet, LWS, training-operator and Kueue controllers and helm (make test does)"
+	@echo "make components - build the JobSet, LWS, training-operator, Trainer and Kueue controllers and helm (make test does)"
 	@echo "make e2e-kind - the e2e scenarios on a kind cluster with topogang deployed (needs Docker and Go)"
 
 # The virtualenv is rebuilt only when the declared or pinned dependencies change.

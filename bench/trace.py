@@ -9,6 +9,7 @@ and the figures (means over the traces) are printed side by side, one table per 
     .venv/bin/python bench/trace.py --loads 0.85 --shape nvl72
     .venv/bin/python bench/trace.py --json                   # one object per policy and load
     .venv/bin/python bench/trace.py --bounded 0,0.5,1        # sweep the share of jobs with a bound
+    .venv/bin/python bench/trace.py --elastic 0              # no elastic jobs (20% of multi-pod jobs by default)
     .venv/bin/python bench/trace.py --trace my.csv --policies topogang,bestfit
     .venv/bin/python bench/trace.py --public trace_kalos.csv  # AcmeTrace or Helios, mapped (tracesim/public.py)
     .venv/bin/python bench/trace.py --write-trace t.csv      # the first generated trace, to edit
@@ -20,7 +21,8 @@ and the figures (means over the traces) are printed side by side, one table per 
 
 Policies (bench/tracesim/policies.py): topogang (extender.placement.plan, the server's call),
 topogang+reserve (the same with extender.core.reservations: --reserve-after, --reservations),
-topogang-loose (its default compactness off), bestfit (Kueue TAS BestFit), fullest
+topogang-loose (its default compactness off), topogang-whole (elastic gangs' optional pods
+placed with their minimum, never given back: minimums first off), bestfit (Kueue TAS BestFit), fullest
 (KAI-Scheduler's binpack), first-fit (topology-blind), and topogang+NAME for each --variant
 (reservation Settings fields changed), and topogang+wait<MAX> for each --max-wait (a maximum wait:
 bench/tracesim/waits.py prints what each promised and cost). Under each table the policies are compared with --paired
@@ -136,6 +138,12 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--loads", type=_floats, default=[0.6, 0.75, 0.85, 0.95], help="offered loads, comma-separated")
     p.add_argument("--load", type=float, help="one offered load (same as --loads LOAD)")
     p.add_argument("--bounded", type=_floats, default=[spec.bounded], help="shares of jobs declaring a runtime bound")
+    p.add_argument(
+        "--elastic",
+        type=float,
+        default=spec.elastic,
+        help="share of multi-pod jobs that may start with half their pods (0: none, as earlier traces)",
+    )
     p.add_argument("--seed", type=int, default=spec.seed)
     p.add_argument("--seeds", type=int, default=4, help="traces generated (seeds SEED, SEED+1...); figures are means")
     p.add_argument("--reserve-after", type=float, default=reserve.reserve_after, help="seconds before a reservation")
@@ -302,8 +310,9 @@ def _trace(
 ) -> list[workload.Job]:
     if args.public:
         skip = args.skip + k * args.jobs
-        return public.read_public(args.public, cluster, args.jobs, load, bounded, args.seed + k, skip)
-    return workload.generate(workload.TraceSpec(args.jobs, load, args.profile, bounded, seed=args.seed + k), cluster)
+        return public.read_public(args.public, cluster, args.jobs, load, bounded, args.seed + k, skip, args.elastic)
+    spec = workload.TraceSpec(args.jobs, load, args.profile, bounded, seed=args.seed + k, elastic=args.elastic)
+    return workload.generate(spec, cluster)
 
 
 def _pictures(
@@ -339,7 +348,8 @@ def describe(cluster: clusters.Cluster, args: argparse.Namespace, settings: Sett
         f"cluster {args.shape}: {len(cluster.nodes)} nodes of {s.gpus} GPUs, {cluster.capacity} schedulable GPUs,"
         f" {s.zones} zones > {s.blocks} blocks > {s.racks} racks{' (uneven)' if s.uneven else ''},"
         f" {s.cordoned} cordoned\n"
-        f"trace: {source}; sizes: S <= {rack} GPUs (a rack), M <= {block} (a block), L larger\n"
+        f"trace: {source}, {args.elastic:.0%} of multi-pod jobs elastic;"
+        f" sizes: S <= {rack} GPUs (a rack), M <= {block} (a block), L larger\n"
         f"reservations (topogang+reserve): after {settings.reserve_after:g} s or first at its priority,"
         f" at most {settings.limit}, unbounded pods expected to run {settings.stretch:g} x as long again"
         f" (at least {settings.floor:g} s), {held} the domain held"

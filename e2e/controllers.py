@@ -20,14 +20,27 @@ would refuse every later Job or pod). What each one serves:
 - LeaderWorkerSet: its LWS webhooks and the pod webhook that sets the worker-index, group-index
   and subgroup labels, as shipped.
 - Kueue: the webhooks of its own kinds and of batch/v1 Job (the `batch/job` integration, the only
-  one enabled): a Job with a queue-name label is suspended at creation. With its certificate
-  management off Kueue also reads a metrics certificate from the fixed /etc/kueue/metrics/certs
-  (even with metrics off); the harness copies its pair there (root needed, as in CI).
+  one enabled): a Job with a queue-name label is suspended at creation. Kueue runs with its own
+  certificate management on, as its default install does (off, it reads a metrics certificate
+  from a fixed system directory). Its rotator finds in its Secret a CA and a certificate the
+  harness made in the shape it keeps (valid for its Service name and for 127.0.0.1), checks
+  that certificate's files are in its webhook certDir (this run's directory), and writes the CA
+  into the conversion webhooks of its CRDs, which call it by URL as its install's do.
+- Kubeflow Trainer: its TrainJob defaulting and TrainJob/runtime validation webhooks, as
+  shipped. Its certificate management is off; its webhook server reads the harness's pair from
+  controller-runtime's default directory under the temporary directory, and the process's
+  TMPDIR is a directory of this run (workdir/trainer-tmp), not the system's. It makes JobSets:
+  start "jobset" before it.
 - training operator: its one webhook only validates TFJob/PyTorchJob specs; it is not
   registered. The operator's certificate rotator still runs (it cannot be turned off) against an
-  empty Secret and an empty ValidatingWebhookConfiguration of the names it expects, and the
-  harness writes the Secret's files into the operator's fixed certificate directory
-  (/tmp/k8s-webhook-server/serving-certs), as the kubelet's Secret volume would.
+  empty Secret and an empty ValidatingWebhookConfiguration of the names it expects, and waits for
+  the Secret's files in a directory fixed in its code under /tmp. So the operator runs in a mount
+  namespace of its own (inside a user namespace: no root needed) where /tmp is a directory of
+  this run, and the harness writes the Secret's files there, as the kubelet's Secret volume
+  would.
+
+Every file the harness and the controllers write is under the control plane's work directory:
+nothing needs root, and runs side by side do not share a path.
 """
 
 from __future__ import annotations
@@ -49,6 +62,12 @@ from typing import Any
 
 import yaml
 
+from e2e.controller_certs import (
+    NO_CONVERSION_PATCH,
+    Conversion,
+    kueue_certificates,
+    with_private_tmp,
+)
 from e2e.controlplane import Component, ControlPlane
 from e2e.controlplane.components import Components
 from e2e.controlplane.pki import make_pki
@@ -60,11 +79,20 @@ CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 KUEUE_NAMESPACE = "kueue-system"
 TRAINING_NAMESPACE = "kubeflow"
 TRAINING_WEBHOOK = "validator.training-operator.kubeflow.org"
-# Where Kueue reads its metrics certificate when its certificate management is off (cmd/kueue).
-KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
-# Where the training operator reads its webhook certificate (a constant in its pkg/cert).
-TRAINING_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
-ALL = ("jobset", "lws", "training-operator", "kueue")
+# The names Kueue's certificate rotator checks (its pkg/util/cert and configuration defaults):
+# the CA's name, the Service name the serving certificate must be valid for, the Secret.
+KUEUE_CA_NAME = "kueue-ca"
+KUEUE_SERVICE_DNS = f"kueue-webhook-service.{KUEUE_NAMESPACE}.svc"
+KUEUE_CERT_SECRET = "kueue-webhook-server-cert"
+# The CRDs Kueue converts with its webhook (its config/components/crd patches); its rotator
+# waits until it has written its CA into each.
+KUEUE_CONVERTED_CRDS = tuple(
+    f"{plural}.kueue.x-k8s.io"
+    for plural in ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
+)
+# The training operator's certificate directory below the /tmp it sees (a constant in its pkg/cert).
+TRAINING_CERT_SUBDIR = Path("k8s-webhook-server/serving-certs")
+ALL = ("jobset", "lws", "training-operator", "kueue", "trainer")
 
 
 def _free_port() -> int:
@@ -80,6 +108,7 @@ class Running:
     health_port: int
     webhook_port: int | None
     webhook_configs: list[tuple[str, str]] = field(default_factory=list)  # (plural, name)
+    converted_crds: tuple[str, ...] = ()  # CRDs whose conversion calls this controller
 
 
 def _health_probe(health_port: int, webhook_port: int | None) -> Callable[[], str | None]:
@@ -146,6 +175,7 @@ class Controllers:
         pki = make_pki(workdir / "webhook-pki", {}, days=2)
         self.ca_bundle = base64.b64encode(pki.ca.cert.read_bytes()).decode()
         self.cert_dir = workdir / "webhook-certs"
+        self.training_tmp = workdir / "training-operator-tmp"
         self.cert_dir.mkdir(parents=True, exist_ok=True)
         shutil.copy(pki.serving.cert, self.cert_dir / "tls.crt")
         shutil.copy(pki.serving.key, self.cert_dir / "tls.key")
@@ -170,8 +200,11 @@ class Controllers:
                 stdin="\n---\n".join(json.dumps(d) for d in docs),
             )  # fmt: skip
 
-    async def install_crds(self, name: str) -> None:
+    async def install_crds(self, name: str, conversion: Conversion | None = None) -> None:
+        """The component's CRDs, those CONVERSION names converted by its webhook."""
         docs = [d for p in self.built.crds(name) for d in yaml.safe_load_all(p.read_text()) if d]
+        if conversion is not None:
+            docs = [conversion.apply(d) for d in docs]
         for doc in docs:
             doc.pop("status", None)
             await self._replace_stand_in(doc)
@@ -228,7 +261,9 @@ class Controllers:
         path.write_text(yaml.safe_dump(dict(doc)))
         return path
 
-    def _controller_runtime_config(self, api_version: str, health: int, webhook: int | None) -> dict[str, Any]:
+    def _controller_runtime_config(
+        self, api_version: str, health: int, webhook: int | None, cert_dir: Path | None = None
+    ) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "apiVersion": api_version,
             "kind": "Configuration",
@@ -238,13 +273,14 @@ class Controllers:
             "internalCertManagement": {"enable": False},
         }
         if webhook is not None:
-            doc["webhook"] = {"port": webhook, "host": "127.0.0.1", "certDir": str(self.cert_dir)}
+            doc["webhook"] = {"port": webhook, "host": "127.0.0.1", "certDir": str(cert_dir or self.cert_dir)}
         return doc
 
     async def start_one(self, name: str) -> Running:
         health, webhook = _free_port(), _free_port()
         env = {"KUBECONFIG": str(self.plane.kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(self.workdir)}
         webhooks: list[dict[str, Any]] = []
+        conversion: Conversion | None = None
         if name == "jobset":
             config = self._controller_runtime_config("config.jobset.x-k8s.io/v1alpha1", health, webhook)
             argv = [str(self.built.path("jobset-controller")), f"--config={self._config_file(name, config)}"]
@@ -261,9 +297,14 @@ class Controllers:
             )  # fmt: skip
         elif name == "kueue":
             await self.ensure_namespace(KUEUE_NAMESPACE)
-            await asyncio.to_thread(self._kueue_metrics_certificate)
-            config = self._controller_runtime_config("config.kueue.x-k8s.io/v1beta2", health, webhook)
+            certs = await asyncio.to_thread(
+                kueue_certificates, self.workdir / "kueue", namespace=KUEUE_NAMESPACE,
+                secret_name=KUEUE_CERT_SECRET, ca_name=KUEUE_CA_NAME, dns_name=KUEUE_SERVICE_DNS,
+            )  # fmt: skip
+            await self._replace(f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets", certs.secret)
+            config = self._controller_runtime_config("config.kueue.x-k8s.io/v1beta2", health, webhook, certs.cert_dir)
             config.update(
+                internalCertManagement={"enable": True},
                 namespace=KUEUE_NAMESPACE,
                 manageJobsWithoutQueueName=False,
                 integrations={"frameworks": ["batch/job"]},
@@ -275,30 +316,45 @@ class Controllers:
                 f"--visibility-server-port={_free_port()}",
             ]
             webhooks = webhook_configurations(
-                self.built.webhooks("kueue"), "e2e-kueue", webhook, self.ca_bundle,
+                self.built.webhooks("kueue"), "e2e-kueue", webhook, certs.ca_bundle,
                 keep=lambda p: "batch-v1-job" in p or "kueue-x-k8s-io" in p, pod_selector=None,
+            )  # fmt: skip
+            conversion = Conversion(KUEUE_CONVERTED_CRDS, f"https://127.0.0.1:{webhook}/convert", certs.ca_bundle)
+        elif name == "trainer":
+            config = self._controller_runtime_config("config.trainer.kubeflow.org/v1alpha1", health, webhook)
+            config["webhook"] = {"port": webhook, "host": "127.0.0.1"}  # its certificates: TMPDIR below
+            config["certManagement"] = config.pop("internalCertManagement")
+            env["TMPDIR"] = str(await asyncio.to_thread(self._trainer_tmpdir))
+            argv = [str(self.built.path("trainer-controller-manager")), f"--config={self._config_file(name, config)}"]
+            webhooks = webhook_configurations(
+                self.built.webhooks("trainer"), "e2e-trainer", webhook, self.ca_bundle,
+                keep=lambda p: True, pod_selector=None,
             )  # fmt: skip
         elif name == "training-operator":
             await self.ensure_namespace(TRAINING_NAMESPACE)
             await self._training_operator_cert_objects()
-            env["MY_POD_NAMESPACE"] = TRAINING_NAMESPACE
-            argv = [
-                str(self.built.path("training-operator")),
+            self.training_tmp.mkdir(parents=True, exist_ok=True)
+            shutil.copy(self.plane.kubeconfig, self.training_tmp / "kubeconfig")
+            # Inside its namespace the operator's /tmp is self.training_tmp.
+            env.update(MY_POD_NAMESPACE=TRAINING_NAMESPACE, KUBECONFIG="/tmp/kubeconfig", HOME="/tmp")
+            argv = with_private_tmp(self.training_tmp, self.built.path("training-operator"), [
                 "--enable-scheme=tfjob",
                 "--enable-scheme=pytorchjob",
                 "--metrics-bind-address=0",
                 f"--health-probe-bind-address=127.0.0.1:{health}",
                 f"--webhook-server-port={webhook}",
-            ]
+            ])  # fmt: skip
             webhook = 0  # served, not registered: no probe of its port
         else:
             raise ValueError(f"unknown controller {name!r}; one of {', '.join(ALL)}")
-        await self.install_crds(name)
+        await self.install_crds(name, conversion)
         component = Component(
             name, argv, self.plane.logs_dir / f"{name}.log",
             probe=_health_probe(health, webhook or None), cwd=self.workdir, env=env,
         )  # fmt: skip
-        running = Running(name, component, health, webhook or None)
+        running = Running(
+            name, component, health, webhook or None, converted_crds=conversion.crds if conversion else ()
+        )
         self.running[name] = running
         component.start()
         if name == "training-operator":
@@ -330,20 +386,30 @@ class Controllers:
                 if exc.status != 409:
                     raise
 
-    def _kueue_metrics_certificate(self) -> None:
-        """Kueue with its own certificate management off reads its metrics server's certificate
-        from a fixed directory and exits without it (even with metrics off): the harness's pair
-        goes there, as a mounted Secret would. Needs that directory writable (root, as CI)."""
+    def _trainer_tmpdir(self) -> Path:
+        """Trainer's webhook server reads its certificate from controller-runtime's default,
+        <TMPDIR>/k8s-webhook-server/serving-certs (its configuration has no certDir): the harness's
+        pair goes there, under a temporary directory of this run only."""
+        tmpdir = self.workdir / "trainer-tmp"
+        certs = tmpdir / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True, exist_ok=True)
+        for key in ("tls.crt", "tls.key"):
+            shutil.copy(self.cert_dir / key, certs / key)
+        return tmpdir
+
+    async def _replace(self, collection: str, body: Mapping[str, Any]) -> None:
+        """Creates BODY in COLLECTION, or replaces the object of its name (an earlier start's)."""
         try:
-            KUEUE_METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
-            for key in ("tls.crt", "tls.key"):
-                shutil.copy(self.cert_dir / key, KUEUE_METRICS_CERT_DIR / key)
-        except OSError as exc:
-            raise RuntimeError(f"Kueue needs its metrics certificate in {KUEUE_METRICS_CERT_DIR}: {exc}") from exc
+            await self.kube.post(collection, body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            await self.kube.put(f"{collection}/{body['metadata']['name']}", body)
 
     async def _mount_training_operator_certificate(self, component: Component) -> None:
         """What the kubelet's Secret volume does in a cluster: the operator's certificate rotator
-        fills the Secret and waits for the files to appear in its (fixed) certificate directory."""
+        fills the Secret and waits for the files to appear in its certificate directory (fixed
+        under /tmp in its code; its /tmp is self.training_tmp)."""
         path = f"/api/v1/namespaces/{TRAINING_NAMESPACE}/secrets/training-operator-webhook-cert"
 
         async def filled() -> dict[str, str] | None:
@@ -354,10 +420,11 @@ class Controllers:
         data = await eventually(filled, within=60, what="the training operator's certificate Secret to be filled")
 
         def write() -> None:
-            TRAINING_CERT_DIR.mkdir(parents=True, exist_ok=True)
+            cert_dir = self.training_tmp / TRAINING_CERT_SUBDIR
+            cert_dir.mkdir(parents=True, exist_ok=True)
             for key in ("tls.crt", "tls.key", "ca.crt"):
                 if key in data:
-                    (TRAINING_CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
+                    (cert_dir / key).write_bytes(base64.b64decode(data[key]))
 
         await asyncio.to_thread(write)
 
@@ -366,6 +433,9 @@ class Controllers:
             for plural, name in running.webhook_configs:
                 with contextlib.suppress(ApiError):
                     await self.kube.delete(f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}")
+            for crd in running.converted_crds:  # no conversion calls to a stopped process
+                with contextlib.suppress(ApiError):
+                    await self.kube.patch(f"{CRD_PATH}/{crd}", NO_CONVERSION_PATCH)
         for running in self.running.values():
             running.component.stop()
         self.running.clear()
@@ -398,6 +468,7 @@ def controlled_namespace_label() -> dict[str, str]:
 
 
 WORKLOAD_COLLECTIONS = (
+    "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{ns}/trainjobs",  # first: Trainer remakes a JobSet it owns
     "/apis/batch/v1/namespaces/{ns}/jobs",
     "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs",
     "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs",

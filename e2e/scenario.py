@@ -24,6 +24,12 @@ PATHS = {  # (apiVersion, kind) -> (path prefix, plural, namespaced)
     ("kubeflow.org/v1", "TFJob"): ("/apis/kubeflow.org/v1", "tfjobs", True),
     ("kubeflow.org/v1", "PyTorchJob"): ("/apis/kubeflow.org/v1", "pytorchjobs", True),
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("/apis/jobset.x-k8s.io/v1alpha2", "jobsets", True),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): ("/apis/trainer.kubeflow.org/v1alpha1", "trainjobs", True),
+    ("trainer.kubeflow.org/v1alpha1", "TrainingRuntime"): (
+        "/apis/trainer.kubeflow.org/v1alpha1",
+        "trainingruntimes",
+        True,
+    ),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): ("/apis/leaderworkerset.x-k8s.io/v1", "leaderworkersets", True),
     ("grove.io/v1alpha1", "PodCliqueSet"): ("/apis/grove.io/v1alpha1", "podcliquesets", True),
     ("grove.io/v1alpha1", "PodCliqueScalingGroup"): ("/apis/grove.io/v1alpha1", "podcliquescalinggroups", True),

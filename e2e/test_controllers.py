@@ -201,6 +201,53 @@ async def test_a_pytorchjob_with_elastic_segments(
     await eventually(two_wait, within=30, what="the two workers beyond the room to be created and wait")
 
 
+async def test_an_elastic_pytorchjob_in_one_zone_goes_whole_to_the_zone_that_holds_every_segment(
+    running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    # 8 workers, 4 the minimum, in segments of 4 per rack, the job in one zone. Zone z0 has 9
+    # nodes (racks of 3 and 6) and zone z1 10 (racks of 5 and 5): by free nodes z0 is the tighter
+    # zone, but only z1 holds both segments whole. The elastic segment runs whole in z1, never
+    # 3 of its 4 workers in z0's small rack.
+    #   z0-b0-r0 (3 nodes), z0-b0-r1 (6)    z1-b0-r0 (5), z1-b0-r1 (5)
+    nodes = []
+    for zone, sizes in ((0, (3, 6)), (1, (5, 5))):
+        for rack, count in enumerate(sizes):
+            nodes += await fake_gpu_nodes.add(zone=zone, block=0, rack=rack, count=count)
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": "zoned",
+            "annotations": {"kai.scheduler/topology": "e2e-dc", "kai.scheduler/topology-required-placement": ZONE},
+        },
+        "spec": {
+            "elasticPolicy": {"minReplicas": 4, "maxReplicas": 8, "rdzvBackend": "c10d"},
+            "pytorchReplicaSpecs": {
+                "Worker": {
+                    "replicas": 8,
+                    "restartPolicy": "OnFailure",
+                    "template": {
+                        "metadata": {
+                            "annotations": {
+                                "kai.scheduler/segment-size": "4",
+                                "kai.scheduler/segment-topology-required-placement": RACK,
+                            }
+                        },
+                        "spec": {"terminationGracePeriodSeconds": 0, "containers": [container("pytorch")]},
+                    },
+                }
+            },
+        },
+    }
+    await create(kube, job, ns)
+    placed = await wait_all_bound(kube, ns, 8, within=120)
+    rack_of = await node_racks(kube, nodes)
+    racks = segments_of(placed, rack_of, "zoned-worker-", 4)
+    assert len(racks) == 2
+    assert all(len(r) == 1 for r in racks), racks
+    assert {r.split("-")[0] for rs in racks for r in rs} == {"z1"}
+
+
 # -- LeaderWorkerSet with subgroups (the LWS subgroup KEP), its own webhook's labels --------------------------
 
 
@@ -262,9 +309,7 @@ async def test_a_jobset_places_each_job_in_its_own_rack(
     running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, fake_gpu_nodes: FakeGpuNodes
 ) -> None:
     # Per-Job assignment with Kueue's podset annotation on the Job template (each Job required in
-    # one rack). JobSet's own alpha.jobset.sigs.k8s.io/exclusive-topology is not used: JobSet's pod
-    # webhook then refuses a Job's follower pods until its leader pod is scheduled, which never
-    # happens to a gang that waits for all its pods (docs/limits.md).
+    # one rack); JobSet's own exclusive-topology is the next test.
     #   z0-b0-r0 (2 nodes)  z0-b0-r1..r3 (4 nodes each): the 3 Jobs of 4 pods cannot use r0
     nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
     for rack in range(1, 4):
@@ -308,6 +353,85 @@ async def test_a_jobset_places_each_job_in_its_own_rack(
     assert sorted(per_job) == ["0", "1", "2"]
     assert all(len(r) == 1 for r in per_job.values()), per_job
     assert {next(iter(r)) for r in per_job.values()} == {"z0-b0-r1", "z0-b0-r2", "z0-b0-r3"}
+
+
+EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+
+def exclusive_jobset() -> dict[str, Any]:
+    """A JobSet of 3 Jobs of 4 pods of 8 GPUs (a node each) with JobSet's own exclusive placement
+    on the rack: each Job alone in a rack."""
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "annotations": {"kai.scheduler/topology": "e2e-dc", EXCLUSIVE: RACK}},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 3,
+                    "template": {
+                        "spec": {
+                            "parallelism": 4,
+                            "completions": 4,
+                            "backoffLimit": 0,
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "terminationGracePeriodSeconds": 0,
+                                    "containers": [container("main")],
+                                }
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+    }
+
+
+async def racks_for_three_jobs(fake_gpu_nodes: FakeGpuNodes) -> list[str]:
+    """z0-b0-r0 (2 nodes), z0-b0-r1..r3 (4 nodes each): the 3 Jobs of 4 pods cannot use r0."""
+    nodes = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    for rack in range(1, 4):
+        nodes += await fake_gpu_nodes.add(zone=0, block=0, rack=rack, count=4)
+    return nodes
+
+
+async def assert_one_job_per_rack(kube: KubeClient, ns: str, nodes: list[str], placed: dict[str, str]) -> None:
+    """Every Job of exclusive_jobset() in a rack of its own, placed as JobSet's webhook means it:
+    each leader (completion index 0) carries its pod affinity, each follower a nodeSelector to its
+    leader's rack, which it runs in."""
+    rack_of = await node_racks(kube, nodes)
+    bodies = {p["metadata"]["name"]: p for p in await pods(kube, ns)}
+    per_job: dict[str, set[str]] = {}
+    leader_rack: dict[str, str] = {}
+    for name, node in placed.items():
+        meta, spec = bodies[name]["metadata"], bodies[name]["spec"]
+        job = meta["labels"]["jobset.sigs.k8s.io/job-index"]
+        per_job.setdefault(job, set()).add(rack_of[node])
+        if meta["annotations"]["batch.kubernetes.io/job-completion-index"] == "0":
+            assert spec["affinity"]["podAffinity"], name  # JobSet's webhook admitted it as a leader
+            leader_rack[job] = rack_of[node]
+    assert sorted(per_job) == ["0", "1", "2"]
+    assert all(len(r) == 1 for r in per_job.values()), per_job
+    assert {next(iter(r)) for r in per_job.values()} == {"z0-b0-r1", "z0-b0-r2", "z0-b0-r3"}  # no two share
+    for name, body in bodies.items():
+        if body["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] != "0":
+            job = body["metadata"]["labels"]["jobset.sigs.k8s.io/job-index"]
+            assert body["spec"]["nodeSelector"][RACK] == leader_rack[job], name
+
+
+async def test_a_jobset_with_exclusive_topology_runs_one_job_per_rack(
+    running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    # JobSet's webhook admits a Job's followers only once its leader is scheduled: topogang plans
+    # the whole JobSet when the three leaders are there, holds the followers' room, binds the
+    # leaders, and binds each follower into its room when JobSet lets it be created.
+    nodes = await racks_for_three_jobs(fake_gpu_nodes)
+    await create(kube, exclusive_jobset(), ns)
+    placed = await wait_all_bound(kube, ns, 12, within=120)
+    await assert_one_job_per_rack(kube, ns, nodes, placed)
 
 
 # -- a node lost under a running segment (a PyTorchJob): the operator recreates, topogang repairs -----------------

@@ -332,6 +332,47 @@ async def test_two_competing_gangs_one_runs_whole_the_other_waits_whole(
     assert sum(1 for n, node in now.items() if n.startswith(loser) and node) == 0
 
 
+async def submit_two_elastic_gangs(kube: KubeClient, namespace: str, *, podgroups_last: bool = False) -> None:
+    """PodGroups `first` and `second`, 6 pods of 8 GPUs each and minMember 4, their pods
+    interleaved as two users submitting at once. PODGROUPS_LAST: the pods first, so that both
+    gangs are whole when their PodGroups appear (gates mode looks at them then)."""
+    if not podgroups_last:
+        for gang in ("first", "second"):
+            await create_podgroup(kube, namespace, gang, {"minMember": 4})
+    for i in range(6):
+        for gang in ("first", "second"):
+            await create(kube, gpu_pod(f"{gang}-{i}", annotations={"pod-group-name": gang}), namespace)
+    if podgroups_last:
+        for gang in ("first", "second"):
+            await create_podgroup(kube, namespace, gang, {"minMember": 4})
+
+
+async def both_minimums_run(kube: KubeClient, namespace: str) -> None:
+    """Until 4 pods of each gang run (not being deleted) on 8 nodes of their own: both minimums,
+    which fill the 8 nodes (nothing more can bind after), whether the first gang's optional pods
+    left their room to the second's minimum or gave it back (evicted)."""
+
+    async def four_each() -> dict[str, str] | None:
+        running = {
+            p["metadata"]["name"]: p["spec"]["nodeName"]
+            for p in await pods(kube, namespace)
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+        }
+        return running if Counter(n.split("-")[0] for n in running) == {"first": 4, "second": 4} else None
+
+    running = await eventually(four_each, within=90, what="4 pods of each gang to run")
+    assert len(set(running.values())) == 8
+
+
+async def test_two_elastic_gangs_that_arrive_together_both_start_their_minimum(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (4 nodes)   z0-b0-r1 (4 nodes): room for both minimums (4 + 4), not both gangs whole (6 + 6)
+    await fake_gpu_nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=2, nodes_per_rack=4))
+    await submit_two_elastic_gangs(kube, namespace)
+    await both_minimums_run(kube, namespace)
+
+
 async def test_a_gang_becomes_feasible_when_nodes_are_added(
     topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
 ) -> None:

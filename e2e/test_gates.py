@@ -35,7 +35,18 @@ from e2e.scenario import (
     says,
     wait_all_bound,
 )
-from e2e.test_extender import RACK, TOPOLOGY, create_tfjob, deployed, deployment, node_racks, racks_of, running
+from e2e.test_extender import (
+    RACK,
+    TOPOLOGY,
+    both_minimums_run,
+    create_tfjob,
+    deployed,
+    deployment,
+    node_racks,
+    racks_of,
+    running,
+    submit_two_elastic_gangs,
+)
 from e2e.topogang import ROOT, Topogang
 from extender.kube.client import ApiError, KubeClient
 
@@ -327,6 +338,16 @@ async def test_the_service_account_may_patch_only_its_own_webhook_configuration(
 
 
 # -- what is never ungated, and what is never gated ----------------------------------------------------------
+
+
+async def test_two_elastic_gangs_that_arrive_together_both_start_their_minimum(
+    gates: Topogang, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    #   z0-b0-r0 (4 nodes)   z0-b0-r1 (4 nodes): room for both minimums (4 + 4), not both gangs whole (6 + 6)
+    await fake_gpu_nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=2, nodes_per_rack=4))
+    await enable(kube, namespace)
+    await submit_two_elastic_gangs(kube, namespace, podgroups_last=True)
+    await both_minimums_run(kube, namespace)
 
 
 async def test_an_infeasible_gang_stays_gated_with_its_reason_in_status_and_an_event(

@@ -195,6 +195,21 @@ async def test_kueue_admits_a_job_and_topogang_places_it_and_one_over_quota_stay
     assert (await kube.get(f"/apis/batch/v1/namespaces/{ns}/jobs/second"))["spec"]["suspend"] is True
 
 
+async def test_kueue_converts_its_older_api_version_with_the_certificate_its_own_management_keeps(
+    running: tuple[Topogang, Controllers], kube: KubeClient, ns: str, cluster_objects: list[str]
+) -> None:
+    # Kueue runs with its own certificate management on (its default install; nothing under a
+    # system path): its rotator keeps the harness's certificate, and the API server calls its
+    # conversion webhook by URL when a ClusterQueue, stored as v1beta2, is read as v1beta1.
+    await queues(kube, ns, cluster_objects, gpus=8)
+    cq = cluster_objects[-1].rsplit("/", 1)[1]
+    old = await kube.get(f"/apis/kueue.x-k8s.io/v1beta1/clusterqueues/{cq}")
+    assert old["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    (group,) = old["spec"]["resourceGroups"]
+    quotas = {r["name"]: r["nominalQuota"] for r in group["flavors"][0]["resources"]}
+    assert quotas == {"cpu": "100", "nvidia.com/gpu": "8"}
+
+
 async def test_a_job_placed_by_kueues_topology_aware_scheduling_is_refused_by_topogang_with_a_message(
     running: tuple[Topogang, Controllers],
     kube: KubeClient,

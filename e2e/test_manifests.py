@@ -274,7 +274,8 @@ def derived_podgroups() -> list[dict[str, Any]]:
     """Every gang the grouper makes of the example workloads, as the PodGroup object topogang
     writes for it (extender/model/podgroup_body.py)."""
     out = []
-    for path in sorted([*ROOT.glob("examples/workloads/*.yaml"), *ROOT.glob("examples/tfjob-segments/*.yaml")]):
+    workloads = ("examples/workloads/*.yaml", "examples/tfjob-segments/*.yaml", "examples/nvl72/*.yaml")
+    for path in sorted(p for pattern in workloads for p in ROOT.glob(pattern)):
         for grouping in group_file(path)[0].groups.values():
             spec = grouping.podgroup
             assert spec is not None, grouping.errors

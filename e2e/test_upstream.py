@@ -250,6 +250,45 @@ async def test_extender_mode_cuts_a_jobs_gang_into_topogangs_segments(
     await job_with_segments(upstream_kube, *space)
 
 
+async def test_extender_mode_preempts_for_an_upstream_podgroup_by_the_groups_own_priority(
+    extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
+) -> None:
+    # One rack of 4 nodes, full with gang `low` (disruptionMode all: it goes whole or not at all).
+    # Gang `high` asks for the rack with its PodGroup's priorityClassName, which its pods share
+    # (kube-scheduler schedules no pod whose priority is not its group's).
+    ns, nodes = space
+    kube = upstream_kube
+    high_class = f"e2e-group-high-{ns}"
+    body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": high_class}}
+    await kube.post("/apis/scheduling.k8s.io/v1/priorityclasses", {**body, "value": 1000})
+    try:
+        await nodes.create(FakeTopology(zones=1, blocks_per_zone=1, racks_per_block=1, nodes_per_rack=4))
+        low = group("low", 4, RACK)
+        low["spec"]["disruptionMode"] = {"all": {}}
+        await create(kube, low, ns)
+        for i in range(4):
+            await create(kube, member(f"low-{i}", "low"), ns)
+        await wait_all_bound(kube, ns, 4)
+        high = group("high", 4, RACK)
+        high["spec"]["priorityClassName"] = high_class
+        await create(kube, high, ns)
+        stored = await kube.get(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups/high")
+        assert stored["spec"].get("priority") == 1000  # the Priority admission plugin resolved it
+        for i in range(4):
+            pod = member(f"high-{i}", "high")
+            pod["spec"]["priorityClassName"] = high_class
+            await create(kube, pod, ns)
+
+        async def high_bound() -> dict[str, str | None] | None:
+            bound = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in await pods(kube, ns)}
+            return bound if sum(1 for k, v in bound.items() if k.startswith("high-") and v) == 4 else None
+
+        now = await eventually(high_bound, within=90, what="the high-priority upstream gang to bind")
+        assert sorted(k for k in now if k.startswith("low-")) == []  # evicted, whole
+    finally:
+        await kube.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{high_class}")
+
+
 async def test_extender_mode_places_a_job_with_spec_scheduling(
     extender: Topogang, upstream_kube: KubeClient, space: tuple[str, FakeGpuNodes]
 ) -> None:

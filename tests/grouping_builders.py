@@ -168,12 +168,16 @@ def rayjob(groups: Iterable[tuple[str, int, int | None]], name: str = "rj") -> J
     return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": meta(name), "spec": spec}
 
 
-def pods_of(*workloads: Mapping[str, Any]) -> tuple[list[PodInfo], list[JSON]]:
-    """Synthesized pods of the workloads, parsed, and the intermediate owners."""
+def pods_of(
+    *workloads: Mapping[str, Any], objects: Iterable[Mapping[str, Any]] = ()
+) -> tuple[list[PodInfo], list[JSON]]:
+    """Synthesized pods of the workloads, parsed, and the intermediate owners; OBJECTS: what else
+    a synthesis may read (a TrainJob's runtime)."""
     pods: list[PodInfo] = []
     owners: list[JSON] = []
+    given = ObjectIndex(objects)
     for w in workloads:
-        s = synthesize(w)
+        s = synthesize(w, objects=given)
         pods.extend(parse_pod(p) for p in s.pods)
         owners.extend(s.owners)
     return pods, owners
@@ -197,7 +201,7 @@ def group_file(path: Path) -> tuple[GroupingResult, list[PodInfo]]:
     files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
     docs: list[JSON] = [d for f in files for d in yaml.safe_load_all(f.read_text()) if d]
     workloads = [d for d in docs if can_synthesize(str(d.get("apiVersion")), str(d.get("kind")))]
-    pods, owners = pods_of(*workloads)
+    pods, owners = pods_of(*workloads, objects=docs)
     pods += [parse_pod(d) for d in docs if d.get("kind") == "Pod"]  # pods the file gives (scheduling.k8s.io groups)
     # objects of the file win over synthesized ones, as in the simulator
     return group_pods(pods, ObjectIndex([*owners, *docs]), {}), pods

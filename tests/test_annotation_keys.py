@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from extender.core.movable import MOVABLE
 from extender.grouping import names as n
 from extender.grouping.kinds import jobset, lws
 from extender.model import annotation_keys as keys
@@ -54,10 +55,12 @@ def test_every_annotation_the_groupers_read_is_one_topogang_reads() -> None:
         lws.EXCLUSIVE,
         lws.SUBGROUP_EXCLUSIVE,
         jobset.EXCLUSIVE,
+        jobset.NODE_SELECTOR,
         TOPOLOGY_ANNOTATION,
         ON_UNREPAIRABLE,
         RUNTIME_BOUND_ANNOTATION,
         MAX_WAIT_ANNOTATION,
+        MOVABLE,
     }
     assert read == keys.READ
     assert SUBGROUP_LABEL in keys.KAI  # a label topogang reads, which KAI defines

@@ -9,22 +9,11 @@ from __future__ import annotations
 
 from extender.core.binding import BindGate
 from extender.core.cluster import ClusterState
-from extender.core.decisions import (
-    BIND,
-    PENDING,
-    R_BIND_TIMEOUT,
-    REJECT,
-    WAIT,
-    Bound,
-    FilterResult,
-    GroupStatus,
-    Headline,
-    NotPlanned,
-    Released,
-)
+from extender.core.decisions import BIND, PENDING, R_BIND_TIMEOUT, REJECT, WAIT, FilterResult, Released
 from extender.core.membership import Membership
 from extender.core.plans import RESERVED, Plans
 from extender.core.reasons import Reasons
+from extender.core.standing import Bound, GroupStatus, Headline, NotPlanned
 from extender.core.steering import Steering
 from extender.placement import DomainRef, Plan
 from tests.builders import TOPO, grid, pod, podgroup
@@ -58,11 +47,11 @@ def a_plan(keys: list[str], nodes: list[str]) -> Plan:
 def test_plans_hold_reserve_and_extend_and_release_gives_everything_back() -> None:
     state, _, keys = cluster()
     plans = Plans(state)
-    new, outcome = plans.hold("default/g", a_plan(keys[:2], NODES[:2]), 0.0)
+    new, _, outcome = plans.hold("default/g", a_plan(keys[:2], NODES[:2]), 0.0)
     assert (outcome, new) == ("planned", dict(zip(keys[:2], NODES[:2], strict=True)))
     assert set(state.reservations) == set(keys[:2])
     assert plans.generation("default/g") == 1
-    new, outcome = plans.hold("default/g", a_plan(keys, NODES[:3]), 1.0)
+    new, _, outcome = plans.hold("default/g", a_plan(keys, NODES[:3]), 1.0)
     assert (outcome, new) == ("extended", {keys[2]: NODES[2]})  # only what it did not hold
     assert plans["default/g"].touched == 1.0
     assert plans.generation("default/g") == 1

@@ -93,13 +93,17 @@ def test_a_never_preemptor_evicts_nothing() -> None:
     assert "preemptionPolicy Never" in found.reason
 
 
-def test_equal_priority_evicts_nothing() -> None:
+def test_equal_priority_evicts_no_minimum() -> None:
+    # Only `one`'s two pods beyond its minimum may go for an equal priority, and a rack needs four.
     state, membership = cluster()
     state.set_priority_class("high", 10)
     add_urgent(state)
     found = find_preemption(state, membership, "default/urgent")
     assert isinstance(found, NoPreemption)
-    assert "no running workload has a priority below 10" in found.reason
+    assert found.reason == (
+        "evicting every workload below priority 10 and every pod beyond a minimum at it would not free room"
+        " for the minimum in any rack"
+    )
 
 
 def test_a_pod_says_when_it_started_and_whether_it_may_preempt() -> None:

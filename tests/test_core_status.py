@@ -11,8 +11,9 @@ from dataclasses import replace
 import pytest
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import INVALID, PENDING, SCHEDULED, GroupStatus
+from extender.core.decisions import INVALID, PENDING, SCHEDULED
 from extender.core.scheduler import GangScheduler
+from extender.core.standing import GroupStatus
 from tests.builders import TOPO, grid, pod, podgroup
 
 NODES = [n.name for n in grid(racks=2, nodes=4)]

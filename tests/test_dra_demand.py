@@ -119,6 +119,19 @@ def test_a_claim_shared_by_several_pods_counts_once() -> None:
     assert state.pods["default/b"].requests[KEY] == 2000
 
 
+def test_a_podgroups_claim_made_from_a_template_for_all_its_pods_counts_once() -> None:
+    # Kubernetes' PodGroup spec.resourceClaims (KEP-5729): kube-controller-manager makes one claim
+    # from the template for the whole group and names it in each pod's resourceClaimStatuses.
+    state = cluster()
+    state.set_dra("ResourceClaimTemplate", "default/gpus", template("gpus", exactly(2)))
+    state.set_dra("ResourceClaim", "default/train-gpu", claim("train-gpu", exactly(2)))
+    for name in ("a", "b", "c"):
+        state.upsert_pod(claim_pod(name, generated="train-gpu"))
+    _ = state.table  # counts the changed claims again
+    asked = {k: p.requests.get(KEY, 0) for k, p in state.pods.items()}
+    assert asked == {"default/a": 2000, "default/b": 0, "default/c": 0}
+
+
 def test_a_device_held_by_two_claims_is_counted_once() -> None:
     state = cluster()
     held = [("z1-b1-r2-n2", "gpu-3")]

@@ -39,6 +39,21 @@ def test_the_demo_is_story_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(zones) == 1
 
 
+def test_two_elastic_jobs_that_arrive_together_both_start_their_minimum(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "-f", str(ROOT / "examples" / "elastic"), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {g["name"]: g["phase"] for g in doc["podGroups"]} == {
+        "pytorchjob-first": "Scheduled",
+        "pytorchjob-second": "Scheduled",
+    }
+    placed: dict[str, list[str]] = {}
+    for p in doc["pods"]:
+        if p["node"]:
+            placed.setdefault(p["name"].split("-")[0], []).append(p["node"])
+    assert {job: len(nodes) for job, nodes in placed.items()} == {"first": 4, "second": 4}
+    assert len({n for nodes in placed.values() for n in nodes}) == 8
+
+
 def test_a_higher_priority_gang_preempts_the_cheapest_gang_in_the_simulation(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -47,6 +62,16 @@ def test_a_higher_priority_gang_preempts_the_cheapest_gang_in_the_simulation(
     victims = sorted((v["name"], v["preemptedBy"], v["domain"]) for v in doc["preempted"])
     assert victims == [(f"small-{i}", "ml/urgent", "rack z1/b1/r3") for i in range(4)]
     assert {p["name"]: p["node"] for p in doc["pods"]} == {f"urgent-{i}": f"gpu-r3-{i + 1}" for i in range(4)}
+
+
+def test_a_block_gang_has_three_movable_pods_moved_in_the_simulation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "-f", str(ROOT / "examples" / "defrag"), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    moved = sorted((v["name"], v["preemptedBy"], v["domain"], v["movedTo"]) for v in doc["preempted"])
+    assert moved == [(f"infer-{i}-x7k2p", "ml/train", "block z1/b1", "gpu-b2-r1-1") for i in range(3)]
+    nodes = {p["name"]: p["node"] for p in doc["pods"]}
+    assert {nodes[f"train-{i}"] for i in range(3)} == {"gpu-b1-r1-1", "gpu-b1-r2-1", "gpu-b1-r3-1"}
+    assert {nodes[f"infer-{i}-x7k2p-moved"] for i in range(3)} == {"gpu-b2-r1-1"}  # the room held for each
 
 
 def test_a_gang_no_eviction_helps_preempts_nobody_in_the_simulation(

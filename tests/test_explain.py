@@ -66,7 +66,7 @@ def test_a_pending_workload_says_why_and_which_nodes_are_left_out(
     assert "; 8 / 0 / 0" in out
     assert (
         "Planning it now: does not fit: PodGroup ml/tfjob-huge: 24 pods x {nvidia.com/gpu: 8} in one block; "
-        "the best block fits 16; nodes left out: 5 nvidia.com/gpu, 1 not ready or cordoned"
+        "the best block fits 16 even with nothing running; nodes left out: 1 not ready or cordoned"
     ) in out
     assert "Nodes left out for pods of {nvidia.com/gpu: 8}: 5 nvidia.com/gpu, 1 not ready or cordoned" in out
 
@@ -115,14 +115,14 @@ def test_a_placed_gang_says_why_it_went_there_in_the_planners_own_terms(capsys: 
         "  Why there (planned again now, its own pods' room given back, it goes where it is):",
         "    PodGroup default/tfjob-distributed-training, required zone: zone z1, ranked 1st of 2 zones in the cluster"
         f" with room for its minimum (16 pods x {shape}); runner-up zone z2: it would leave room for 16 more pods,"
-        " zone z1 for 10 (the tightest fit first)",
+        " zone z1 for 0 (the tightest fit first) (counted in whole parts; pod by pod 32 and 26)",
         "    PodGroup default/tfjob-distributed-training, compactness (no preference written): no node, rack or block"
         f" of zone z1 has room for its minimum (16 pods x {shape}): spread over zone z1",
     ]
     assert (
         f"    SubGroup worker-seg-0, required rack: rack z1/b1/r1, ranked 1st of 4 racks in zone z1 with room for its"
-        f" minimum (4 pods x {shape}); runner-up rack z1/b1/r2: it would leave room for 3 more pods, rack z1/b1/r1"
-        " for 1 (the tightest fit first)\n"
+        f" minimum (4 pods x {shape}); runner-up rack z1/b1/r2: rack z1/b1/r1 was allotted to it with the siblings"
+        " that ask for the same: the fewest racks for them all (the most room first, the last the tightest)\n"
     ) in why
     assert (
         f"    SubGroup worker-seg-3, required rack: rack z1/b2/r2, the only rack in zone z1 with room for its minimum"
@@ -250,7 +250,8 @@ def test_a_plain_pod_is_not_a_gang(capsys: pytest.CaptureFixture[str]) -> None:
 
 GANG_FIELDS = [
     "gang", "source", "phase", "message", "topology", "asked", "scopes", "planning", "why", "leftOut", "devices",
-    "preemption", "lastRepair", "reservation", "overdue", "queue", "assumed", "evicted", "preemptedForIt", "notes",
+    "preemption", "defragmentation", "lastRepair", "reservation", "overdue", "queue", "assumed", "evicted",
+    "preemptedForIt", "notes",
 ]  # fmt: skip
 
 
@@ -286,7 +287,16 @@ def test_explain_json_is_the_same_content_in_a_documented_structure(capsys: pyte
         "runnerUp": None,
         "why": None,
         "candidates": [
-            {"domain": "rack z1/b1/r3", "room": 4, "free": 4, "holdsAll": True, "spans": None, "inner": None}
+            {
+                "domain": "rack z1/b1/r3",
+                "room": 4,
+                "free": 4,
+                "holdsAll": True,
+                "spans": None,
+                "inner": None,
+                "partDomains": None,
+                "allotted": False,
+            }
         ],
     }
     assert main(["explain", "ml/small", "-f", str(PREEMPTION), "-o", "json"]) == 0
@@ -373,10 +383,7 @@ def test_a_gang_whose_nodes_lack_its_level_label_holds_no_room(
     (tmp_path / "in.yaml").write_text(UNTIMED.replace("RACK1", ""))
     assert main(["explain", "ml/big", "-f", str(tmp_path / "in.yaml")]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[1] == (
-        "  PodGroup ml/big: 2 pods x {nvidia.com/gpu: 8} in one rack; no node has label rack;"
-        " position 1 of 1 in the queue; no domain holds it even empty: no start expected"
-    )
+    assert out.splitlines()[1] == "  PodGroup ml/big: 2 pods x {nvidia.com/gpu: 8} in one rack; no node has label rack"
     assert "Reservation" not in out
     assert "room held" not in out
 

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from extender.core.decisions import INVALID, PENDING, SCHEDULED, GroupStatus, SubGroupStatus
+from extender.core.decisions import INVALID, PENDING, SCHEDULED
 from extender.core.membership import GroupView
+from extender.core.standing import GroupStatus, SubGroupStatus
 from extender.kube.podgroup_status import derived_object, status_body, transition
 from extender.model.pod import OwnerRef
 from extender.placement import DomainRef

@@ -23,7 +23,8 @@ def derived(path: Path) -> list[PodGroupSpec]:
 
 
 def comparable(spec: PodGroupSpec) -> PodGroupSpec:
-    """What the PodGroup API carries: not where a constraint was read from, nor exclusivity."""
+    """What the PodGroup API carries: not where a constraint was read from, nor exclusivity, nor
+    which SubGroups are a workload's segments."""
 
     def plain(c: TopologyConstraint | None) -> TopologyConstraint | None:
         if c is None:
@@ -35,6 +36,7 @@ def comparable(spec: PodGroupSpec) -> PodGroupSpec:
         global_constraint=plain(spec.global_constraint),
         subgroup_constraints={k: plain(c) for k, c in spec.subgroup_constraints.items()},  # type: ignore[misc]
         subgroup_sets=tuple(replace(s, constraint=plain(s.constraint)) for s in spec.subgroup_sets),  # type: ignore[arg-type]
+        subgroups=tuple(replace(sg, segment_pods=0) for sg in spec.subgroups),
         uid="",
         derived_from="",
     )

@@ -180,7 +180,8 @@ def test_compact_inside_the_block_uses_the_tightest_rack() -> None:
 def test_compactness_off_places_each_segment_on_its_own_tightest_rack() -> None:
     # Two segments of 2 pods, each required in a rack; b1's r1 has exactly 2 free nodes. Compact,
     # the gang climbs to the first level where one domain holds it (a rack of 4 free: b1-r2);
-    # with compactness off each segment takes the tightest rack for itself.
+    # with compactness off each segment takes the tightest rack for itself. (The segments ask for
+    # different GPUs: equal ones would be allotted racks together, the fewest, compact or not.)
     pg = podgroup(
         {
             "subGroups": [
@@ -190,7 +191,7 @@ def test_compactness_off_places_each_segment_on_its_own_tightest_rack() -> None:
             "topologyConstraints": {"subGroups": {f"w-{k}": {"requiredTopologyLevel": "rack"} for k in range(2)}},
         }
     )
-    pods = [pod(f"p-{i}", subgroup=f"w-{i // 2}") for i in range(4)]
+    pods = [pod(f"p-{i}", subgroup=f"w-{i // 2}", gpus=8 if i < 2 else 4) for i in range(4)]
     built = build_gang(pg, pods, {TOPO.name: TOPO})
     assert built.gang is not None
     snapshot = ClusterSnapshot.of(CLUSTER, full("z1-b1-r1-n1", "z1-b1-r1-n2"))

@@ -109,9 +109,11 @@ def test_every_annotation_topogang_reads_either_asks_or_is_said_not_to() -> None
     asks_nothing = {
         keys.KAI_POD_INDEX_LABEL,
         keys.RUNTIME_BOUND,
+        keys.MOVABLE,
         keys.LWS_EXCLUSIVE,
         keys.LWS_SUBGROUP_EXCLUSIVE,
         keys.JOBSET_EXCLUSIVE,
+        keys.JOBSET_NODE_SELECTOR,
     }
     assert ASKING | asks_nothing == keys.READ
     assert not ASKING & asks_nothing

@@ -285,3 +285,21 @@ def test_an_overdue_gang_holds_room_whatever_the_reservation_level_says() -> Non
     small = Waiting("small", 0, 0.0, whole_nodes(2, level=RACK), max_wait=30.0)
     (r,) = reserve(100.0, [small], f, pods, lay, (), cut)
     assert (r.key, r.level, r.overdue) == ("small", RACK, 30.0)
+
+
+def test_a_gang_is_held_room_only_on_nodes_it_may_use() -> None:
+    """Block 0 frees first (ends 100-400, block 1's 150-450), but the gang may use only one node
+    of each of block 0's racks (a taint, a selector): 2 of the 3 pods it needs. Its room is in
+    block 1, and when it may use no block's three nodes it is held none."""
+    lay = layout()
+    f, pods = _busy()
+    usable = np.array([True, False, True, False, True, True, True, True])
+    gang = Waiting("g", 0, 0.0, whole_nodes(3, level=BLOCK), usable=usable)
+    (r,) = reserve(0.0, [gang], f, pods, lay, (), Settings())
+    assert (r.domain, r.start) == (1, 350.0)  # block 1's third pod to end frees its third node
+    assert set(r.nodes.tolist()) <= {4, 5, 6, 7}
+    nowhere = np.array([True, False, True, False, True, False, True, False])
+    assert (
+        reserve(0.0, [Waiting("g", 0, 0.0, whole_nodes(3, level=BLOCK), usable=nowhere)], f, pods, lay, (), Settings())
+        == ()
+    )

@@ -11,7 +11,8 @@ import pytest
 
 from extender.core.reservations import Settings as ReservationSettings
 from extender.server import serve
-from extender.server.settings import Settings, SettingsError, add_arguments, settings_from
+from extender.server.settings import Settings, add_arguments, settings_from
+from extender.server.settings_error import SettingsError
 
 
 def parse(*flags: str, **environ: str) -> Settings:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from extender.cli import main
-from extender.grouping import synthesize
+from extender.grouping import ObjectIndex, synthesize
 from extender.model.errors import InvalidObject
 from extender.model.pod import parse_pod
 from extender.simulate.loader import load
@@ -153,6 +154,11 @@ def test_a_deployment_of_a_billion_replicas_is_invalid_alone(
     assert {p["name"]: p["node"] for p in doc["pods"]} == {"good-0": "n1"}
 
 
+CRONJOB = """apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly, namespace: ml}
+spec: {schedule: "0 1 * * *", jobTemplate: {spec: {template: {spec: {containers: [{name: c}]}}}}}
+"""
 TRAINJOB = """apiVersion: trainer.kubeflow.org/v1alpha1
 kind: TrainJob
 metadata: {name: tj, namespace: ml}
@@ -174,15 +180,14 @@ SERVICE = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ml}\n
 def test_objects_it_cannot_use_are_named_with_what_to_give_instead(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write(tmp_path, "in.yaml", NODES + "".join(f"---\n{d}" for d in (TRAINJOB, TFJOB_V2, UNKNOWN, SERVICE)))
+    path = write(tmp_path, "in.yaml", NODES + "".join(f"---\n{d}" for d in (CRONJOB, TFJOB_V2, UNKNOWN, SERVICE)))
     code = main(["simulate", "-f", str(path)])
     out = capsys.readouterr().out.replace(f"{tmp_path}/", "")
     assert code == 0
     assert out.splitlines()[-7:] == [
         "Warnings (4):",
-        "  in.yaml:17: TrainJob ml/tj (trainer.kubeflow.org/v1alpha1): not simulated: topogang does not make its"
-        " pods; Kubeflow Trainer runs a TrainJob as a JobSet: give that JobSet (kubectl get jobset NAME -o yaml)"
-        " and its pods are made, or give the pods",
+        "  in.yaml:17: CronJob ml/nightly (batch/v1): not simulated: topogang does not make its pods; a CronJob"
+        " makes a Job at each run: give that Job, or its pods",
         "  in.yaml:22: TFJob ml/tf (kubeflow.org/v2): not simulated: topogang makes the pods of TFJob kubeflow.org/v1,"
         " not kubeflow.org/v2; give it as kubeflow.org/v1, or give its pods",
         "  in.yaml:27: Trainer ml/mine (example.com/v1): not simulated: topogang reads no Trainer; if it makes pods,"
@@ -195,11 +200,11 @@ def test_objects_it_cannot_use_are_named_with_what_to_give_instead(
 
 
 def test_json_lists_the_warnings_and_stderr_says_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path, "in.yaml", NODES + "---\n" + TRAINJOB)
+    path = write(tmp_path, "in.yaml", NODES + "---\n" + CRONJOB)
     assert main(["simulate", "-o", "json", "-f", str(path)]) == 0
     out, err = capsys.readouterr()
     (warning,) = json.loads(out)["warnings"]
-    assert warning.startswith(f"{path}:17: TrainJob ml/tj (trainer.kubeflow.org/v1alpha1): not simulated")
+    assert warning.startswith(f"{path}:17: CronJob ml/nightly (batch/v1): not simulated")
     assert err == f"topogang simulate: warning: {warning}\n"
 
 
@@ -243,3 +248,54 @@ def test_a_statefulset_start_ordinal_is_not_a_size() -> None:
     assert [p["metadata"]["name"] for p in synthesize(far).pods] == ["db-2000000000"]
     with pytest.raises(InvalidObject, match=r"spec.ordinals.start: expected an integer >= 0, got -1"):
         synthesize(workload("StatefulSet", "db", ordinals={"start": -1}))
+
+
+# -- Kubeflow Trainer's TrainJob: made through its runtime, as Trainer makes its JobSet ------------
+
+TORCH_RUNTIME = """apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: torch-distributed}
+spec:
+  mlPolicy: {numNodes: 1, torch: {}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec: {template: {spec: {containers: [{name: node, image: x}]}}}
+"""
+TRAINJOB_8_GPUS = TRAINJOB.replace("numNodes: 4}", 'numNodes: 2, resourcesPerNode: {requests: {nvidia.com/gpu: "8"}}}')
+
+
+def test_a_trainjob_is_simulated_through_its_runtime_as_one_gang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = simulate(tmp_path, capsys, TORCH_RUNTIME, TRAINJOB_8_GPUS)
+    assert {p["name"]: p["node"] for p in doc["pods"]} == {"tj-node-0-0": "n1", "tj-node-0-1": "n2"}
+    assert [(g["name"], g["phase"]) for g in doc["podGroups"]] == [("trainjob-tj", "Scheduled")]
+    assert doc["warnings"] == []  # the runtime was read
+
+
+def test_a_trainjob_given_with_the_jobset_trainer_made_gets_its_pods_from_it(tmp_path: Path) -> None:
+    # A dump of a TrainJob and its JobSet and Jobs, without the runtime: the JobSet is used as
+    # Trainer made it, its pods made once.
+    made = synthesize(yaml.safe_load(TRAINJOB_8_GPUS), objects=ObjectIndex([yaml.safe_load(TORCH_RUNTIME)]))
+    docs = [TRAINJOB_8_GPUS, *(json.dumps(o) for o in made.owners)]
+    simulation = Simulation(load([str(write(tmp_path, "in.yaml", NODES + "".join(f"---\n{d}\n" for d in docs)))]))
+    assert sorted(simulation.state.pods) == ["ml/tj-node-0-0", "ml/tj-node-0-1"]
+    assert simulation.warnings == []
+
+
+def test_a_trainjob_whose_runtime_is_not_given_is_invalid_saying_what_to_give(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "in.yaml", NODES + "---\n" + TRAINJOB)
+    assert main(["simulate", "-o", "json", "-f", str(path)]) == 3
+    (group,) = json.loads(capsys.readouterr().out)["podGroups"]
+    assert (group["name"], group["phase"]) == ("trainjob-tj", "Invalid")
+    assert group["message"].endswith(
+        "TrainJob ml/tj: spec.runtimeRef.name: names ClusterTrainingRuntime torch-distributed, which is not in the"
+        " input: give it (kubectl get clustertrainingruntime torch-distributed -o yaml), or the JobSet Trainer made"
+        " for this TrainJob"
+    )

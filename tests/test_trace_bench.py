@@ -66,8 +66,8 @@ def test_no_gang_uses_fewer_racks_than_the_lower_bound(
     for row in rows.values():
         run = row["run"]
         for p in run.placed.values():  # type: ignore[attr-defined]
-            racks = len(set(cluster.rack_of[list(p.nodes)].tolist()))
-            assert racks >= metrics.lower_bound(cluster, p.job.demand)
+            racks = len(set(cluster.rack_of[list(p.nodes)].tolist()))  # the pods it started with
+            assert racks >= metrics.lower_bound(cluster, len(p.nodes) * p.job.gpus)
 
 
 def test_topogang_alone_on_an_empty_cluster_reaches_the_lower_bound(
@@ -153,6 +153,48 @@ def test_the_bounded_share_changes_only_the_bounds() -> None:
     assert all(j.bound == 0 for j in none)
     assert all(j.bound == pytest.approx(1.5 * j.duration, abs=0.01) for j in every)
     assert 0.4 < sum(1 for j in half if j.bound) / len(half) < 0.6
+
+
+def test_the_elastic_share_changes_only_the_minimums() -> None:
+    cluster = clusters.build(SHAPE)
+    some = workload.generate(workload.TraceSpec(jobs=400, elastic=0.2, seed=4), cluster)
+    none = workload.generate(workload.TraceSpec(jobs=400, elastic=0.0, seed=4), cluster)
+    assert [dataclasses.replace(j, minimum=0) for j in some] == none
+    multi = [j for j in some if j.pods > 1]
+    elastic = [j for j in multi if j.elastic]
+    assert 0.1 < len(elastic) / len(multi) < 0.3
+    for j in elastic:  # half its pods, rounded up to whole segments, and fewer than all of them
+        unit = j.segment or 1
+        assert j.minimum == -(-(j.pods // unit) // 2) * unit < j.pods, j
+    assert all(j.minimum == 0 for j in some if j.pods == 1 or (j.segment and j.pods == j.segment))
+
+
+def test_two_elastic_jobs_that_arrive_together_both_start_with_minimums_first() -> None:
+    # 64 nodes; two jobs of 48 one-node pods that may start with 24: both minimums fit, both whole do not.
+    cluster = clusters.build(SHAPE)
+    jobs = [workload.Job(i, 0.0, 48, 8, 100.0, minimum=24) for i in (0, 1)]
+    first = replay(cluster, jobs, policies.Topogang(cluster))
+    whole = replay(cluster, jobs, policies.Topogang(cluster, "whole", minimums_first=False))
+    assert [first.placed[i].start for i in (0, 1)] == [0.0, 0.0]
+    assert [len(first.placed[i].nodes) for i in (0, 1)] == [24, 24]
+    assert first.grown == 16 + 24  # the room left to the first in queue order; the second's when it ends
+    assert len(whole.placed[0].nodes) == 48
+    assert whole.placed[1].start == 100.0  # the first job's optional pods kept it out until that ended
+    assert first.overcommitted == whole.overcommitted == 0
+
+
+def test_a_minimum_takes_the_room_of_optional_pods_and_their_job_runs_slower() -> None:
+    # An elastic job runs 48 pods (24 optional) on the 64 nodes; a rigid job of 24 arrives at 10 s.
+    cluster = clusters.build(SHAPE)
+    jobs = [workload.Job(0, 0.0, 48, 8, 100.0, minimum=24), workload.Job(1, 10.0, 24, 8, 100.0)]
+    first = replay(cluster, jobs, policies.Topogang(cluster))
+    whole = replay(cluster, jobs, policies.Topogang(cluster, "whole", minimums_first=False))
+    assert first.placed[1].start == 10.0
+    assert first.given_back == 8  # the fewest that make room: 16 nodes were free
+    assert whole.placed[1].start == 100.0  # it waited for the elastic job to end
+    # 10 s at 48 pods, then 40 of 48: the 90 s left at full size take 108 s; the rigid job ends at 110 s
+    assert first.times[-1] == pytest.approx(118.0)
+    assert first.overcommitted == 0
 
 
 def _starving(bounded: bool) -> list[workload.Job]:

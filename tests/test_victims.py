@@ -11,6 +11,7 @@ a node, and the preemptor is a gang of priority 1000 asking for 8-GPU pods:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -131,6 +132,39 @@ def test_elastic_members_are_taken_alone_first() -> None:
     assert found.elastic == {"e": ("e-4", "e-5", "e-6", "e-7")}
     assert found.cost.workloads == 0
     assert_fits(found, [e, *whole])
+
+
+def test_pods_beyond_a_minimum_go_before_any_minimum_whatever_their_priority() -> None:
+    # Gang e (priority 900) runs 8 pods of 4 GPUs on rack r1, 4 beyond its minimum (on n3, n4);
+    # rack r2 holds a whole gang of priority 5. Its optional pods free two nodes of r1: they go.
+    e = running("e", [n for n in rack(1) for _ in range(2)], priority=900, gpus=4, elastic=4)
+    ws = [e, running("low", rack(2), priority=5), running("x", rack(3), priority=2000)]
+    found = choose(preemptor(2, {"requiredTopologyLevel": "rack"}), ws)
+    assert found.victims == ()
+    assert found.elastic == {"e": ("e-4", "e-5", "e-6", "e-7")}
+    assert found.cost.top_priority == 900
+
+
+def test_a_gang_of_equal_priority_gives_its_optional_pods_never_its_minimum() -> None:
+    e = running("e", rack(1), priority=HIGH, elastic=2)
+    ws = [e, running("x", rack(2) + rack(3), priority=2000)]
+    found = choose(preemptor(2), ws)
+    assert found.victims == ()
+    assert found.elastic == {"e": ("e-2", "e-3")}
+    # three nodes would need one of its minimum: nothing of an equal priority gang goes for that
+    refused = find_victims(snapshot(ws), preemptor(3), HIGH, ws)
+    assert isinstance(refused, NoPreemption)
+
+
+def test_an_optional_segment_goes_whole_or_not_at_all() -> None:
+    # Gang e runs 8 pods on racks r1 and r2; the 4 on r2 are an optional segment. One node is
+    # needed: without the segment a single pod of it would do, with it the 4 go together.
+    e = running("e", rack(1) + rack(2), elastic=4)
+    seg = dataclasses.replace(e, segments=(frozenset(f"e-{i}" for i in range(4, 8)),))
+    others = [running("x", rack(3), priority=2000)]
+    assert len(choose(preemptor(1), [e, *others]).pods) == 1
+    found = choose(preemptor(1), [seg, *others])
+    assert found.elastic == {"e": ("e-4", "e-5", "e-6", "e-7")}
 
 
 def test_plain_pods_are_victims_alone() -> None:

@@ -2,11 +2,14 @@
 
 A job with segments is the shape the groupers make from a segment annotation: a SubGroup
 `worker` holding one SubGroup per segment (`worker-<k>`, required in a rack), the PodGroup's
-global constraint for the job's level. A job without segments is a PodGroup of plain pods.
+global constraint for the job's level. A job without segments is a PodGroup of plain pods. An
+elastic job's minimum is `minMember` (`minSubGroup`: its first segments) below its pods, the rest
+optional; pods already running are given their node (the engine places the others around them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from bench.tracesim.cluster import GPU, LABELS, LEVELS, TOPOLOGY_NAME, Cluster
@@ -27,7 +30,7 @@ def pod_name(job: Job, i: int) -> str:
 
 
 def podgroup_body(job: Job) -> dict[str, Any]:
-    spec: dict[str, Any] = {"minMember": job.pods}
+    spec: dict[str, Any] = {"minMember": job.min_pods}
     constraints: dict[str, Any] = {}
     if job.job_level:
         constraints["global"] = {"requiredTopologyLevel": label(job.job_level), "topology": TOPOLOGY_NAME}
@@ -35,7 +38,7 @@ def podgroup_body(job: Job) -> dict[str, Any]:
         n = job.segments
         spec = {
             "subGroups": [
-                {"name": "worker", "minSubGroup": n},
+                {"name": "worker", "minSubGroup": job.min_pods // job.segment},
                 *({"name": f"worker-{k}", "parent": "worker", "minMember": job.segment} for k in range(n)),
             ]
         }
@@ -46,19 +49,23 @@ def podgroup_body(job: Job) -> dict[str, Any]:
     return {"metadata": {"name": f"j{job.id}", "namespace": NAMESPACE}, "spec": spec}
 
 
-def pod_body(job: Job, i: int) -> dict[str, Any]:
+def pod_body(job: Job, i: int, node: str | None = None) -> dict[str, Any]:
     labels = {"kai.scheduler/subgroup-name": f"worker-{i // job.segment}"} if job.segment else {}
     gpus = str(job.gpus)
-    return {
-        "metadata": {"name": pod_name(job, i), "namespace": NAMESPACE, "labels": labels},
-        "spec": {"containers": [{"name": "c", "resources": {"requests": {GPU: gpus}, "limits": {GPU: gpus}}}]},
+    spec: dict[str, Any] = {
+        "containers": [{"name": "c", "resources": {"requests": {GPU: gpus}, "limits": {GPU: gpus}}}]
     }
+    if node is not None:
+        spec["nodeName"] = node
+    return {"metadata": {"name": pod_name(job, i), "namespace": NAMESPACE, "labels": labels}, "spec": spec}
 
 
-def gang(job: Job, cluster: Cluster) -> Gang:
+def gang(job: Job, cluster: Cluster, running: Mapping[int, str] | None = None) -> Gang:
+    """JOB's gang; RUNNING: pod index -> node of its pods already placed."""
+    placed = running or {}
     built = build_gang(
         parse_podgroup(podgroup_body(job)),
-        [parse_pod(pod_body(job, i)) for i in range(job.pods)],
+        [parse_pod(pod_body(job, i, placed.get(i))) for i in range(job.pods)],
         {TOPOLOGY_NAME: cluster.topology},
     )
     if built.gang is None:

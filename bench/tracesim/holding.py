@@ -49,14 +49,19 @@ KIND = "Job"  # every trace job's owner kind, for the run times learnt
 
 
 class Started(Protocol):
-    job: Job
-    start: float
-    nodes: tuple[int, ...]
+    @property
+    def job(self) -> Job: ...
+
+    @property
+    def start(self) -> float: ...
+
+    @property
+    def nodes(self) -> tuple[int, ...]: ...
 
 
 def demand(job: Job) -> Demand:
     level = LEVELS.index(job.job_level) + 1 if job.job_level else None
-    return Demand((job.gpus,), job.pods, job.segment, RACK if job.segment else 0, level)
+    return Demand((job.gpus,), job.min_pods, job.segment, RACK if job.segment else 0, level)
 
 
 def layout_of(c: Cluster) -> Layout:
@@ -160,7 +165,7 @@ class Holding:
         ]
         for key, at in overdue(now, waiting, self.settings).items():
             self.overdue_since.setdefault(int(key), at)
-        counts = np.array([p.job.pods for p in running], dtype=np.int64)
+        counts = np.array([len(p.nodes) for p in running], dtype=np.int64)
         ends = [
             expected_end(now, p.start, p.job.bound or None, self.settings.floor, self.settings.stretch) for p in running
         ]
@@ -197,7 +202,7 @@ class Holding:
         new = [i for i, w in enumerate(order) if int(w.key) not in self.first_estimates]
         if not new:
             return
-        counts = np.array([p.job.pods for p in running], dtype=np.int64)
+        counts = np.array([len(p.nodes) for p in running], dtype=np.int64)
         known = np.repeat(np.array([bool(p.job.bound) for p in running], dtype=np.bool_), counts)
         started = np.repeat(np.array([p.start for p in running], dtype=np.float64), counts)
         learnt = self.lifetimes.ends(now, [KIND] * len(started), started, pods.end)

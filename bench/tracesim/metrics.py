@@ -79,13 +79,16 @@ def size_class(cluster: Cluster, job: Job) -> str:
     return "medium" if job.demand <= int(cluster.domain_gpus("block").max()) else "large"
 
 
-def broken(cluster: Cluster, job: Job, nodes: tuple[int, ...]) -> int:
-    """Required constraints this placement breaks."""
+def broken(cluster: Cluster, job: Job, nodes: tuple[int, ...], pods: tuple[int, ...] = ()) -> int:
+    """Required constraints this placement breaks (PODS: the pod index of each of NODES; all in
+    order when empty)."""
     count = 0
     where = np.array(nodes)
     if job.segment:
-        dom = cluster.domain_of(job.segment_level)[where].reshape(job.segments, job.segment)
-        count += int((dom != dom[:, :1]).any(axis=1).sum())
+        dom = cluster.domain_of(job.segment_level)[where]
+        segment = np.array(pods or range(len(nodes))) // job.segment
+        for k in np.unique(segment).tolist():
+            count += int(len(np.unique(dom[segment == k])) > 1)
     if job.job_level:
         count += int(len(np.unique(cluster.domain_of(job.job_level)[where])) > 1)
     return count
@@ -106,7 +109,7 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     ok = span > 0
     placed = list(run.placed.values())
     racks = np.array([len(set(cluster.rack_of[list(p.nodes)].tolist())) for p in placed])
-    bound = np.array([lower_bound(cluster, p.job.demand) for p in placed])
+    bound = np.array([lower_bound(cluster, len(p.nodes) * p.job.gpus) for p in placed])
     waits: dict[str, list[float]] = {s: [] for s in SIZES}
     arrival = {j.id: j.arrival for j in jobs}
     classes = {j.id: size_class(cluster, j) for j in jobs if j.id in run.drain}
@@ -123,7 +126,7 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
         "racks_at_lower_bound": round(float((racks <= bound).mean()), 4),
         "racks_over_bound": round(float((racks / bound).mean()), 3),
         "stranded_gpus": round(float((stranded[ok] * span[ok]).sum() / span[ok].sum()), 1),
-        "broken_required": sum(broken(cluster, p.job, p.nodes) for p in placed),
+        "broken_required": sum(broken(cluster, p.job, p.nodes, p.pods) for p in placed),
         "topology_aware": run.aware,
     }
     for s in SIZES:
@@ -152,6 +155,8 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     row["plan_calls"] = len(run.plan_ms)
     row["reserve_ms_p99"] = round(float(np.percentile(run.reserve_ms, 99)), 3) if run.reserve_ms else 0.0
     row["placed"] = len(placed)
+    row["optional_grown"] = run.grown
+    row["optional_given_back"] = run.given_back
     row["never_placed"] = len(run.never)
     row["overcommitted"] = run.overcommitted
     return row

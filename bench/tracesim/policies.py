@@ -20,11 +20,21 @@ baselines are small, honest versions of what each project documents, on the same
               waiting gangs hold room where (bench/tracesim/holding.py), and each plan sees the
               held room as taken unless the reservation admits the job (its own, a higher
               priority, or a backfill that ends before the estimated start).
+  topogang-whole  the same engine, each elastic gang's optional pods placed with its minimum in
+              queue order, never given back (minimums first off: the order before it).
+
+Elastic jobs (a minimum below their pods): `start` places a job's minimum, and with
+`minimums_first` off its optional pods too, as many as fit (the baselines: the whole job if it
+fits, else its minimum, then as many optional units as fit); `grow` places optional pods of a
+running job inside the domains its placed pods hold (whole segments). topogang's engine does both
+itself (the job's PodGroup with its running pods given their nodes); the baselines place the
+missing units as a job of their own, the nodes outside the job's required domain counted full.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -43,11 +53,21 @@ RACK = LEVELS.index("rack") + 1
 class Policy(Protocol):
     name: str
     aware: bool  # honours required constraints (must break none)
+    minimums_first: bool  # every waiting minimum before optional pods, which give their room back
 
     def prepare(self, job: Job) -> None:
         """Called once when the job arrives (the server groups pods before it plans)."""
 
     def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None: ...
+
+    def start(self, job: Job, used: IntArray, pods: IntArray, now: float, trial: bool = False) -> dict[int, int] | None:
+        """Pod index -> node for the pods JOB starts with (its minimum at least), or None. TRIAL:
+        only asking (nothing is recorded: held room, refusals)."""
+
+    def grow(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, placed: Mapping[int, int], want: Sequence[int]
+    ) -> dict[int, int]:
+        """Pod index -> node for as many of JOB's pods WANT as fit (whole segments) beside PLACED."""
 
     def done(self, job: Job) -> None: ...
 
@@ -64,8 +84,13 @@ class Policy(Protocol):
     def holding(self) -> Holding | None: ...
 
 
-def demand_key(job: Job) -> tuple[int, int, int, str, str]:
-    return (job.pods, job.gpus, job.segment, job.segment_level, job.job_level)
+def demand_key(job: Job) -> tuple[int, int, int, str, str, int]:
+    return (job.pods, job.gpus, job.segment, job.segment_level, job.job_level, job.minimum)
+
+
+def sized(job: Job, pods: int) -> Job:
+    """JOB cut to its first PODS pods, rigid (whole segments)."""
+    return replace(job, pods=pods, minimum=0)
 
 
 class _ArrayUsage:
@@ -83,9 +108,14 @@ class Topogang:
     aware = True
 
     def __init__(
-        self, cluster: Cluster, name: str = "topogang", compact: bool = True, reserve: Settings | None = None
+        self,
+        cluster: Cluster,
+        name: str = "topogang",
+        compact: bool = True,
+        reserve: Settings | None = None,
+        minimums_first: bool = True,
     ) -> None:
-        self.name, self.compact = name, compact
+        self.name, self.compact, self.minimums_first = name, compact, minimums_first
         self.cluster = cluster
         self.table = NodeTable(cluster.nodes)  # lives as long as the node set, as in the server
         self.gangs: dict[int, Gang] = {}
@@ -104,19 +134,47 @@ class Topogang:
         return (demand_key(job), self._holding.signature(job, now))
 
     def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None:
+        """JOB whole (all its pods, its minimum or not), as the baselines' `place`."""
+        whole = sized(job, job.pods)
+        result = plan(
+            ClusterSnapshot(self.table, _ArrayUsage(used, pods)), gang(whole, self.cluster), compact=self.compact
+        )
+        if not isinstance(result, Plan):
+            return None
+        placed = self._nodes(whole, result.assignments)
+        return [placed[i] for i in range(job.pods)]
+
+    def start(self, job: Job, used: IntArray, pods: IntArray, now: float, trial: bool = False) -> dict[int, int] | None:
         if self._holding is not None:
             used = self._holding.view(job, used, now)
         snapshot = ClusterSnapshot(self.table, _ArrayUsage(used, pods))
         result = plan(snapshot, self.gangs[job.id], compact=self.compact)
         if not isinstance(result, Plan):
-            if self._holding is not None:
+            if self._holding is not None and not trial:
                 self._holding.refused(job, now)
             return None
-        index = self.table.index
-        nodes = [index[result.assignments[f"{NAMESPACE}/{pod_name(job, i)}"]] for i in range(job.pods)]
+        keep = result.minimum if self.minimums_first else result.assignments  # the rest: `grow`, later
+        placed = self._nodes(job, {k: n for k, n in result.assignments.items() if k in keep})
+        if self._holding is not None and not trial:
+            self._holding.started(job, list(placed.values()), now)
+        return placed
+
+    def grow(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, placed: Mapping[int, int], want: Sequence[int]
+    ) -> dict[int, int]:
         if self._holding is not None:
-            self._holding.started(job, nodes, now)
-        return nodes
+            used = self._holding.view(job, used, now)
+        nodes = self.table.nodes
+        running = gang(job, self.cluster, {i: nodes[n].name for i, n in placed.items()})
+        result = plan(ClusterSnapshot(self.table, _ArrayUsage(used, pods)), running, compact=self.compact)
+        if not isinstance(result, Plan):
+            return {}
+        return {i: n for i, n in self._nodes(job, result.assignments).items() if i in set(want)}
+
+    def _nodes(self, job: Job, assignments: Mapping[str, str]) -> dict[int, int]:
+        index = self.table.index
+        keys = {f"{NAMESPACE}/{pod_name(job, i)}": i for i in range(job.pods)}
+        return {keys[k]: index[n] for k, n in assignments.items() if k in keys}
 
     def done(self, job: Job) -> None:
         self.gangs.pop(job.id, None)
@@ -171,6 +229,7 @@ class _Tree:
 
 class _Baseline:
     aware = True
+    minimums_first = False
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -192,6 +251,42 @@ class _Baseline:
 
     def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
         return None
+
+    def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None:
+        raise NotImplementedError
+
+    def start(self, job: Job, used: IntArray, pods: IntArray, now: float, trial: bool = False) -> dict[int, int] | None:
+        """The whole job if it fits, else its minimum and then as many optional units as fit."""
+        nodes = self.place(sized(job, job.pods), used, pods, now)
+        if nodes is not None or not job.elastic:
+            return None if nodes is None else dict(enumerate(nodes))
+        nodes = self.place(sized(job, job.minimum), used, pods, now)
+        if nodes is None:
+            return None
+        placed = dict(enumerate(nodes))
+        taken = used.copy()
+        np.add.at(taken, nodes, job.gpus)
+        return placed | self.grow(job, taken, pods, now, placed, range(job.minimum, job.pods))
+
+    def grow(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, placed: Mapping[int, int], want: Sequence[int]
+    ) -> dict[int, int]:
+        """The most whole units of WANT that fit as a job of their own inside JOB's required domain."""
+        if job.job_level and placed:
+            domain = self.cluster.domain_of(job.job_level)
+            inside = domain == domain[next(iter(placed.values()))]
+            used = np.where(inside, used, self.cluster.gpus)
+        unit = job.segment or 1
+        lo, hi = 0, len(want) // unit  # lo units fit (none at first), hi is the most there are
+        found: list[int] = []
+        while lo < hi:  # the largest count that fits, by bisection (more units never fit where fewer do not)
+            mid = (lo + hi + 1) // 2
+            nodes = self.place(replace(sized(job, mid * unit), job_level=""), used, pods, now)
+            if nodes is None:
+                hi = mid - 1
+            else:
+                lo, found = mid, nodes
+        return dict(zip(want, found, strict=False))
 
     def _units(self, job: Job, free: IntArray) -> tuple[list[IntArray], int, int]:
         """Units per domain at every level down to the unit level: pods per node, or whole
@@ -327,6 +422,7 @@ def all_policies(cluster: Cluster, reserve: Settings | None = None) -> list[Poli
         Topogang(cluster),
         Topogang(cluster, "topogang+reserve", reserve=reserve or Settings()),
         Topogang(cluster, "topogang-loose", compact=False),
+        Topogang(cluster, "topogang-whole", minimums_first=False),
         BestFit(cluster),
         Fullest(cluster),
         FirstFit(cluster),

@@ -7,7 +7,7 @@ JOBS after SKIP; a job of G GPUs is one pod of G GPUs below a node's GPUs, else 
 GPUs) pods of a whole node (capped at the cluster's smallest zone); its duration is the trace's
 (at least 1 s); its arrivals keep the trace's gaps, scaled in time so that the trace offers LOAD
 of the cluster's GPUs (`workload.assemble`); what the trace lacks (segments, required levels,
-priorities, runtime bounds) is drawn as the generator draws it, from SEED.
+priorities, runtime bounds, elastic jobs) is drawn as the generator draws it, from SEED.
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ def _time(text: str, where: str) -> float:
 
 
 def read_public(
-    path: Path, cluster: Cluster, jobs: int, load: float, bounded: float, seed: int, skip: int = 0
+    path: Path,
+    cluster: Cluster,
+    jobs: int,
+    load: float,
+    bounded: float,
+    seed: int,
+    skip: int = 0,
+    elastic: float = 0.0,
 ) -> list[Job]:
     rows: list[tuple[float, int, float]] = []
     with path.open(newline="", encoding="utf-8") as f:
@@ -63,4 +70,4 @@ def read_public(
     gaps = [0.0] + [b[0] - a[0] for a, b in itertools.pairwise(rows)]
     gaps[0] = sum(gaps) / (len(gaps) - 1)  # the first arrival: one mean gap in
     gaps = [max(g, 1e-3) for g in gaps]
-    return assemble(shapes, gaps, load, bounded, seed, cluster)
+    return assemble(shapes, gaps, load, bounded, seed, cluster, elastic)

@@ -4,10 +4,12 @@ A job is a gang of `pods` pods of `gpus` GPUs each. With `segment` > 0 its pods 
 that many pods, each required in one domain of `segment_level` (a rack); `job_level` requires the
 whole job in one domain (a block or a zone). `bound` > 0 is its declared runtime bound in seconds
 (a Job's `activeDeadlineSeconds`): reservations let it backfill held room when it ends in time.
-CSV columns (a header line names them):
+`minimum` > 0 below `pods` makes it elastic: it starts with its first `minimum` pods (whole
+segments) and grows as room allows; `duration` is its run time at full size (it runs slower
+with fewer pods: bench/tracesim/replay.py). CSV columns (a header line names them):
 
-    arrival,pods,gpus_per_pod,segment,levels,duration[,priority][,bound]
-    0,16,8,8,rack/block,3600,0,5400
+    arrival,pods,gpus_per_pod,segment,levels,duration[,priority][,bound][,minimum]
+    0,16,8,8,rack/block,3600,0,5400,8
 
 `levels` is "<segment level>/<job level>", either side empty ("rack/", "/zone", "").
 
@@ -27,7 +29,12 @@ The generator (PROFILES; docs/trace-results.md, "Cluster-level quality on a trac
   pods for jobs of 128 GPUs or more, 4 for 32 to 64 GPUs), a third of multi-pod jobs required
   whole in the smallest block or zone that holds them, three priorities, and runtime bounds: a
   share `bounded` of the jobs declares 1.5 x its real duration (drawn from its own seeded stream,
-  so sweeping the share keeps the same jobs).
+  so sweeping the share keeps the same jobs), and elastic jobs: a share `elastic` of the
+  multi-pod jobs may start with half their pods (rounded up to whole segments), as a PyTorchJob
+  with `elasticPolicy.minReplicas` or a PodGroup with `minMember` below its pods does (its own
+  stream too). No public trace the profiles come from says which jobs were elastic (their
+  columns are GPUs, times and states), so the share, 20% by default, is our choice, not a
+  published figure: `--elastic` sweeps it, and 0 gives the traces of the earlier figures.
 `profile="synthetic"` is the earlier generator (a power law over 1 to a zone's nodes of 8 GPUs,
 median duration 1 h, σ 1), kept for comparison with older figures.
 """
@@ -44,7 +51,8 @@ from pathlib import Path
 from bench.tracesim.cluster import LEVELS, Cluster
 
 COLUMNS = ("arrival", "pods", "gpus_per_pod", "segment", "levels", "duration")
-OPTIONAL = ("priority", "bound")
+OPTIONAL = ("priority", "bound", "minimum")
+ELASTIC = 0.2  # share of multi-pod jobs that are elastic: our choice (the module docstring)
 PRIORITIES = ((0, 0.7), (100, 0.2), (1000, 0.1))  # value, share of gangs
 
 
@@ -83,10 +91,19 @@ class Job:
     job_level: str = ""
     priority: int = 0
     bound: float = 0.0  # declared runtime bound (s); 0: none
+    minimum: int = 0  # pods it may start with (whole segments); 0: all of them
 
     @property
     def demand(self) -> int:
         return self.pods * self.gpus
+
+    @property
+    def min_pods(self) -> int:
+        return self.minimum or self.pods
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.minimum < self.pods
 
     @property
     def segments(self) -> int:
@@ -100,6 +117,7 @@ class TraceSpec:
     profile: str = "kalos"
     bounded: float = 0.5  # share of jobs that declare a runtime bound
     seed: int = 1
+    elastic: float = ELASTIC  # share of multi-pod jobs that may start with half their pods
     # the synthetic profile only
     size_exponent: float = 0.8  # β above
     max_pods: int = 0  # 0: the pods of 8 GPUs in a zone
@@ -161,7 +179,7 @@ def generate(spec: TraceSpec, cluster: Cluster) -> list[Job]:
             duration = min(30 * 86400.0, max(10.0, rng.lognormvariate(math.log(profile.median_s), sigma)))
         shapes.append((pods, gpus, *dress(rng, cluster, pods, gpus), duration))
     gaps = [rng.expovariate(1.0) for _ in shapes]  # arrivals at rate 1, scaled below
-    return assemble(shapes, gaps, spec.load, spec.bounded, spec.seed, cluster)
+    return assemble(shapes, gaps, spec.load, spec.bounded, spec.seed, cluster, spec.elastic)
 
 
 Shape = tuple[int, int, int, str, int, float]  # pods, GPUs a pod, segment, job level, priority, duration
@@ -186,19 +204,38 @@ def dress(rng: random.Random, cluster: Cluster, pods: int, gpus: int) -> tuple[i
 
 
 def assemble(
-    shapes: Sequence[Shape], gaps: Sequence[float], load: float, bounded: float, seed: int, cluster: Cluster
+    shapes: Sequence[Shape],
+    gaps: Sequence[float],
+    load: float,
+    bounded: float,
+    seed: int,
+    cluster: Cluster,
+    elastic: float = 0.0,
 ) -> list[Job]:
     """Jobs of SHAPES arriving GAPS apart (any unit), scaled in time to offer LOAD; a share BOUNDED
-    declares 1.5 x its duration as its runtime bound."""
+    declares 1.5 x its duration as its runtime bound; a share ELASTIC of the multi-pod jobs may
+    start with half their pods."""
     rate = _rate(load * cluster.capacity, [p * g for p, g, *_ in shapes], [s[5] for s in shapes], list(gaps))
     bounds = random.Random(f"bounds-{seed}")  # its own stream: the share changes no other draw
+    elastics = random.Random(f"elastic-{seed}")  # and its own for elastic jobs
     t, jobs = 0.0, []
     for i, (pods, gpus, segment, job_level, priority, duration) in enumerate(shapes):
         t += gaps[i] / rate
         level = "rack" if segment else ""
         bound = round(1.5 * duration, 3) if bounds.random() < bounded else 0.0
-        jobs.append(Job(i, round(t, 3), pods, gpus, round(duration, 3), segment, level, job_level, priority, bound))
+        minimum = half(pods, segment) if elastics.random() < elastic and pods > 1 else 0
+        job = Job(i, round(t, 3), pods, gpus, round(duration, 3), segment, level, job_level, priority, bound, minimum)
+        jobs.append(job)
     return jobs
+
+
+def half(pods: int, segment: int) -> int:
+    """An elastic job's minimum: half its pods, rounded up to whole segments; 0 (not elastic) when
+    that is all of them (a job of one segment)."""
+    unit = segment or 1
+    units = pods // unit
+    minimum = -(-units // 2) * unit
+    return minimum if minimum < pods else 0
 
 
 def _rate(offered: float, gpus: list[int], durations: list[float], gaps: list[float]) -> float:
@@ -243,7 +280,7 @@ def read_csv(path: Path) -> list[Job]:
     with path.open(newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     if not rows:
-        raise TraceError(f"{path}: empty; expected a header line: {','.join(COLUMNS)}[,priority][,bound]")
+        raise TraceError(f"{path}: empty; expected a header line: {','.join(COLUMNS)}[,priority][,bound][,minimum]")
     header = [h.strip() for h in rows[0]]
     unknown = [h for h in header if h not in (*COLUMNS, *OPTIONAL)]
     missing = [c for c in COLUMNS if c not in header]
@@ -281,7 +318,11 @@ def _job(i: int, row: dict[str, str], where: str) -> Job:
     priority = int(number("priority", int, -(2**31))) if row.get("priority") else 0
     arrival, duration = number("arrival", float, 0), number("duration", float, 0)
     bound = number("bound", float, 0) if row.get("bound") else 0.0
-    return Job(i, arrival, pods, gpus, duration, segment, seg_level if segment else "", job_level, priority, bound)
+    minimum = int(number("minimum", int, 0)) if row.get("minimum") else 0
+    if minimum > pods or (segment and minimum % segment):
+        raise TraceError(f"{where}: minimum: {minimum} must be at most pods ({pods}) and whole segments of {segment}")
+    level = seg_level if segment else ""
+    return Job(i, arrival, pods, gpus, duration, segment, level, job_level, priority, bound, minimum)
 
 
 def write_csv(jobs: Sequence[Job], path: Path) -> None:
@@ -290,4 +331,4 @@ def write_csv(jobs: Sequence[Job], path: Path) -> None:
         out.writerow((*COLUMNS, *OPTIONAL))
         for j in jobs:
             levels = f"{j.segment_level}/{j.job_level}"
-            out.writerow((j.arrival, j.pods, j.gpus, j.segment, levels, j.duration, j.priority, j.bound))
+            out.writerow((j.arrival, j.pods, j.gpus, j.segment, levels, j.duration, j.priority, j.bound, j.minimum))

@@ -6,6 +6,7 @@
 #       bin/jobset-controller     sigs.k8s.io/jobset                       (JOBSET_VERSION)
 #       bin/lws-controller        sigs.k8s.io/lws/cmd                      (LWS_VERSION)
 #       bin/training-operator     github.com/kubeflow/training-operator/cmd/training-operator.v1
+#       bin/trainer-controller-manager  github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 #       bin/kueue                 sigs.k8s.io/kueue/cmd/kueue              (KUEUE_VERSION)
 #       bin/helm                  helm.sh/helm/v4/cmd/helm                 (HELM_VERSION)
 #       crds/<component>/*.yaml   the CustomResourceDefinitions each module ships
@@ -27,22 +28,22 @@ RECIPE=2
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/versions.env"
-for v in JOBSET_VERSION LWS_VERSION TRAINING_OPERATOR_VERSION KUEUE_VERSION HELM_VERSION; do
+for v in JOBSET_VERSION LWS_VERSION TRAINING_OPERATOR_VERSION TRAINER_VERSION KUEUE_VERSION HELM_VERSION; do
   [[ -n "${!v:-}" ]] || { echo "versions.env must set $v" >&2; exit 1; }
 done
 
 cache_root=${TOPOGANG_CACHE:-$HOME/.cache/topogang}/components
-key="jobset-${JOBSET_VERSION}_lws-${LWS_VERSION}_to-${TRAINING_OPERATOR_VERSION}_kueue-${KUEUE_VERSION}_helm-${HELM_VERSION}_$(uname -s | tr '[:upper:]' '[:lower:]')-$(uname -m)_r${RECIPE}"
+key="jobset-${JOBSET_VERSION}_lws-${LWS_VERSION}_to-${TRAINING_OPERATOR_VERSION}_trainer-${TRAINER_VERSION}_kueue-${KUEUE_VERSION}_helm-${HELM_VERSION}_$(uname -s | tr '[:upper:]' '[:lower:]')-$(uname -m)_r${RECIPE}"
 dest="$cache_root/$key"
-binaries=(jobset-controller lws-controller training-operator kueue helm)
-crd_sets=(jobset lws training-operator kueue)
+binaries=(jobset-controller lws-controller training-operator trainer-controller-manager kueue helm)
+crd_sets=(jobset lws training-operator trainer kueue)
 
 is_built() {
   [[ -f "$dest/.stamp" ]] || return 1
   local b
   for b in "${binaries[@]}"; do [[ -x "$dest/bin/$b" ]] || return 1; done
   for b in "${crd_sets[@]}"; do compgen -G "$dest/crds/$b/*.yaml" >/dev/null || return 1; done
-  for b in jobset lws kueue; do [[ -f "$dest/webhooks/$b.yaml" ]] || return 1; done
+  for b in jobset lws trainer kueue; do [[ -f "$dest/webhooks/$b.yaml" ]] || return 1; done
 }
 
 case "${1:-}" in
@@ -106,13 +107,17 @@ install -m 0644 "$(module_dir sigs.k8s.io/lws "$LWS_VERSION")/config/webhook/man
 build_one training-operator github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION" \
   github.com/kubeflow/training-operator/cmd/training-operator.v1
 copy_crds training-operator github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION" manifests/base/crds
+build_one trainer-controller-manager github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" \
+  github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+copy_crds trainer github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" manifests/base/crds
+install -m 0644 "$(module_dir github.com/kubeflow/trainer/v2 "$TRAINER_VERSION")/manifests/base/webhook/manifests.yaml" "$tmp/webhooks/trainer.yaml"
 build_one kueue sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue \
   "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
 copy_crds kueue sigs.k8s.io/kueue "$KUEUE_VERSION" config/components/crd/bases
 install -m 0644 "$(module_dir sigs.k8s.io/kueue "$KUEUE_VERSION")/config/components/webhook/manifests.yaml" "$tmp/webhooks/kueue.yaml"
 
 "$tmp/bin/helm" version --short
-for b in jobset-controller lws-controller training-operator kueue; do
+for b in jobset-controller lws-controller training-operator trainer-controller-manager kueue; do
   "$tmp/bin/$b" --help >/dev/null 2>&1 || { echo "build-components.sh: $b --help failed" >&2; exit 1; }
 done
 seconds=$(($(date +%s) - start))
@@ -121,6 +126,7 @@ seconds=$(($(date +%s) - start))
   echo "jobset=$JOBSET_VERSION"
   echo "lws=$LWS_VERSION"
   echo "training-operator=$TRAINING_OPERATOR_VERSION"
+  echo "trainer=$TRAINER_VERSION"
   echo "kueue=$KUEUE_VERSION"
   echo "helm=$HELM_VERSION"
   echo "go=$(go env GOVERSION)"

@@ -11,8 +11,8 @@ from .binaries import BinariesNotBuilt
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "build-components.sh"
-BINARIES = ("jobset-controller", "lws-controller", "training-operator", "kueue", "helm")
-SETS = ("jobset", "lws", "training-operator", "kueue")
+BINARIES = ("jobset-controller", "lws-controller", "training-operator", "trainer-controller-manager", "kueue", "helm")
+SETS = ("jobset", "lws", "training-operator", "trainer", "kueue")
 # Points at a build-components.sh output directory to use instead of the one it would pick.
 DIR_ENV = "TOPOGANG_COMPONENTS_DIR"
 

@@ -3,8 +3,9 @@
 One throw-away CA signs kube-apiserver's serving certificate and a client certificate per
 component; the API server trusts that CA for client certificates, so every component (and the
 admin kubeconfig) authenticates with a certificate whose CN is its user name and whose O is its
-group. All keys are ECDSA P-256, which is quick to generate. The service-account signing key is
-separate from the CA.
+group. Its keys are ECDSA P-256, which is quick to generate. The service-account signing key is
+separate from the CA. `make_rotator_pki` makes the RSA pair a controller's own certificate
+rotator expects (needs OpenSSL 3).
 """
 
 from __future__ import annotations
@@ -64,11 +65,14 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise PkiError(f"openssl {' '.join(args)} failed: {proc.stderr.strip()}")
 
 
-def _new_key(path: Path) -> None:
-    _openssl(
-        "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path),
-        cwd=path.parent,
-    )  # fmt: skip
+def _new_key(path: Path, *, rsa: bool = False) -> None:
+    if rsa:  # PKCS#1 ("BEGIN RSA PRIVATE KEY"), the one form some Go rotators parse a CA key in
+        _openssl("genrsa", "-traditional", "-out", str(path), "2048", cwd=path.parent)
+    else:
+        _openssl(
+            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path),
+            cwd=path.parent,
+        )  # fmt: skip
     path.chmod(0o600)
 
 
@@ -84,13 +88,14 @@ def _issue(
     extensions: list[str],
     ca: CertKey | None,
     days: int,
+    rsa: bool = False,
 ) -> CertKey:
     """Makes NAME.key and NAME.crt in DIRECTORY, signed by CA or self-signed when CA is None."""
     key = directory / f"{name}.key"
     cert = directory / f"{name}.crt"
     csr = directory / f"{name}.csr"
     ext = directory / f"{name}.ext"
-    _new_key(key)
+    _new_key(key, rsa=rsa)
     ext.write_text("[ext]\n" + "\n".join(extensions) + "\n")
     _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr), cwd=directory)
     signing = (
@@ -174,3 +179,42 @@ def make_pki(
         service_account_public_key=sa_pub,
         clients=client_pairs,
     )
+
+
+def make_rotator_pki(
+    directory: Path, *, ca_name: str, dns_names: tuple[str, ...], days: int
+) -> tuple[CertKey, CertKey]:
+    """(CA, serving certificate) in the shape a controller's own certificate rotator (the
+    cert-controller library) accepts as valid and keeps: an RSA CA whose key is PKCS#1 and
+    whose certificate names CA_NAME, and a serving certificate for DNS_NAMES and 127.0.0.1.
+    The rotator renews what expires within 90 days, so DAYS must be more than that."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = _issue(
+        directory,
+        "ca",
+        subject=f"/CN={ca_name}",
+        extensions=[
+            "basicConstraints=critical,CA:TRUE",
+            "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            "subjectKeyIdentifier=hash",
+            f"subjectAltName=DNS:{ca_name}",
+        ],
+        ca=None,
+        days=days,
+        rsa=True,
+    )
+    serving = _issue(
+        directory,
+        "serving",
+        subject=f"/CN={dns_names[0]}",
+        extensions=[
+            "basicConstraints=critical,CA:FALSE",
+            "keyUsage=critical,digitalSignature,keyEncipherment",
+            "extendedKeyUsage=serverAuth",
+            "subjectAltName=" + ",".join([*(f"DNS:{d}" for d in dns_names), "IP:127.0.0.1"]),
+            "authorityKeyIdentifier=keyid",
+        ],
+        ca=ca,
+        days=days,
+    )
+    return ca, serving

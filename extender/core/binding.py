@@ -18,7 +18,7 @@ once, and the members' calls, if they still come, find their pod bound (`DONE`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from extender.core.cluster import ClusterState
 from extender.core.decisions import (
@@ -131,12 +131,14 @@ class BindGate:
         arrived, total = gp.gate.counts(gp.reserved)
         return Released(R_BIND_TIMEOUT, arrived, total, seconds)
 
-    def opened_elsewhere(self, group: str, now: float) -> None:
+    def opened_elsewhere(self, group: str, now: float, pods: Iterable[str] = ()) -> None:
         """GROUP's pods are let through without bind calls (gates mode: kube-scheduler binds
-        each one); its gate counts as opened from NOW."""
+        each one); its gate counts as opened from NOW. PODS: those released now, each pinned to
+        its planned node (being bound: never traded, never given back)."""
         gp = self._plans.get(group)
         if gp is not None:
             gp.gate.opened = True
+            gp.gate.binding.update(p for p in pods if p in gp.reserved)
             gp.touched = now
 
     def drop(self, pods: list[str], why: Reason) -> None:

@@ -66,6 +66,7 @@ class ClusterState:
         self.queues: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
         self.reserved_nodes: Counter[str] = Counter()  # node -> pods reserved on it
+        self.reserved_version = 0  # bumps when a reservation is made or let go (`version` does not)
         # Pods topogang bound with Bindings of its own that its watch has not shown bound yet:
         # kube-scheduler's cache may not have them (core/posted.py).
         self.posted = PostedBindings()
@@ -217,6 +218,7 @@ class ClusterState:
 
     def reserve(self, pod: str, node: str, requests: Mapping[str, int]) -> None:
         self.unreserve(pod)
+        self.reserved_version += 1
         self.reservations[pod] = (node, requests)
         self.reserved_nodes[node] += 1
         if self._reserved is not None:
@@ -226,6 +228,7 @@ class ClusterState:
         held = self.reservations.pop(pod, None)
         if held is None:
             return
+        self.reserved_version += 1
         self.reserved_nodes[held[0]] -= 1
         if not self.reserved_nodes[held[0]]:
             del self.reserved_nodes[held[0]]

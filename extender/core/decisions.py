@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from extender.core.waits import Expected, Overdue, ReservedRoom
+from extender.core.decisions_room import (
+    R_DISRUPTION_BUDGET,
+    R_PREEMPTION_TIMEOUT,
+    BudgetBlocked,
+    Preempting,
+    PreemptionTimedOut,
+)
 from extender.placement import (
     INCOMPLETE,
     NO_CAPACITY,
@@ -42,12 +48,12 @@ R_REPLANNING = "Replanning"  # a planned node stopped fitting; planned again
 R_BEYOND_MINIMUM = "BeyondMinimumUnplaced"  # pods beyond the minimum do not fit (the gang runs)
 R_NOT_LEADER = "NotLeader"  # this replica lost leadership; the new leader plans again
 R_QUEUE_NOT_FOUND = "QueueNotFound"  # spec.queue names a queue the cluster does not have
-R_PREEMPTING = "Preempting"  # lower-priority victims are being evicted; their room is held for the gang
-R_PREEMPTION_TIMEOUT = "PreemptionTimeout"  # the victims did not leave in time; the room was released
-R_DISRUPTION_BUDGET = "DisruptionBudget"  # only victims beyond what PodDisruptionBudgets allow would help
+# (R_PREEMPTING, R_DEFRAGMENTING, R_PREEMPTION_TIMEOUT, R_DISRUPTION_BUDGET: decisions_room.py)
 R_PARTIAL_EVICTED = "PartialGangEvicted"  # found part-bound at start, not completed in time; bound pods evicted
 R_REPAIRING = "Repairing"  # a broken part of a running gang is moving whole; its room is held
 R_UNREPAIRABLE = "Unrepairable"  # a running gang lost pods and no part of it could move in time
+# Its leaders bound, pods their controller creates after them never came; the room held was released.
+R_FOLLOWERS_MISSING = "FollowersNotCreated"
 UNSCHEDULABLE_REASONS = frozenset(
     {
         R_INVALID,
@@ -63,6 +69,7 @@ UNSCHEDULABLE_REASONS = frozenset(
         R_DISRUPTION_BUDGET,
         R_PARTIAL_EVICTED,
         R_UNREPAIRABLE,
+        R_FOLLOWERS_MISSING,
     }
 )
 
@@ -77,7 +84,7 @@ class Released:
     seconds: float = 0.0  # R_BIND_TIMEOUT, R_PLAN_EXPIRED, R_PARTIAL_EVICTED: the time they had
     pod: str = ""  # R_MEMBER_GONE: the pod that went away
     nodes: tuple[str, ...] = ()  # R_REPLANNING: the planned nodes that stopped fitting, when known
-    unbound: int = 0  # R_PLAN_EXPIRED after its gate opened: the planned pods that never bound
+    unbound: int = 0  # R_PLAN_EXPIRED after its gate opened, R_FOLLOWERS_MISSING: the planned pods that never bound
 
     def render(self) -> str:
         if self.kind == R_BIND_TIMEOUT:
@@ -92,6 +99,12 @@ class Released:
             )
         if self.kind == R_PLAN_EXPIRED:
             return f"plan expired after {self.seconds:g}s without all pods binding"
+        if self.kind == R_FOLLOWERS_MISSING:
+            return (
+                f"its leaders are bound, but no pod of it bound for {self.seconds:g}s: the room"
+                f" held for its {self.unbound} pod(s) still to come (their controller creates them once"
+                " their leaders are scheduled) was released"
+            )
         if self.kind == R_MEMBER_GONE:
             return f"pod {self.pod} of the minimum went away before binding"
         if self.kind == R_PARTIAL_EVICTED:
@@ -112,76 +125,16 @@ class BeyondMinimum:
     """The gang runs, but some pods beyond its minimum do not fit in its domains."""
 
     pods: int
+    # Gangs whose waiting minimums come first: their room is left to them (core/minimums.py).
+    waiting: tuple[str, ...] = ()
     kind: str = R_BEYOND_MINIMUM
 
     def render(self) -> str:
+        if self.waiting:
+            more = len(self.waiting) - 3
+            shown = ", ".join(self.waiting[:3]) + (f" and {more} more" if more > 0 else "")
+            return f"{self.pods} pod(s) beyond the minimum wait: the minimum of {shown} comes first"
         return f"{self.pods} pod(s) beyond the minimum do not fit in the gang's domains"
-
-
-@dataclass(frozen=True)
-class Preempting:
-    """Victims are being evicted for the gang; their room is held for it meanwhile."""
-
-    domain: DomainRef
-    victims: tuple[str, ...]  # workloads evicted whole
-    elastic: tuple[str, ...]  # gangs losing pods beyond their minimum
-    alone: int  # those pods
-    top_priority: int
-    pods: int  # victim pods in all
-    gone: int  # of them, gone already
-    kind: str = R_PREEMPTING
-
-    @classmethod
-    def of(cls, p: Preemption, gone: int) -> Preempting:
-        alone = sum(len(v) for v in p.elastic.values())
-        return cls(p.domain, p.victims, tuple(sorted(p.elastic)), alone, p.cost.top_priority, len(p.pods), gone)
-
-    def render(self) -> str:
-        shown = ", ".join(self.victims[:5]) + (f" and {len(self.victims) - 5} more" if len(self.victims) > 5 else "")
-        parts = [f"{len(self.victims)} workload(s) ({shown})"] if self.victims else []
-        if self.alone:
-            parts.append(f"{self.alone} elastic pod(s) of {', '.join(self.elastic)}")
-        return (
-            f"preempting in {self.domain}: evicting {' and '.join(parts) or 'nothing'}, priority <= "
-            f"{self.top_priority}; {self.gone}/{self.pods} victim pods gone"
-        )
-
-
-@dataclass(frozen=True)
-class PreemptionTimedOut:
-    """The victims did not all leave in time: the room held for the gang was released."""
-
-    domain: DomainRef
-    pending: tuple[str, ...]  # victim pods still there
-    seconds: float
-    kind: str = R_PREEMPTION_TIMEOUT
-
-    def render(self) -> str:
-        n = len(self.pending)
-        shown = ", ".join(self.pending[:5]) + (f" and {n - 5} more" if n > 5 else "")
-        return (
-            f"preemption timed out: {n} victim pod(s) did not leave within {self.seconds:g}s ({shown}); "
-            f"the room held in {self.domain} was released"
-        )
-
-
-@dataclass(frozen=True)
-class BudgetBlocked:
-    """The gang does not fit, and every victim set that would make room evicts pods beyond what
-    PodDisruptionBudgets allow (the Eviction API would refuse them): nothing is evicted, and the
-    search runs again when a budget changes."""
-
-    shortfall: Shortfall  # why it does not fit as the cluster is
-    overruns: tuple[Overrun, ...]  # what the cheapest victim set would overrun
-    kind: str = R_DISRUPTION_BUDGET
-
-    def refusal(self) -> str:
-        shown = ", ".join(o.render() for o in self.overruns[:5])
-        more = f" and {len(self.overruns) - 5} more" if len(self.overruns) > 5 else ""
-        return f"preempting would overrun {shown}{more}: nothing is evicted until a PodDisruptionBudget allows it"
-
-    def render(self) -> str:
-        return f"{self.shortfall.render()}; {self.refusal()}"
 
 
 @dataclass(frozen=True)
@@ -208,6 +161,8 @@ class Unrepairable:
     seconds: float
     evicted: int  # bound pods evicted because the workload asks for it (0: it keeps running)
     note: str = ""  # a complaint about the workload's policy annotation
+    # what was given up, when not a repair (its leaders bound, pods to come after them never came)
+    head: str = ""
     kind: str = R_UNREPAIRABLE
 
     def render(self) -> str:
@@ -217,7 +172,8 @@ class Unrepairable:
             else ""
         )
         note = f"; {self.note}" if self.note else ""
-        return f"no part of the gang could be repaired within {self.seconds:g}s: {self.why}{then}{note}"
+        head = self.head or f"no part of the gang could be repaired within {self.seconds:g}s"
+        return f"{head}: {self.why}{then}{note}"
 
 
 # Why a group is where it is: a plan refused (Shortfall), a plan dropped, pods left over, a
@@ -273,7 +229,7 @@ class PlanEvent:
     """One placement decision: the canonical log line of topogang."""
 
     group: str
-    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "repairing", "invalid"
+    outcome: str  # "planned", "replanned", "extended", "pending", "preempting", "defragmenting", "repairing", "invalid"
     pods: int  # pods placed by this decision (or needed, when pending)
     nodes: tuple[str, ...] = ()
     domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
@@ -283,12 +239,47 @@ class PlanEvent:
     preemption: Preemption | None = None  # outcome "preempting": the victims and the room they free
     repair: Repair | None = None  # outcome "repairing": the scopes moved and the pods evicted for it
     overruns: tuple[Overrun, ...] = ()  # outcome "pending": the budgets that keep it from preempting
+    # Optional pods of this gang left unplaced for the waiting minimums of these gangs (core/minimums.py)
+    yielded: int = 0
+    yielded_to: tuple[str, ...] = ()
+    # Gang -> its optional pods whose reservations were given back for this gang's minimum
+    given_back: Mapping[str, int] = field(default_factory=dict)
+    expected: int = 0  # stand-ins placed by this decision: room held for pods not created yet
 
     @classmethod
     def refused(cls, group: str, why: Shortfall | BudgetBlocked, attempts: int) -> PlanEvent:
         """A plan refused: the pods it needed, and why (with the budgets that keep it from preempting)."""
         shortfall, overruns = (why.shortfall, why.overruns) if isinstance(why, BudgetBlocked) else (why, ())
         return cls(group, "pending", shortfall.pods, reason=why.render(), attempts=attempts, overruns=overruns)
+
+    @classmethod
+    def placed(
+        cls,
+        group: str,
+        outcome: str,
+        new: Mapping[str, str],
+        p: Plan,
+        yielded: int = 0,
+        yielded_to: tuple[str, ...] = (),
+        given_back: Mapping[str, int] | None = None,
+        early: Mapping[str, str] | None = None,
+    ) -> PlanEvent:
+        """A plan held (NEW: pod -> node reserved now; EARLY: room held for pods not created yet),
+        with what minimums first changed in it."""
+        early = early or {}
+        return cls(
+            group,
+            outcome,
+            len(new),
+            (*new.values(), *early.values()),
+            p.domains,
+            attempts=p.attempts,
+            levels=p.levels,
+            yielded=yielded,
+            yielded_to=yielded_to,
+            given_back=dict(given_back or {}),
+            expected=len(early),
+        )
 
     @classmethod
     def of(
@@ -306,6 +297,8 @@ class PlanEvent:
 
     def fields(self) -> dict[str, object]:
         out: dict[str, object] = {"group": self.group, "outcome": self.outcome, "pods": self.pods}
+        if self.expected:
+            out["held_for_pods_not_created"] = self.expected
         if self.nodes:
             out["nodes"] = sorted(set(self.nodes))
         if self.domains:
@@ -326,6 +319,12 @@ class PlanEvent:
                 "top_priority": p.cost.top_priority,
                 "plans": p.plans,
             }
+            if p.moves:
+                out["moves"] = dict(sorted(p.moves.items()))
+        if self.yielded:
+            out["optional_left"] = {"pods": self.yielded, "for_minimums_of": list(self.yielded_to)}
+        if self.given_back:
+            out["optional_given_back"] = dict(self.given_back)
         if self.overruns:
             out["disruption_budgets"] = {o.budget: {"allowed": o.allowed, "over": o.over} for o in self.overruns}
         if self.repair is not None:
@@ -337,138 +336,3 @@ class PlanEvent:
                 "evicted": list(r.moved),
             }
         return out
-
-
-@dataclass(frozen=True)
-class SubGroupStatus:
-    name: str
-    min_member: int
-    pods: int  # pods that exist
-    planned: int  # pods with a planned node (reserved or bound)
-    bound: int
-    domain: DomainRef | None = None
-
-
-@dataclass(frozen=True)
-class Finished:
-    """Every pod of the gang ran to completion."""
-
-    succeeded: int
-    failed: int
-
-    def render(self) -> str:
-        return f"finished: {self.succeeded} pod(s) succeeded, {self.failed} failed"
-
-
-@dataclass(frozen=True)
-class Bound:
-    """The gang's minimum is bound: it runs."""
-
-    pods: int
-
-    def render(self) -> str:
-        return f"{self.pods} pod(s) bound"
-
-
-@dataclass(frozen=True)
-class Planned:
-    """Planned and reserved; waiting for the rest of the minimum to bind."""
-
-    missing: int  # pods of the minimum not bound yet
-
-    def render(self) -> str:
-        return f"planned; waiting for {self.missing} pod(s) of the minimum to bind"
-
-
-@dataclass(frozen=True)
-class QueueBlocked:
-    """spec.queue names a queue the cluster does not have."""
-
-    group: str
-    problem: str  # queues.queue_problem's first answer
-
-    def render(self) -> str:
-        return f"PodGroup {self.group}: {self.problem}"
-
-
-@dataclass(frozen=True)
-class NotPlanned:
-    """Complete, and no member has been filtered yet (`explain` says more: it can plan now)."""
-
-    def render(self) -> str:
-        return "waiting to be planned"
-
-
-@dataclass(frozen=True)
-class Headline:
-    """A sentence an edge composed itself, in place of what the core said (`explain`'s dry run)."""
-
-    text: str
-
-    def render(self) -> str:
-        return self.text
-
-
-@dataclass(frozen=True)
-class Split:
-    """A member of a gang bound where topogang did not plan it: a second decider (Kubernetes'
-    own gang plugins in another profile or scheduler, a manual binding) placed part of the gang."""
-
-    pod: str
-    node: str
-    planned: str
-
-    def render(self) -> str:
-        return (
-            f"gang split between two deciders: pod {self.pod} was bound to node {self.node} by another"
-            f" scheduler, not to its planned node {self.planned} (turn Kubernetes' GangScheduling and"
-            " TopologyPlacementGenerator plugins off in the profiles whose gangs topogang decides)"
-        )
-
-
-# What a status message says, in order: where the gang stands, then what last happened to it.
-Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline | ReservedRoom | Overdue | Expected
-
-
-@dataclass(frozen=True)
-class GroupStatus:
-    """Where a gang stands, as data; `message` is composed from it when an edge reads it."""
-
-    key: str
-    phase: str
-    detail: str = ""  # text made elsewhere (an invalid object's field errors); it opens the message
-    pods: int = 0
-    planned: int = 0
-    bound: int = 0
-    minimum: int = 0  # pods its minimum tree needs at the least (0: elastic, or Invalid)
-    subgroups: tuple[SubGroupStatus, ...] = ()
-    domains: Mapping[str, DomainRef] = field(default_factory=dict)  # constrained scope (Scope.key) -> domain
-    reason: str = ""  # one of the R_* reasons above, or a Shortfall kind
-    # PodGroup spec.schedulingBackoff 1 (KAI's hierarchical PodGroup design): a planning attempt failed, so the gang is
-    # marked unschedulable on the node pool; -1 (or unset) never marks it.
-    node_pool_unschedulable: bool = False
-    last_repair: str = ""  # what the gang's last repair moved, from where to where
-    last_eviction: str = ""  # what evicted its pods last (preempted, given up), kept for its status
-    said: tuple[Said, ...] = ()  # what the message says, in order
-    waiting: tuple[tuple[str, str], ...] = ()  # (pod, why) of pods waiting outside the gang, sorted
-    warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings
-    split: Split | None = None  # a member another decider bound elsewhere
-    reservation: ReservedRoom | None = None  # room held for it while it waits
-    overdue: Overdue | None = None  # it has waited past its maximum wait
-    expected: Expected | None = None  # when it is expected to start, while it waits
-
-    @property
-    def message(self) -> str:
-        parts = [self.detail] if self.detail else []
-        if self.split is not None:
-            parts.append(self.split.render())
-        parts += [s.render() for s in self.said]
-        if self.waiting:
-            parts.append("; ".join(f"{pod}: {why}" for pod, why in self.waiting))
-        if warnings := "; ".join(self.warnings):
-            parts.append(warnings)
-        return "; ".join(parts)
-
-    @property
-    def unschedulable(self) -> bool:
-        return self.phase == INVALID or (self.phase == PENDING and self.reason in UNSCHEDULABLE_REASONS)

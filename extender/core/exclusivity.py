@@ -7,6 +7,7 @@ only built when some gang asks for exclusivity, so ordinary plans pay nothing.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
@@ -28,12 +29,18 @@ def snapshot_for(
     gang: Gang,
     held: BoolArray | None = None,
     give_back: Mapping[str, Mapping[str, int]] | None = None,
+    taken: Mapping[str, Mapping[str, int]] | None = None,
 ) -> ClusterSnapshot:
     """The cluster as GROUP's plan sees it: HELD (nodes reservations keep from it) and the
     domains other gangs hold exclusively are blocked, and the room of pods other schedulers
     nominated (of at least its priority) is taken. GIVE_BACK: room counted free again (node ->
-    requests; `explain` gives a placed gang its own pods' room back to plan it again)."""
-    base = state.snapshot(give_back, taken=nominated_room(state, membership, group))
+    requests; `explain` gives a placed gang its own pods' room back to plan it again). TAKEN:
+    room counted taken besides (node -> requests: the minimums a plan's optional pods leave room
+    for, core/minimums.py)."""
+    room = nominated_room(state, membership, group)
+    if taken:
+        room = {n: Counter(room.get(n, {})) + Counter(taken.get(n, {})) for n in {*room, *taken}}
+    base = state.snapshot(give_back, taken=room)
     if held is not None:
         base = ClusterSnapshot(base.table, base.usage, held)
     others = []

@@ -14,14 +14,19 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from extender.core.decisions import R_WAITING, BudgetBlocked, Headline
+from extender.core.decisions import R_WAITING
+from extender.core.decisions_room import BudgetBlocked
+from extender.core.defragmenting import MOVING
 from extender.core.evicted import REPAIRED, Eviction
 from extender.core.exclusivity import snapshot_for
 from extender.core.explain_devices import device_lines
 from extender.core.explain_why import DRY_RUN, Why, replay, why_lines
+from extender.core.held_room import rfc3339
 from extender.core.scheduler import GangScheduler
-from extender.core.waits import rfc3339
+from extender.core.standing import Headline
 from extender.placement import (
+    NO_CAPACITY,
+    NO_DOMAIN,
     Excluded,
     Gang,
     NoPreemption,
@@ -65,6 +70,7 @@ class Explanation:
     queue: str = ""  # its place in the queue and its estimated start
     assumed: str = ""  # what that estimate assumed
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
+    defragmentation: tuple[str, ...] = ()  # the pods moving out of its domain, or what a move would be now
     devices: tuple[str, ...] = ()  # devices (Dynamic Resource Allocation) asked and free per domain
     asked: Asked | None = None  # the pod NAME was, when `explain` was asked about a pod
     why: Why | None = None  # why there: the engine's rankings (a replay once placed, else the dry run)
@@ -112,10 +118,10 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
         return told
     state = scheduler.state
     tree = state.table.tree(gang.topology)
-    reserved = scheduler.reserved(group)
+    reserved = {**scheduler.reserved(group), **scheduler.plans.expected(group)}  # pods not created yet too
     node_of = {k: p.node_name for k in view.pods if (p := state.pods.get(k)) is not None and p.node_name}
     planned_on = {**reserved, **node_of}
-    lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of))
+    lines = _lines(gang.root, 0, tree, state.table.index, planned_on, set(node_of), set(view.expected))
     base = replace(
         told,
         topology=f"{gang.topology.name or '(none)'}: {gang.topology.describe()}",
@@ -128,10 +134,13 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
     # The dry run: this gang's own reservations go back; its bound pods stay where they are.
     give_back: dict[str, Counter[str]] = {}
     for pod_key, node in reserved.items():
-        give_back.setdefault(node, Counter()).update(state.pods[pod_key].requests)
+        info = state.pods.get(pod_key) or view.expected.get(pod_key)
+        if info is not None:
+            give_back.setdefault(node, Counter()).update(info.requests)
     snapshot = snapshot_for(state, scheduler.membership, group, gang, give_back=give_back)
     result = plan(snapshot, gang, explain=True)
     preemption = _preemption(scheduler, group, None if isinstance(result, Plan) else result)
+    moving = _defragmentation(scheduler, group, None if isinstance(result, Plan) else result)
     why = Why(DRY_RUN, result.rankings) if isinstance(result, Plan) else None
     if isinstance(result, Plan):
         levels = "; ".join(f"{lv} {', '.join(d)}" for lv, d in result.levels.items() if d)
@@ -140,7 +149,11 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
         headline = "not planned yet, and it fits now: kube-scheduler has not sent its pods since"
     else:
         assert isinstance(result, Unplaceable)
-        outcome = f"does not fit: {result.message}"
+        # a gang that does not fit even with nothing running: that is what to tell (feasible.py)
+        never = (
+            scheduler.reserving.feasible.never(group, gang) if result.reason.kind in (NO_DOMAIN, NO_CAPACITY) else None
+        )
+        outcome = f"does not fit: {result.message if never is None else never.render()}"
         headline = outcome
     shapes = {s.describe(): left_out(snapshot, s) for s in gang.shapes}
     # A complete gang this scheduler never tried (always so for `explain` on a live cluster,
@@ -149,7 +162,14 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
     left = {k: v for k, v in shapes.items() if v}
     devices = device_lines(state, gang, snapshot, tree)
     return replace(
-        base, message=message, outcome=outcome, left_out=left, preemption=preemption, devices=devices, why=why
+        base,
+        message=message,
+        outcome=outcome,
+        left_out=left,
+        preemption=preemption,
+        defragmentation=moving,
+        devices=devices,
+        why=why,
     )
 
 
@@ -237,6 +257,8 @@ def _asked(scheduler: GangScheduler, group: str, gang: Gang | None, pod: str) ->
 def _preemption(scheduler: GangScheduler, group: str, refused: Unplaceable | None) -> tuple[str, ...]:
     """The preemption under way for GROUP; else, when it does not fit (REFUSED), what one would do now."""
     nom = scheduler.preempting.nomination(group)
+    if nom is not None and nom.preemption.moves:
+        return ()  # a move, not a preemption (`_defragmentation`)
     if nom is not None:
         return (f"under way: {nom.describe()}", *_victims(nom.preemption))
     if refused is None:
@@ -247,6 +269,32 @@ def _preemption(scheduler: GangScheduler, group: str, refused: Unplaceable | Non
     if isinstance(found, NoPreemption):
         return (f"would not help: {found.reason}",)
     return (f"would evict in {found.domain}:", *_victims(found))
+
+
+def _defragmentation(scheduler: GangScheduler, group: str, refused: Unplaceable | None) -> tuple[str, ...]:
+    """The move under way for GROUP; else, when it does not fit (REFUSED), what a move would be now."""
+    nom = scheduler.preempting.nomination(group)
+    if nom is not None and nom.preemption.moves:
+        return (f"under way: {nom.describe()}", *_moves(nom.preemption))
+    if refused is None or nom is not None:
+        return ()
+    found = scheduler.defragmenting.search(group)
+    if isinstance(found, NoPreemption) and found.overruns:
+        why = BudgetBlocked(refused.reason, found.overruns, verb=MOVING).refusal()
+        return (f"would move nothing: {why}", found.reason)
+    if isinstance(found, NoPreemption):
+        return (f"would not help: {found.reason}",)
+    return (f"would move {len(found.pods)} pod(s) out of {found.domain}:", *_moves(found))
+
+
+def _moves(p: Preemption) -> tuple[str, ...]:
+    shown = [f"{pod} to node {node}" for pod, node in sorted(p.moves.items())]
+    return (
+        f"moved, each to room held for its replacement: {', '.join(shown[:8])}"
+        + (f" and {len(shown) - 8} more" if len(shown) > 8 else ""),
+        "why these: the fewest movable pods (then the least room taken, the youngest) whose move makes "
+        f"{p.domain} hold the gang, each with a place outside it; never beyond what PodDisruptionBudgets allow",
+    )
 
 
 def _victims(p: Preemption) -> tuple[str, ...]:
@@ -283,7 +331,9 @@ def _lines(
     index: Mapping[str, int],
     planned_on: Mapping[str, str],
     bound: set[str],
+    absent: set[str],
 ) -> list[ScopeLine]:
+    """ABSENT: stand-ins of pods not created yet, members that are not present."""
     members = [m.key for m in scope.all_members()]
     placed = [planned_on[k] for k in members if k in planned_on]
     if scope.leaf:
@@ -312,14 +362,14 @@ def _lines(
         scope.label,
         minimum,
         constraint,
-        len(members),
+        sum(1 for k in members if k not in absent),
         len(placed),
         sum(1 for k in members if k in bound),
         where,
     )
     out = [line]
     for child in scope.children:
-        out.extend(_lines(child, depth + 1, tree, index, planned_on, bound))
+        out.extend(_lines(child, depth + 1, tree, index, planned_on, bound, absent))
     return out
 
 
@@ -353,6 +403,8 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"  Nodes left out for pods of {shape}: {shown}")
         for i, text in enumerate(e.preemption):
             out.append(f"  {'Preemption: ' if i == 0 else '    '}{text}")
+        for i, text in enumerate(e.defragmentation):
+            out.append(f"  {'Defragmentation: ' if i == 0 else '    '}{text}")
         if e.evicted_for:
             out.append(f"  Preempted for it: {'; '.join(e.evicted_for)}")
         if e.last_repair:

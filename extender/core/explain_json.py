@@ -56,6 +56,7 @@ def gang_json(e: Explanation) -> dict[str, Any]:
         ],
         "devices": list(e.devices),
         "preemption": list(e.preemption),
+        "defragmentation": list(e.defragmentation),
         "lastRepair": e.last_repair or None,
         "reservation": e.reservation or None,
         "overdue": e.overdue or None,

@@ -18,9 +18,11 @@ from typing import Any
 from extender.core.exclusivity import snapshot_for
 from extender.core.scheduler import GangScheduler
 from extender.placement import (
+    ALLOTTED,
     COMPACT,
     HOLDS_ALL,
     INNER,
+    PARTS,
     PREFERRED,
     REQUIRED,
     ROOM,
@@ -183,6 +185,11 @@ def describe(r: Ranking) -> str:
 def versus(r: Ranking, a: RankedDomain, b: RankedDomain) -> str:
     """Why A ranked before B: the first of the ranking's keys on which they differ."""
     for key in r.keys:
+        if key == ALLOTTED and a.allotted != b.allotted:
+            return (
+                f"{a.domain} was allotted to it with the siblings that ask for the same: the fewest {r.level}s for"
+                " them all (the most room first, the last the tightest)"
+            )
         if key == SPANS and a.spans != b.spans:
             spans = _plural(b.spans or 0, r.preferred)
             return f"its pods would span {spans} there, {a.spans} in {a.domain} (its preference)"
@@ -202,6 +209,9 @@ def versus(r: Ranking, a: RankedDomain, b: RankedDomain) -> str:
                     f"(the tightest fit first){parts}"
                 )
             return f"room for {b.room} pods, {a.domain} for {a.room} (the most room first){parts}"
+        if key == PARTS and a.parts != b.parts:
+            took = "no room for them" if b.parts is None else f"{b.parts} domains"
+            return f"its segments would take {took} there, {a.parts} in {a.domain} (the fewest)"
     return f"equal on every count; {a.domain} comes first by name"
 
 
@@ -268,6 +278,8 @@ def _ranking_json(r: Ranking) -> dict[str, Any]:
                 "holdsAll": c.holds_all,
                 "spans": c.spans,
                 "inner": c.inner,
+                "partDomains": c.parts,
+                "allotted": c.allotted,
             }
             for c in r.candidates
         ],

@@ -17,6 +17,7 @@ from typing import Any
 
 from extender.core.cluster import ClusterState
 from extender.grouping import PODGROUP, Family, Grouping, family_key, group_pods
+from extender.grouping.expected import Expected, expected_pods, slot_of, subgroups_with
 from extender.grouping.upstream import tree as upstream
 from extender.grouping.upstream.objects import GROUP as UPSTREAM_GROUP
 from extender.model.errors import FieldError, said_once, said_once_text
@@ -42,6 +43,9 @@ class GroupView:
     source: str = ""
     waiting: Mapping[str, str] = field(default_factory=dict)  # pod -> why it waits outside the gang
     owner: OwnerRef | None = None  # the workload a derived gang comes from; None for PodGroup objects
+    # Stand-ins for pods not created yet that the gang counts (grouping/expected.py: a JobSet
+    # Job's followers, created only once its leader is scheduled), by key; not in `pods`.
+    expected: Mapping[str, PodInfo] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -109,6 +113,7 @@ class Membership:
         self._group_of: dict[str, str] = {}
         self._group_family: dict[str, Family] = {}
         self._views: dict[str, GroupView] = {}
+        self._expected: dict[str, dict[str, Expected]] = {}  # group -> its stand-ins last made (view)
         self._dirty_pods: set[str] = set(state.pods)
         self._dirty_readers: set[str] = set()  # pods that read an object that changed
         self._rekey: set[str] = set()  # pods whose family may have changed with an object (a new root)
@@ -290,6 +295,8 @@ class Membership:
             self._views.pop(g.key, None)
             for pod_key in pods.get(g.key, ()):
                 self._group_of[pod_key] = g.key
+        for group in [g for g in self._expected if g not in self._group_family]:
+            del self._expected[group]  # the stand-ins of gangs gone (only leader-first gangs have any)
 
     # -- questions --------------------------------------------------------------------------------
 
@@ -333,6 +340,16 @@ class Membership:
         self._sync()
         return sorted(k for k, g in self._group_of.items() if g == group)
 
+    def slot(self, pod: str) -> str | None:
+        """The stand-in (GroupView.expected) whose place POD takes, if POD is a follower whose
+        controller creates it only once its leader is scheduled (grouping/expected.py)."""
+        self._sync()
+        group = self._group_of.get(pod)
+        family = self._group_family.get(group) if group is not None else None
+        grouping = next((g for g in self._groupings.get(family, []) if g.key == group), None) if family else None
+        info = self.state.pods.get(pod)
+        return slot_of(info, grouping) if grouping is not None and info is not None else None
+
     def view(self, group: str, assumed: Mapping[str, str] | None = None) -> GroupView:
         """The group's tree with its pods; `assumed` pins pods to reserved nodes (not cached)."""
         self._sync()
@@ -364,19 +381,24 @@ class Membership:
             )
         else:
             spec = grouping.podgroup
-            if spec.priority_class_name and (value := state.class_priority(spec.priority_class_name)) is not None:
+            differ: tuple[str, ...] = ()
+            if spec.priority is not None:  # the group's own (Kubernetes' PodGroup), as kube-scheduler reads it
+                priority = spec.priority
+                differ = _priority_differs(spec.priority, [(p.key, state.pod_priority(p)) for p in pods])
+            elif spec.priority_class_name and (value := state.class_priority(spec.priority_class_name)) is not None:
                 priority = max(priority, value)
             # A pod held by a scheduling gate (Kueue's, a user's) is not present: it cannot be
             # scheduled, so counting it would plan and hold room for a gang that cannot bind. It
             # joins the gang once its gates are gone. topogang's own gate (gates mode) is the
             # exception: topogang lifts it once the gang is planned, so those pods must count.
             present = [p for p in pods if not p.held]
+            stand_ins, subgroup_of, order = self._stand_ins(group, grouping, present, assumed)
             built = build_gang(
                 spec,
-                present,
+                [*present, *stand_ins],
                 state.topologies,
-                order=grouping.order,
-                subgroup_of=grouping.subgroup_of,
+                order=order,
+                subgroup_of=subgroup_of,
                 default_topology=flavor_topology(pods, state.flavors.values()),
             )
             # Claims that ask for a class that does not exist, a selector that does not compile,
@@ -389,17 +411,33 @@ class Membership:
                 spec,
                 built,
                 said_once((*built.errors, *device_errors)),
-                warnings=said_once_text((*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings)),
+                warnings=said_once_text(
+                    (*grouping.warnings, *built.warnings, *_gated(pods), *device_warnings, *differ)
+                ),
                 priority=priority,
                 created=spec.created if spec.created is not None else created,
                 pods=tuple(p.key for p in pods),
                 source=grouping.source,
                 waiting=built.stray,
                 owner=grouping.owner,
+                expected={p.key: p for p in stand_ins},
             )
         if not assumed:
             self._views[group] = view
         return view
+
+    def _stand_ins(
+        self, group: str, grouping: Grouping, present: list[PodInfo], assumed: Mapping[str, str] | None
+    ) -> tuple[list[PodInfo], Mapping[str, str], Mapping[str, int]]:
+        """Followers their controller creates only once their leader is scheduled count before
+        they exist (grouping/expected.py), so that the leaders are planned and bound under the
+        whole gang's plan: their stand-ins (pinned to ASSUMED nodes), and every member's leaf
+        SubGroup and index, theirs included."""
+        expected = expected_pods(grouping, present, self._expected.get(group))
+        if not assumed:
+            self._expected[group] = expected
+        subgroup_of, order = subgroups_with(grouping, expected)
+        return [_assume(e.pod, assumed.get(k)) if assumed else e.pod for k, e in expected.items()], subgroup_of, order
 
 
 def _gated(pods: Sequence[PodInfo]) -> tuple[str, ...]:
@@ -418,6 +456,19 @@ def _has_exclusive(spec: PodGroupSpec) -> bool:
         *(s.constraint for s in spec.subgroup_sets),
     ]
     return any(c is not None and c.exclusive for c in constraints)
+
+
+def _priority_differs(group: int, pods: list[tuple[str, int]]) -> tuple[str, ...]:
+    """kube-scheduler 1.37 schedules no pod of a Kubernetes PodGroup whose priority is not the
+    group's ("all pods in a single pod group should have the same priority"): say which differ."""
+    odd = sorted((k, v) for k, v in pods if v != group)
+    if not odd:
+        return ()
+    shown = ", ".join(f"{k} has {v}" for k, v in odd[:3]) + (f" and {len(odd) - 3} more" if len(odd) > 3 else "")
+    return (
+        f"the PodGroup's priority is {group} but {shown}: kube-scheduler schedules no pod of a group whose pods'"
+        " priority differs from the group's (give the pods the group's priorityClassName)",
+    )
 
 
 def _assume(pod: PodInfo, node: str | None) -> PodInfo:

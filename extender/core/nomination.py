@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from extender.core.decisions import Preempting, PreemptionTimedOut
+from extender.core.decisions_room import Preempting, PreemptionTimedOut
 from extender.placement import Preemption
 
 

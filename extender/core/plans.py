@@ -2,20 +2,22 @@
 
 A plan being carried out is a `GroupPlan`: the placement, the pods it still holds a node for
 (each one reserved in `ClusterState`, so other gangs plan around it and plain pods keep off it),
-and its bind gate. `Plans` is the only writer of those reservations: a plan is held, extended,
-its members traded between nodes, a member let go when it binds or leaves, and the whole plan
+the room it holds for pods not created yet (a JobSet Job's followers, made once its leader is
+scheduled: grouping/expected.py), and its bind gate. `Plans` is the only writer of those
+reservations: a plan is held, extended, its members traded between nodes, a member let go when it
+binds or leaves, a pod not created yet taking its held room when it comes, and the whole plan
 released. Where each gang's last plan put its constrained scopes outlives the plan (`domains`),
 for its status once it runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import R_PLAN_EXPIRED, FilterResult, Released
+from extender.core.decisions import R_FOLLOWERS_MISSING, R_PLAN_EXPIRED, FilterResult, Released
 from extender.core.gate import Gate
 from extender.model.pod import PodInfo
 from extender.placement import DomainRef, Plan
@@ -37,6 +39,10 @@ class GroupPlan:
     touched: float  # last progress: a plan, a pod reaching bind, a pod seen bound (`stalled`)
     bound: int = 0  # pods of the plan seen bound, counted as they bind...
     bound_looked: int = 0  # ... and as `stalled` last looked
+    # stand-in -> node: room held for pods not created yet (GroupView.expected), reserved in
+    # ClusterState under the stand-in's key until the pod comes and takes it (`claim`). Never
+    # in the gate's minimum: nothing of them can reach bind before they exist.
+    expected: dict[str, str] = field(default_factory=dict)
 
 
 class Plans:
@@ -75,6 +81,11 @@ class Plans:
         """Pod -> planned node for GROUP's pods that hold a reservation."""
         gp = self._by_group.get(group)
         return gp.reserved if gp is not None else {}
+
+    def expected(self, group: str) -> Mapping[str, str]:
+        """Stand-in -> node: the room GROUP's plan holds for pods not created yet."""
+        gp = self._by_group.get(group)
+        return gp.expected if gp is not None else {}
 
     def domains(self, group: str) -> Mapping[str, DomainRef]:
         """Where GROUP's plan (or, once carried out, its last plan) put each constrained scope."""
@@ -138,22 +149,68 @@ class Plans:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def hold(self, group: str, result: Plan, now: float) -> tuple[dict[str, str], str]:
+    def hold(
+        self, group: str, result: Plan, now: float, expected: Mapping[str, PodInfo] | None = None
+    ) -> tuple[dict[str, str], dict[str, str], str]:
         """Reserve RESULT's pods that GROUP's plan does not hold yet: a new plan, or the plan
-        extended. Returns (pod -> node reserved now, "planned" or "extended")."""
+        extended; EXPECTED: the stand-ins of pods not created yet among them, whose room is held
+        for them. Returns (pod -> node reserved now, stand-in -> node held now, "planned" or
+        "extended")."""
         gp = self._by_group.get(group)
-        new = {p: n for p, n in result.assignments.items() if gp is None or p not in gp.reserved}
+        expected = expected or {}
+        new, held = {}, {}
+        for pod, node in result.assignments.items():
+            if pod in expected:
+                if gp is None or pod not in gp.expected:
+                    held[pod] = node
+            elif gp is None or pod not in gp.reserved:
+                new[pod] = node
         for pod, node in new.items():
             self._state.reserve(pod, node, self._state.pods[pod].requests)
             self._holder[pod] = group
+        for slot, node in held.items():
+            self._state.reserve(slot, node, expected[slot].requests)
+            self._holder[slot] = group
         self._domains[group] = result.domains
         if gp is None:
-            gate = Gate(frozenset(result.minimum))
-            self._by_group[group] = GroupPlan(result, self.next_generation(), dict(new), gate, now, now)
-            return new, "planned"
+            gate = Gate(frozenset(p for p in result.minimum if p not in expected))
+            # Only room for pods not created yet, its leaders bound already (a new leader of topogang
+            # found it so): nothing is left to wait for at the gate.
+            gate.opened = bool(held) and not gate.minimum
+            gp = GroupPlan(result, self.next_generation(), dict(new), gate, now, now, expected=dict(held))
+            self._by_group[group] = gp
+            return new, held, "planned"
         gp.reserved.update(new)
+        gp.expected.update(held)
         gp.touched = now
-        return new, "extended"
+        return new, held, "extended"
+
+    def claim(self, group: str, pod: PodInfo, slot_of: Callable[[str], str | None]) -> GroupPlan | None:
+        """GROUP's plan; first, when POD was created in the place of a stand-in whose room the plan
+        holds (SLOT_OF(pod key): its key), POD takes that room if its node still admits it (its node
+        selector: JobSet's points at its leader's domain) and holds its requests. Else the plan's
+        held room no longer matches the gang as it runs (its leader bound elsewhere, the node
+        taken): all of it goes back, and the pod and the stand-ins are planned again as pods the
+        plan lacks."""
+        gp = self._by_group.get(group)
+        if gp is None or not gp.expected or pod.key in gp.reserved:
+            return gp
+        slot = slot_of(pod.key)
+        node = gp.expected.get(slot) if slot is not None else None
+        if node is None or slot is None:
+            return gp
+        self._drop(gp, [slot])
+        info = self._state.nodes.get(node)
+        table = self._state.table
+        at = table.index.get(node)
+        fits = info is not None and info.schedulable and at is not None and table.eligibility(pod.placement).mask[at]
+        if not fits or any(self._state.free_on(node, r) < v for r, v in pod.requests.items()):
+            self._drop(gp, list(gp.expected))
+            return gp
+        self._state.reserve(pod.key, node, pod.requests)
+        self._holder[pod.key] = group
+        gp.reserved[pod.key] = node
+        return gp
 
     def swap(self, gp: GroupPlan, pod: str, mate: str) -> None:
         """POD and MATE (interchangeable members of one plan) trade their planned nodes; never
@@ -177,12 +234,19 @@ class Plans:
         self._holder.pop(pod, None)
         self._state.unreserve(pod)
 
+    def _drop(self, gp: GroupPlan, slots: Sequence[str]) -> None:
+        """Give back the room GP holds for the stand-ins SLOTS."""
+        for slot in slots:
+            del gp.expected[slot]
+            self._state.unreserve(slot)
+            self._holder.pop(slot, None)
+
     def release(self, group: str) -> GroupPlan | None:
         """Drop GROUP's plan and the reservation of every pod it still held."""
         gp = self._by_group.pop(group, None)
         if gp is None:
             return None
-        for pod in gp.reserved:
+        for pod in (*gp.reserved, *gp.expected):
             self._state.unreserve(pod)
             self._holder.pop(pod, None)
         self._domains.pop(group, None)
@@ -194,21 +258,23 @@ class Plans:
         the watch that tells of it carries no clock, so a large gang binding slowly keeps its plan.
         A plan whose gate opened goes too while it holds room for pods that never bind (pods
         beyond the minimum whose calls never come; in gates mode, ungated pods kube-scheduler
-        cannot place); carried out (nothing held), it is the sweep's."""
+        cannot place; pods not created yet that never come); carried out (nothing held), it is the
+        sweep's."""
         out = {}
         for group, gp in self._by_group.items():
             if gp.bound != gp.bound_looked:
                 gp.bound_looked, gp.touched = gp.bound, now
-            elif now - gp.touched > ttl and (gp.reserved or not gp.gate.opened):
-                unbound = len(gp.reserved) if gp.gate.opened else 0
-                out[group] = Released(R_PLAN_EXPIRED, seconds=ttl, unbound=unbound)
+            elif now - gp.touched > ttl and (gp.reserved or gp.expected or not gp.gate.opened):
+                unbound = len(gp.reserved) + len(gp.expected) if gp.gate.opened else 0
+                kind = R_FOLLOWERS_MISSING if gp.gate.opened and gp.expected else R_PLAN_EXPIRED
+                out[group] = Released(kind, seconds=ttl, unbound=unbound)
         return out
 
     def sweep(self, groups: set[str]) -> list[str]:
         """Forget plans carried out (every pod bound), release those of gangs not in GROUPS
         (gone: their room goes back) and forget the last domains of those; returns the groups
         whose plans were forgotten."""
-        done = [g for g, gp in self._by_group.items() if gp.gate.opened and not gp.reserved]
+        done = [g for g, gp in self._by_group.items() if gp.gate.opened and not gp.reserved and not gp.expected]
         for group in done:
             del self._by_group[group]  # carried out: the bound pods now speak for the gang
         gone = [g for g in self._by_group if g not in groups]

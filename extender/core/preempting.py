@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import BudgetBlocked
+from extender.core.decisions_room import BudgetBlocked
 from extender.core.evicted import Evicted
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination, Nominations
@@ -85,14 +85,19 @@ class Preempting:
             return result
         self._tried.pop(group, None)
         self.last.pop(group, None)
-        return self._hold(result, now)
+        return self.hold(result, now)
 
-    def _hold(self, preemption: Preemption, now: float) -> Nomination:
+    def hold(self, preemption: Preemption, now: float) -> Nomination:
+        """Hold PREEMPTION's room for its gang while its victims leave (defragmentation's too)."""
         gone = {p for p in preemption.pods if p not in self.state.pods or self.state.pods[p].node_name is None}
-        self.evicted.preempted(preemption, now, self.membership.group_of)
+        if not preemption.moves:  # (moved pods keep running elsewhere: not preempted)
+            self.evicted.preempted(preemption, now, self.membership.group_of)
         nom = self.nominations.start(preemption, now, gone)
+        expected = self.membership.view(nom.group).expected  # pods not created yet it plans for too
         for pod, node in nom.reserved.items():
-            self.state.reserve(pod, node, self.state.pods[pod].requests)
+            info = self.state.pods.get(pod) or expected.get(pod)
+            if info is not None:
+                self.state.reserve(pod, node, info.requests)
         return nom
 
     def gone(self, pod: str) -> str | None:

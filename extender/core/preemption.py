@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 
 from extender.core.cluster import ClusterState
+from extender.core.disruption import whole_only
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
 from extender.model.pod import PodInfo
@@ -30,6 +31,8 @@ NEVER = "Never"
 
 
 def may_preempt(state: ClusterState, view: GroupView) -> bool:
+    if view.spec is not None and view.spec.never_preempts:
+        return False
     pods = [state.pods[k] for k in view.pods if k in state.pods]
     return not any(p.preemption_policy == NEVER for p in pods)
 
@@ -60,7 +63,8 @@ def running_workloads(
         view = membership.view(group)
         gang = view.built.gang if view.built is not None else None
         running = tuple(_running(state, p) for p in sorted(pods, key=lambda p: p.key))
-        out.append(Workload(group, view.priority, running, _elastic(gang, running)))
+        spare, segments = (frozenset(), ()) if whole_only(view.spec) else _elastic(gang, running)
+        out.append(Workload(group, view.priority, running, spare, segments=segments))
     return out
 
 
@@ -72,20 +76,37 @@ def _running(state: ClusterState, pod: PodInfo) -> RunningPod:
     return RunningPod(pod.key, pod.node_name, requests, started)
 
 
-def _elastic(gang: Gang | None, pods: tuple[RunningPod, ...]) -> frozenset[str]:
-    """Pods the gang can lose while the rest keeps its minimum, the youngest first. Any subset of
-    them can go: the minimum holds for every superset of what is left."""
+def _elastic(gang: Gang | None, pods: tuple[RunningPod, ...]) -> tuple[frozenset[str], tuple[frozenset[str], ...]]:
+    """Pods the gang can lose while the rest keeps its minimum, the youngest first, and of them
+    the optional segments (a leaf with a required level, whose pods go together: a segment is
+    whole or absent). Any subset of units can go: the minimum holds for every superset of what
+    is left."""
     if gang is None:
-        return frozenset()
-    left = {p.key for p in pods}
+        return frozenset(), ()
+    running = {p.key: p for p in pods}
+    units: list[list[str]] = []
+    for scope in gang.scopes:
+        keys = [m.key for m in scope.members if m.key in running]
+        if not keys:
+            continue
+        if scope.rule is not None and scope.rule.required is not None and len(keys) > 1:
+            units.append(keys)  # the segment whole first; its pods alone if it cannot go whole
+        units += [[k] for k in keys]
+    units.sort(key=lambda u: (-max(running[k].started for k in u), -len(u), u))  # the youngest, a segment whole first
+    left = set(running)
     spare: set[str] = set()
-    for p in sorted(pods, key=lambda p: (-p.started, p.key)):
-        left.discard(p.key)
+    segments: list[frozenset[str]] = []
+    for unit in units:
+        if any(k in spare for k in unit):
+            continue
+        left.difference_update(unit)
         if meets_minimum(gang, left):
-            spare.add(p.key)
+            spare.update(unit)
+            if len(unit) > 1:
+                segments.append(frozenset(unit))
         else:
-            left.add(p.key)
-    return frozenset(spare)
+            left.update(unit)
+    return frozenset(spare), tuple(segments)
 
 
 def find_preemption(

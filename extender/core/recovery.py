@@ -9,7 +9,10 @@ leader must not mistake the second for the first, or every rollout would evict d
 The pods tell them apart. A gate opens only once every pod of the minimum has reached it, so
 after a cut every member still unbound was created before the first of the bound ones was bound
 (its PodScheduled condition, which the API server's Binding sets). A degraded gang's missing
-members are replacements, created after the others were bound, or are not there at all. Only a
+members are replacements, created after the others were bound, or are not there at all. A gang
+whose bound pods are leaders waiting for followers their controller creates only after them (a
+JobSet with exclusive placement: grouping/expected.py) was neither: its room for the followers is
+held again at once, with no deadline, as the last leader held it. Only a
 gang cut off mid-bind is planned at once and given a deadline (the bind timeout plus a grace);
 one still below its minimum by then is given up: its bound members are to be evicted (the caller
 does the I/O) and its status says why. When the times are unknown the gang is kept: running work
@@ -81,6 +84,10 @@ class Recovery:
             view = scheduler.lookup.view(group)
             gang = view.built.gang if view.built is not None else None
             members = [p for k in view.pods if (p := scheduler.lookup.pod(k)) is not None]
+            if view.expected and all(p.node_name is not None for p in members):
+                event = scheduler.plan_group(group, now)  # its leaders wait for their followers: hold their room
+                found.events.extend([event] if event is not None else [])
+                continue
             if gang is None or not cut_mid_bind(members, incomplete(gang) is None and not view.waiting):
                 found.degraded.append(group)
                 continue

@@ -21,10 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from extender.core.cluster import ClusterState
-from extender.core.decisions import R_REPAIRING, Reason, Repairing, Unrepairable
+from extender.core.decisions import R_FOLLOWERS_MISSING, R_REPAIRING, Reason, Repairing, Unrepairable
 from extender.core.evicted import REPAIRED, UNREPAIRABLE, Evicted, eviction
 from extender.core.membership import Membership
 from extender.core.nominated import nominated_room
+from extender.core.reasons import Reasons
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.pod import PodInfo
 from extender.placement import ClusterSnapshot, Gang, Repair, plan_repair
@@ -32,15 +33,20 @@ from extender.placement import ClusterSnapshot, Gang, Repair, plan_repair
 EVICT_GANG, KEEP = "EvictGang", "Keep"
 
 
-def unrepairable_policy(pods: list[PodInfo], group: Mapping[str, str] | None = None) -> tuple[bool, str]:
+def unrepairable_policy(
+    pods: list[PodInfo], group: Mapping[str, str] | None = None, *, whole_only: bool = False
+) -> tuple[bool, str]:
     """(evict the gang whole?, a complaint about the annotation's value, or ""); GROUP: the
-    annotations of the group object, which may carry it too."""
+    annotations of the group object, which may carry it too; WHOLE_ONLY: its disruptionMode is
+    all, which evicts it whole unless the annotation says Keep (extender.core.disruption)."""
     values = {p.annotations[ON_UNREPAIRABLE] for p in pods if ON_UNREPAIRABLE in p.annotations}
     if group is not None and ON_UNREPAIRABLE in group:
         values.add(group[ON_UNREPAIRABLE])
     bad = sorted(v for v in values if v not in (EVICT_GANG, KEEP))
     if bad:
         return False, f"annotation {ON_UNREPAIRABLE}: {bad[0]!r} is not {EVICT_GANG} or {KEEP}; kept running"
+    if whole_only and KEEP not in values:
+        return True, ""
     return EVICT_GANG in values, ""
 
 
@@ -76,11 +82,15 @@ class Repairs:
         self._moved: dict[str, str] = {}  # moved pod -> its group
         self._tried: dict[str, int] = {}  # group -> the state version a search found nothing in
 
-    def find(self, group: str, gang: Gang, now: float) -> Repair | None:
+    def find(self, group: str, gang: Gang, now: float, *, whole_only: bool = False) -> Repair | None:
         """A repair for GROUP, whose unbound pods do not fit where the gang runs; None when
         nothing runs (a first placement, not a repair) or no part of the gang can move. The room
-        of pods other schedulers nominated (core/nominated.py) stays taken."""
+        of pods other schedulers nominated (core/nominated.py) stays taken. WHOLE_ONLY: the gang
+        may be disrupted only whole (disruptionMode all): no part moves, it is broken at once."""
         if not any(m.node is not None for m in gang.members()):
+            return None
+        if whole_only:
+            self.broken.setdefault(group, now)
             return None
         if self._tried.get(group) == self.state.version:
             return None  # nothing changed since a search found nothing
@@ -97,7 +107,11 @@ class Repairs:
         give_back: dict[str, Counter[str]] = {}
         nodes = self.state.table.nodes
         for pod, node in pods.items():  # with the devices its own claims hold (DRA)
-            give_back.setdefault(node, Counter()).update(self.state.claimed.held(self.state.pods[pod], nodes))
+            info = self.state.pods.get(pod)
+            if info is not None:
+                give_back.setdefault(node, Counter()).update(self.state.claimed.held(info, nodes))
+            elif (held := self.state.reservations.get(pod)) is not None:  # room held for a pod not created yet
+                give_back.setdefault(node, Counter()).update(held[1])
         return self.state.snapshot(give_back, taken)
 
     def start(self, group: str, repair: Repair, now: float) -> Underway:
@@ -149,16 +163,20 @@ class Repairs:
         self.broken.clear()
         self._tried.clear()
 
-    def given_up(self, now: float) -> list[str]:
-        """Gangs broken for longer than the timeout (removed from the broken list), and repairs
-        whose moved pods did not all leave in that time (their room given back)."""
+    def given_up(self, now: float, reasons: Reasons | None = None) -> list[str]:
+        """Gangs broken for longer than the timeout (removed from the broken list), repairs whose
+        moved pods did not all leave in that time (their room given back), and, from REASONS,
+        gangs whose leaders run alone: the pods their controller creates after them did not come
+        within the plan's lifetime (`R_FOLLOWERS_MISSING`), so their room was released; each is
+        given up once, its `on-unrepairable` policy deciding."""
         late = [g for g, since in self.broken.items() if now - since > self.timeout]
         for group in late:
             del self.broken[group]
         stuck = [g for g, u in self.underway.items() if u.pending and now - u.started > self.timeout]
         for group in stuck:
             self.settle(group)
-        return late + stuck
+        alone = [g for g in reasons or () if reasons is not None and reasons[g].kind == R_FOLLOWERS_MISSING]
+        return late + stuck + [g for g in alone if g not in late and g not in stuck]
 
     def reason(self, group: str) -> Repairing:
         """Why GROUP's members wait: its repair under way."""
@@ -166,14 +184,22 @@ class Repairs:
         return Repairing(underway.repair.describe(), len(underway.pending))
 
     def verdict(
-        self, pods: list[PodInfo], why: Reason | None, group: Mapping[str, str] | None = None, now: float = 0.0
+        self,
+        pods: list[PodInfo],
+        why: Reason | None,
+        group: Mapping[str, str] | None = None,
+        now: float = 0.0,
+        *,
+        whole_only: bool = False,
     ) -> tuple[Unrepairable, list[PodInfo]]:
         """A gang given up (PODS, last said WHY; GROUP: its group object's annotations) at NOW: the
-        reason, and its running pods to evict (none unless the workload asks to be evicted whole)."""
-        evict, note = unrepairable_policy(pods, group)
+        reason, and its running pods to evict (none unless the workload asks to be evicted whole,
+        or may be disrupted only whole)."""
+        evict, note = unrepairable_policy(pods, group, whole_only=whole_only)
         bound = [p for p in pods if p.node_name is not None and not p.terminal] if evict else []
         text = why.render() if why is not None and why.kind != R_REPAIRING else "the moved pods did not leave"
-        verdict = Unrepairable(text, self.timeout, len(bound), note)
+        head = "the gang cannot be made whole" if why is not None and why.kind == R_FOLLOWERS_MISSING else ""
+        verdict = Unrepairable(text, self.timeout, len(bound), note, head)
         gang = self.membership.group_of(bound[0].key) if bound else None
         if gang is not None:
             self.evicted.record(eviction(gang, UNREPAIRABLE, verdict.render(), [p.key for p in bound], now))

@@ -10,7 +10,8 @@ way Slurm's backfill does, on the topology:
   gang takes a lower one's place (and domain) when the limit is reached. `coarsest_only` narrows
   who to the gangs whose domain is of that level or coarser (the bench's zone-sized variant).
 - Where: one domain of the gang's required level (without one, of the finest level where one
-  domain, empty, holds the gang), the one *expected to have room soonest*: running pods are
+  domain, empty, holds the gang), counting only the nodes its pods may use (`Waiting.usable`:
+  taints, selectors), the one *expected to have room soonest*: running pods are
   released in the order of their expected end until some domain holds the gang. Domains of
   different reservations never share a node. A reservation keeps its domain while it lasts, its
   estimated start recomputed at every pass, unless another domain is then expected to hold the
@@ -119,6 +120,8 @@ class Waiting:
     since: float  # queued since
     demand: Demand
     max_wait: float | None = None  # its own maximum wait (seconds); None: Settings.max_wait
+    # the nodes its pods may use (taints, selectors); None: every node. Room elsewhere is not its.
+    usable: BoolArray | None = field(default=None, compare=False)
 
     def overdue_at(self, settings: Settings) -> float | None:
         """When it becomes (or became) overdue; None: it has no maximum wait."""
@@ -137,6 +140,11 @@ class Running:
     def by_end(self) -> Running:
         order = np.argsort(self.end, kind="stable")
         return Running(self.node[order], self.request[order], self.end[order])
+
+    def on(self, nodes: BoolArray) -> Running:
+        """The pods on NODES (in the same order)."""
+        keep = nodes[self.node]
+        return Running(self.node[keep], self.request[keep], self.end[keep])
 
 
 @dataclass(frozen=True)
@@ -320,6 +328,14 @@ def _fewest_children(
     return out
 
 
+def _as_seen(w: Waiting, free: Matrix, running: Running) -> tuple[Matrix, Running]:
+    """FREE and RUNNING (sorted by end) as W sees them: no room on a node it may not use."""
+    if w.usable is None:
+        return free, running
+    seen: Matrix = np.where(w.usable[:, None], free, 0)
+    return seen, running.on(w.usable)
+
+
 def below_cut(layout: Layout, demand: Demand, settings: Settings) -> bool:
     """Whether a gang of DEMAND is kept from reservations by `coarsest_only`: it needs a finer
     domain than that level (or no domain of the layout holds it)."""
@@ -366,13 +382,14 @@ def reserve(
     eligible = [*overdue_first(queue, due), *eligible]
     if not eligible:
         return ()
-    ordered = running.by_end()
+    all_free, all_ordered = free, running.by_end()
     previous = {r.key: r for r in current}
     taken = np.zeros(layout.nodes, dtype=np.bool_)  # the domains of the reservations so far
     out: list[Reservation] = []
     for w in eligible:
         if len(out) >= settings.limit and not (settings.each_overdue and w.key in due):
             break
+        free, ordered = _as_seen(w, all_free, all_ordered)
         old = previous.get(w.key)
         kept: Found | None = None
         if old is not None and not taken[layout.members(old.level, old.domain)].any():

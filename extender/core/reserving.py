@@ -13,16 +13,19 @@ Clocks: the core's callers pass a monotonic `now`; pods carry wall-clock times (
 and estimated starts are shown as wall-clock times. `refresh` is given both and keeps their
 offset, so a filter call's `now` can be compared with an estimated start.
 
+Free room is the planner's own (`ClusterState.snapshot`: bound pods, reservations, devices that
+allocated claims hold), and a running pod gives back at its expected end what preemption would
+take from it (its requests and the devices of its own claims), so an estimate and the plan agree.
+Room is counted on the schedulable nodes some pod of the gang may use (taints, selectors), in
+pods of the gang's largest request per resource: a gang of shapes with different rules makes the
+estimate optimistic, never a plan wrong (the plan itself still checks every node). Each Topology
+is reserved in on its own; the limit applies to all of them together, in queue order.
+
 Overdue gangs (their maximum wait, `scheduling.topogang.io/max-wait` else `--max-wait`, has
 passed) come first in the pass (core/reservations.py); each pass also gives the first
 `Settings.estimates` gangs in the pass's order an estimated start (core/estimates.py), expecting
 unbounded pods to end as the run times of finished pods of their owner kind say (core/lifetimes.py,
 learnt here from the pods seen to finish).
-
-Room is counted on every schedulable node, in pods of the gang's largest request per resource:
-a node the gang cannot use (a taint, a selector) makes the estimate optimistic, never a plan
-wrong (the plan itself still checks every node). Each Topology is reserved in on its own; the
-limit applies to all of them together, in queue order.
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from extender.core.cluster import ClusterState
+from extender.core.demand import gang_demand, usable_nodes
+from extender.core.feasible import Feasibility
+from extender.core.held_room import ReservedRoom
 from extender.core.membership import Membership
 from extender.core.reservations import (
     Admission,
     BoolArray,
-    Demand,
     FloatArray,
     IntArray,
     Layout,
@@ -51,40 +56,10 @@ from extender.core.reservations import (
     reserve,
 )
 from extender.core.waiting import Waits, kind_of
-from extender.core.waits import Expected, Overdue, ReservedRoom
+from extender.core.waits import Expected, Overdue
 from extender.model.pod import PodInfo
 from extender.model.topology import LevelError, TopologySpec
-from extender.placement import Domain, Gang, NodeTable, Scope, scope_minimum_pods
-
-
-def _parts(root: Scope) -> list[Scope]:
-    """The topmost scopes under ROOT with a required level finer than ROOT's (segments)."""
-    top = root.rule.required if root.rule is not None and root.rule.required is not None else 0
-    out: list[Scope] = []
-    stack = list(root.children)
-    while stack:
-        s = stack.pop()
-        if s.rule is not None and s.rule.required is not None and s.rule.required > top:
-            out.append(s)
-        else:
-            stack.extend(s.children)
-    return out
-
-
-def gang_demand(gang: Gang, columns: Sequence[str]) -> Demand:
-    """What GANG needs to start, for `reserve`: its minimum in pods of its largest request per
-    resource (COLUMNS), its required level, and its parts (segments required in a finer domain)."""
-    request = tuple(max((dict(s.requests).get(r, 0) for s in gang.shapes), default=0) for r in columns)
-    rule = gang.root.rule
-    level = rule.required if rule is not None else None
-    part = part_level = 0
-    parts = _parts(gang.root)
-    levels = {p.rule.required for p in parts if p.rule is not None}
-    sizes = [m for p in parts if (m := scope_minimum_pods(p)) > 0]
-    if sizes and len(levels) == 1:
-        (found,) = levels
-        part, part_level = min(sizes), found or 0
-    return Demand(request, max(scope_minimum_pods(gang.root), 1), part, part_level, level)
+from extender.placement import Domain, Gang, NodeTable, Shortfall
 
 
 class Reserving:
@@ -96,6 +71,7 @@ class Reserving:
         without it, any gang may (settings.coarsest_only, by name rather than number)."""
         self._state = state
         self._membership = membership
+        self.feasible = Feasibility(state)  # a gang that fits not even with nothing running waits for nothing
         self.settings = settings
         self.level = level
         self._below: set[str] = set()  # queued gangs that need less than LEVEL: no reservation
@@ -112,7 +88,7 @@ class Reserving:
         self._recorded: dict[str, str] = {}  # group -> the reservation its PodGroup status shows
         self._waited: dict[str, tuple[str, str]] = {}  # group -> (overdue, queue) its PodGroup status shows
         self.told: set[str] = set()  # gangs found waiting outside kube-scheduler's calls: status to write
-        self._layouts: dict[tuple[int, str], Layout] = {}
+        self._layouts: dict[tuple[int, str, tuple[str, ...]], Layout] = {}
         self._offset = 0.0  # wall clock minus the callers' clock, as of the last refresh
         self._clock = False  # whether a pass was given a wall clock (else times are not shown)
         self._wall = 0.0  # the wall clock at the last pass
@@ -129,11 +105,13 @@ class Reserving:
 
     # -- the queue -----------------------------------------------------------------------------
 
-    def waiting(self, group: str, now: float) -> None:
+    def waiting(self, group: str, now: float, gang: Gang) -> Shortfall | None:
         """GROUP's plan was refused for room: it queues, since its creation (kube-scheduler's
-        queue order) or now."""
-        if self.enabled and group not in self._queued:
+        queue order) or now, unless it fits not even with nothing running (returned: why)."""
+        never = self.feasible.never(group, gang)
+        if never is None and self.enabled and group not in self._queued:
             self._queued[group] = (self._membership.view(group).created, now)
+        return never
 
     def _since(self, group: str) -> float:
         created, queued = self._queued[group]
@@ -182,6 +160,7 @@ class Reserving:
 
     def sweep(self, groups: set[str]) -> bool:
         self.waits.protected &= groups
+        self.feasible.sweep(groups)
         self._recorded = {g: v for g, v in self._recorded.items() if g in groups}
         self._waited = {g: v for g, v in self._waited.items() if g in groups}
         self._tried = {g: v for g, v in self._tried.items() if g in groups}
@@ -339,8 +318,8 @@ class Reserving:
         wall = now if wall is None else wall
         self._offset, self._wall = wall - now, wall
         self.waits.learn(wall)
-        for group in [g for g in self._queued if g not in ready]:
-            del self._queued[group]
+        for group in [g for g in self._queued if g not in ready or self.feasible.never(g, ready[g]) is not None]:
+            del self._queued[group]  # (planned, gone, or a node went: it fits not even with nothing running)
             self.waits.forget(group)
         self._current()
         before = {r.key for r in self.current}
@@ -360,20 +339,26 @@ class Reserving:
             if spec is None:
                 continue
             columns = sorted({r for g in groups for s in ready[g].shapes for r, v in s.requests if v > 0})
-            key = (table.generation, name)
+            key = (table.generation, name, tuple(columns))  # (its capacity is per column)
             layout = self._layouts.get(key)
             if layout is None:
                 tree = table.tree(spec)
                 capacity = _matrix(table, columns)
                 capacity[~table.schedulable] = 0
                 layout = Layout([li.domain_of_node for li in tree.levels], capacity, [li.labeled for li in tree.levels])
-                self._layouts = {key: layout}  # one per generation and Topology in use
+                self._layouts = {key: layout}  # one per generation, Topology and columns in use
             queue = [
-                Waiting(g, self._membership.view(g).priority, self._since(g), gang_demand(ready[g], columns))
+                Waiting(
+                    g,
+                    self._membership.view(g).priority,
+                    self._since(g),
+                    gang_demand(ready[g], columns),
+                    self.waits.limits.get(g),
+                    usable_nodes(table, ready[g]),
+                )
                 for g in groups
             ]
-            queue = [replace(w, max_wait=self.waits.limits.get(w.key)) for w in queue]
-            free = np.maximum(layout.capacity - _used(self._state, columns), 0)
+            free = self._free(layout, columns)
             mine = tuple(r for r in self.current if self._topology.get(r.key) == name)
             settings = self._settings_for(spec)
             self._below.update(w.key for w in queue if below_cut(layout, w.demand, settings))
@@ -394,6 +379,13 @@ class Reserving:
         after = {r.key for r in chosen}
         return sorted(after - before), sorted(before - after)
 
+    def _free(self, layout: Layout, columns: Sequence[str]) -> Matrix:
+        """Room free now per node and column, as the planner reads it (`ClusterState.snapshot`:
+        bound pods, reservations and devices allocated claims hold); none on unschedulable nodes."""
+        snapshot = self._state.snapshot()
+        out: Matrix = np.stack([snapshot.free(r) for r in columns], axis=1).astype(np.int64)
+        return np.minimum(np.maximum(out, 0), layout.capacity)
+
     def _settings_for(self, spec: TopologySpec) -> Settings:
         """The settings for SPEC's gangs: with a level, only gangs of that level or coarser."""
         if self.level is None:
@@ -410,13 +402,14 @@ class Reserving:
         key = (self._state.table.generation, tuple(columns))
         if self._rows_key != key:
             self._rows_key, self._rows, self._arrays = key, {}, None
-        index = self._state.table.index
+        table = self._state.table
+        claims = self._state.devices.claims_version
         rows = self._rows
         changed = len(rows) != len(self._state.pods) or self._arrays is None
         for name, pod in self._state.pods.items():
             row = rows.get(name)
-            if row is None or row.pod is not pod:
-                row = rows[name] = _Row.of(pod, index, columns)
+            if row is None or row.pod is not pod or (pod.claims and row.claims != claims):
+                row = rows[name] = _Row.of(pod, self._state, table, columns)
                 changed = True
         if len(rows) > len(self._state.pods):  # deleted pods' rows
             self._rows = rows = {k: v for k, v in rows.items() if k in self._state.pods}
@@ -443,30 +436,31 @@ class Reserving:
 
 @dataclass(frozen=True, slots=True)
 class _Row:
-    """What one pod adds to the running arrays: its node index (-1: takes no room), its request
-    per column, when it started and its bound."""
+    """What one pod adds to the running arrays: its node index (-1: takes no room), the room it
+    gives back when it ends per column, when it started and its bound. CLAIMS: the claims'
+    version that room was read at (the devices its claims hold change without the pod)."""
 
     pod: PodInfo
     node: int
     request: tuple[int, ...]
     started: float | None
     bound: float | None
+    claims: int = -1
 
     @staticmethod
-    def of(pod: PodInfo, index: Mapping[str, int], columns: Sequence[str]) -> _Row:
-        where = index.get(pod.node_name) if pod.uses_capacity and pod.node_name is not None else None
+    def of(pod: PodInfo, state: ClusterState, table: NodeTable, columns: Sequence[str]) -> _Row:
+        claims = state.devices.claims_version
+        where = table.index.get(pod.node_name) if pod.uses_capacity and pod.node_name is not None else None
         if where is None:
-            return _Row(pod, -1, (), None, None)
+            return _Row(pod, -1, (), None, None, claims)
         started = pod.started if pod.started is not None else pod.created
-        request = tuple(pod.requests.get(r, 0) for r in columns)
-        return _Row(pod, where, request, started, pod.runtime_bound)
+        # as preemption and repair count it: its requests and the devices its own claims hold
+        # (its requests name no device once its claim is allocated)
+        gives = state.claimed.held(pod, table.nodes)
+        request = tuple(gives.get(r, 0) for r in columns)
+        return _Row(pod, where, request, started, pod.runtime_bound, claims)
 
 
 def _matrix(table: NodeTable, columns: Sequence[str]) -> Matrix:
     out: Matrix = np.stack([table.alloc(r) for r in columns], axis=1).astype(np.int64)
-    return out
-
-
-def _used(state: ClusterState, columns: Sequence[str]) -> Matrix:
-    out: Matrix = np.stack([state.bound.used(r) + state.reserved.used(r) for r in columns], axis=1).astype(np.int64)
     return out

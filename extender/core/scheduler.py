@@ -17,11 +17,13 @@ framework and Kueue's scheduler are the models):
   steering    steering.Steering  each planned member to its node: nominations, trades
   gates       binding.BindGate   the bind gate: all of the minimum or none
   preempting  preempting.Preempting  victims evicted for a gang, their room held meanwhile
+  defragmenting  defragmenting.Defragmenting  movable pods moved out of a waiting gang's domain
   repairs     repairing.Repairs  a broken part of a running gang moved whole
   reasons     reasons.Reasons    why each gang is where it is, as data
   lookup      lookup.Lookup      what the edges read of the cluster and its gangs
   status      status.Status      where each gang stands (read from the parts above)
   reserving   reserving.Reserving  room held for gangs that wait too long (reservations.py)
+  minimums    minimums.Minimums  pods beyond a gang's minimum never keep a waiting minimum out
   evicted     evicted.Evicted    the evictions decided, remembered for `explain` (bounded)
 
 The edges call the methods below for anything that changes more than one part, and read the
@@ -41,16 +43,17 @@ from extender.core.decisions import (
     BeyondMinimum,
     BindDecision,
     FilterResult,
-    GroupStatus,
     PlanEvent,
     Released,
     Repairing,
-    Split,
 )
+from extender.core.defragmenting import Defragmenting
+from extender.core.disruption import whole_only
 from extender.core.evicted import Evicted
-from extender.core.exclusivity import snapshot_for
 from extender.core.lookup import Lookup
 from extender.core.membership import GroupView, Membership
+from extender.core.minimums import Minimums
+from extender.core.moves import MoveSettings
 from extender.core.nomination import Nomination
 from extender.core.offered import Offered
 from extender.core.plans import Plans
@@ -59,6 +62,8 @@ from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reservations import Settings
 from extender.core.reserving import Reserving
+from extender.core.reserving_sweep import refresh
+from extender.core.standing import GroupStatus, Split
 from extender.core.status import Status, queue_of
 from extender.core.steering import Steering
 from extender.model.pod import PodInfo
@@ -72,7 +77,6 @@ from extender.placement import (
     Unplaceable,
     incomplete,
     meets_minimum,
-    plan,
 )
 
 MAX_SCORE = 10
@@ -92,9 +96,11 @@ class GangScheduler:
         reservations: Settings | None = None,
         reserve_level: str | None = None,
         bind_ahead: bool = False,
+        moves: MoveSettings | None = None,
     ) -> None:
         """RESERVATIONS, RESERVE_LEVEL: who gets room held (reserving.Reserving; None: none).
-        BIND_AHEAD: bind a gang whole as it is planned when nothing is left to add (BindGate.ahead)."""
+        BIND_AHEAD: bind a gang whole as it is planned when nothing is left to add (BindGate.ahead).
+        MOVES: defragmentation's settings (moves.MoveSettings; None: the defaults)."""
         self.state = state
         self.bind_ahead = bind_ahead
         self.membership = Membership(state)
@@ -106,8 +112,10 @@ class GangScheduler:
         self.evicted = Evicted()
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout, evicted=self.evicted)
         self.repairs = Repairs(state, self.membership, timeout=repair_timeout, evicted=self.evicted)
+        self.defragmenting = Defragmenting(state, self.membership, self.preempting, moves or MoveSettings())
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
+        self.minimums = Minimums(state, self.membership, self.plans, self.reasons, self.preempting, self.repairs)
         self._status = Status(
             state, self.membership, self.plans, self.reasons, self.preempting, self.repairs, self.reserving
         )
@@ -130,6 +138,8 @@ class GangScheduler:
             waiting = self.membership.waiting(pod.key)
             if waiting is not None:  # it names a gang that cannot be resolved yet: not a plain pod
                 return refuse(nodes, f"topogang: {waiting}")
+            if (moved_to := self.defragmenting.moves.claim(pod, now)) is not None and moved_to in nodes:
+                return FilterResult([moved_to])  # it replaces a moved pod: the room held for it
             kept_out: frozenset[str] = frozenset()
             if self.reserving.current and (pod.controller is None or pod.controller.kind != "DaemonSet"):
                 # (a DaemonSet's pod has one node to go to: never held out)
@@ -146,7 +156,7 @@ class GangScheduler:
         if held is not None:
             return refuse(nodes, f"topogang: {held}", group)
         event = None
-        gp = self.plans.get(group)
+        gp = self.plans.claim(group, pod, self.membership.slot)  # (it may take room held before it existed)
         if gp is None or pod.key not in gp.reserved:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)
@@ -238,34 +248,37 @@ class GangScheduler:
         """Plan the group (or, with `extend`, add the pods its plan lacks) and reserve it."""
         gp = self.plans.get(group)
         if extend and gp is not None:
-            view = self.membership.view(group, assumed=gp.reserved)
+            view = self.membership.view(group, assumed={**gp.reserved, **gp.expected})
         gang = view.built.gang if view.built is not None else None
         assert gang is not None, "only valid groups are planned"
-        held = self._held_from(group, view, now)
-        result = plan(snapshot_for(self.state, self.membership, group, gang, held), gang)
+        held = self.held_from(group, view, now)
+        assumed = gp.reserved if extend and gp is not None else None
+        result, first = self.minimums.place(group, view.priority, gang, held, assumed, self.held_from, now)
         if isinstance(result, Unplaceable):
             # Neither a repair nor preempting helps a gang that misses pods, nor pods beyond a
             # plan's minimum. A running gang moves a broken part of itself before it preempts.
             if result.reason.kind != INCOMPLETE and (not extend or (gp is not None and gp.gate.opened)):
                 # (a plan carried out whose gang now misses pods of its minimum: a repair, not extra pods)
-                found = self._repair(group, gang, now) or (None if extend else self._preempt(group, now))
+                found = self._repair(group, gang, now) or (None if extend else self._make_room(group, now))
                 if found is not None:
                     return found
             why = result.reason if extend else self.preempting.blocked(group, result.reason)
+            if not extend:
+                why = self.defragmenting.blocked(group, why)
+            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
+                # it waits for room (a reservation may hold some), unless it fits not even with nothing running
+                why = self.reserving.waiting(group, now, gang) or why
             self.reasons.record(group, why)
             if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
-            if not extend and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reserving.waiting(group, now)  # it waits for room: a reservation may hold some
             return PlanEvent.refused(group, why, result.attempts)
-        self.reserving.started(group)
-        new, outcome = self.plans.hold(group, result, now)
+        self.reserving.started(group)  # (an overdue gang is spared from work that is not)
+        new, early, outcome = self.plans.hold(group, result, now, view.expected)  # early: for pods not created yet
         self.repairs.mended(group)
-        self.reasons.record(group, BeyondMinimum(len(result.unplaced)) if result.unplaced else None)
-        nodes, attempts = tuple(new.values()), result.attempts
-        return PlanEvent(group, outcome, len(new), nodes, result.domains, attempts=attempts, levels=result.levels)
+        self.reasons.record(group, BeyondMinimum(len(result.unplaced), first.waiting) if result.unplaced else None)
+        return PlanEvent.placed(group, outcome, new, result, first.yielded, first.waiting, first.given_back, early)
 
-    def _held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
+    def held_from(self, group: str, view: GroupView, now: float) -> BoolArray | None:
         """The nodes reservations hold from GROUP (its runtime bound: the longest of its pods',
         none when one has none)."""
         if not self.reserving.current:  # the common case: nothing held, no walk over the gang's pods
@@ -277,46 +290,7 @@ class GangScheduler:
     def refresh_reservations(self, now: float, wall: float | None) -> tuple[list[str], list[str]]:
         """Who holds room where (the sweep): (gangs given a reservation, gangs whose reservation
         went). WALL: the wall clock at NOW, for pods' start times and estimated starts (None: none)."""
-        if self.reserving.enabled:
-            for group in self._discover(now):
-                self.reserving.told.add(group)
-        ready: dict[str, Gang] = {}
-        for group in self.reserving.queued():
-            if not self.membership.has(group) or group in self.plans:
-                continue
-            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
-                continue
-            view = self.membership.view(group)
-            gang = view.built.gang if view.valid and view.built is not None else None
-            if gang is not None and incomplete(gang) is None and queue_of(self.state, view)[0] is None:
-                ready[group] = gang
-        return self.reserving.refresh(now, wall, ready)
-
-    def _discover(self, now: float) -> list[str]:
-        """Gangs kube-scheduler never asks about: when its own filters find no node with room (a full
-        cluster), topogang is not called, and a gang would never queue for a reservation. Each whole,
-        unplanned gang is tried once per cluster change (a plan not kept): refused for room, it queues."""
-        version = self.state.version
-        found = []
-        for group in self.membership.groups():
-            if group in self.plans or self.reserving.is_queued(group) or not self.reserving.untried(group, version):
-                continue
-            if self.preempting.nomination(group) is not None or group in self.repairs.underway:
-                continue
-            view = self.membership.view(group)
-            gang = view.built.gang if view.valid and view.built is not None else None
-            if gang is None or view.waiting or incomplete(gang) is not None or queue_of(self.state, view)[0]:
-                continue  # (a gang its queue holds back waits for the queue, not for room)
-            if any(m.node is not None for m in gang.members()):
-                continue  # it runs: pods beyond its minimum do not queue for room
-            result = plan(
-                snapshot_for(self.state, self.membership, group, gang, self._held_from(group, view, now)), gang
-            )
-            if isinstance(result, Unplaceable) and result.reason.kind in (NO_DOMAIN, NO_CAPACITY):
-                self.reasons.record(group, result.reason)
-                self.reserving.waiting(group, now)
-                found.append(group)
-        return found
+        return refresh(self, now, wall)
 
     def _replan(self, group: str, now: float, why: Released | None = None) -> PlanEvent:
         self._release(group, why or Released(R_REPLANNING))
@@ -325,7 +299,8 @@ class GangScheduler:
 
     def _repair(self, group: str, gang: Gang, now: float) -> PlanEvent | None:
         """GROUP runs, and pods of it do not fit where it runs: move the smallest broken part whole."""
-        if (found := self.repairs.find(group, gang, now)) is None:
+        whole = whole_only(self.membership.view(group).spec)
+        if (found := self.repairs.find(group, gang, now, whole_only=whole)) is None:
             return None
         self._release(group, Released(R_REPLANNING))  # a plan carried out: the repair gets a gate of its own
         self.repairs.start(group, found, now)
@@ -333,17 +308,21 @@ class GangScheduler:
         self.reasons.record(group, Repairing(found.describe(), len(found.moved)))
         return PlanEvent.of(group, "repairing", found.plan, found.describe(), repair=found)
 
-    def _preempt(self, group: str, now: float) -> PlanEvent | None:
-        """Victims whose eviction makes room for GROUP: their room is reserved for it at once.
-        Not in room reservations keep from it, nor from gangs that started overdue (unless it
-        is overdue itself)."""
-        held = self._held_from(group, self.membership.view(group), now)
-        spared = self.reserving.waits.spared(group)
-        if not isinstance(found := self.preempting.attempt(group, now, held, spared), Nomination):
+    def _make_room(self, group: str, now: float) -> PlanEvent | None:
+        """Movable pods moved out of a domain for GROUP, else lower-priority victims evicted: the
+        room is reserved for it at once (a moved pod keeps running, so moves come first). No
+        victim in room reservations keep from it, nor a gang that started overdue (unless it is
+        overdue itself)."""
+        found = self.defragmenting.attempt(group, now)
+        outcome = "defragmenting"
+        if not isinstance(found, Nomination):
+            held, spared = self.held_from(group, self.membership.view(group), now), self.reserving.waits.spared(group)
+            found, outcome = self.preempting.attempt(group, now, held, spared), "preempting"
+        if not isinstance(found, Nomination):
             return None
         self.reserving.placed(group)
         self.reasons.record(group, found.reason())
-        return PlanEvent.of(group, "preempting", found.preemption.plan, found.describe(), preemption=found.preemption)
+        return PlanEvent.of(group, outcome, found.preemption.plan, found.describe(), preemption=found.preemption)
 
     def preempt(self, pod_key: str, now: float) -> PlanEvent | None:
         """kube-scheduler found no node for POD_KEY and asks whom to preempt. For a gang member
@@ -412,6 +391,7 @@ class GangScheduler:
         for group in self.plans:
             self._release(group, why)
         self.preempting.drop_all()
+        self.defragmenting.drop_all()
         self.repairs.drop_all()
         self.reserving.drop_all()
 
@@ -426,8 +406,10 @@ class GangScheduler:
             self.steering.forget(group)
         self.reasons.sweep(groups)
         self.preempting.sweep(groups)
+        self.defragmenting.sweep(groups)
         self.repairs.sweep(groups)
         self.reserving.sweep(groups)
+        self.minimums.sweep(groups)
         for group in set(self.splits) - groups:
             del self.splits[group]
         return out
@@ -436,12 +418,15 @@ class GangScheduler:
         """Gangs no repair mended within the repair timeout: each with the running pods to evict
         (empty unless its workload asks to be evicted whole)."""
         out = []
-        for group in self.repairs.given_up(now):
+        for group in self.repairs.given_up(now, self.reasons):
             if not self.membership.has(group):
                 continue
             pods = [p for k in self.membership.members(group) if (p := self.state.pods.get(k)) is not None]
             spec = self.membership.view(group).spec
-            why, bound = self.repairs.verdict(pods, self.reasons.get(group), spec.annotations if spec else None, now)
+            annotations = spec.annotations if spec else None
+            why, bound = self.repairs.verdict(
+                pods, self.reasons.get(group), annotations, now, whole_only=whole_only(spec)
+            )
             self.reasons.record(group, why)
             out.append((group, bound))
         return out
@@ -467,6 +452,8 @@ class GangScheduler:
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
+        if self.defragmenting.moves.placed(pod.key) is not None:
+            return  # a moved pod's replacement bound: its new room is its own now
         group = self.plans.holder(pod.key)
         gp = self.plans.get(group)
         if group is not None and gp is not None and pod.key in gp.reserved:
@@ -479,6 +466,8 @@ class GangScheduler:
         self.repairs.gone(key)
         if key not in self.state.reservations:  # every pod a plan holds is reserved
             return
+        if self.defragmenting.moves.placed(key) is not None:
+            return  # a moved pod's replacement left before binding: its held room goes
         group = self.plans.holder(key)  # (its gang may no longer resolve: its PodGroup went first)
         gp = self.plans.get(group)
         if group is not None and gp is not None and key in gp.reserved:

@@ -23,14 +23,6 @@ from extender.core.decisions import (
     R_SCHEDULED,
     R_WAITING,
     SCHEDULED,
-    Bound,
-    Finished,
-    GroupStatus,
-    NotPlanned,
-    Planned,
-    QueueBlocked,
-    Said,
-    SubGroupStatus,
 )
 from extender.core.evicted import REPAIRED
 from extender.core.membership import GroupView, Membership
@@ -40,6 +32,7 @@ from extender.core.queues import queue_problem
 from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
 from extender.core.reserving import Reserving
+from extender.core.standing import Bound, Finished, GroupStatus, NotPlanned, Planned, QueueBlocked, Said, SubGroupStatus
 from extender.model.errors import FieldError, said_once_text
 from extender.placement import build_gang, incomplete, meets_minimum, minimum_pods
 
@@ -104,7 +97,7 @@ class Status:
             group,
             phase,
             pods=len(pods),
-            planned=bound + (len(gp.reserved) if gp else 0),
+            planned=bound + (len(gp.reserved) + len(gp.expected) if gp else 0),
             bound=bound,
             minimum=minimum,
             subgroups=tuple(self._subgroups(view, gp)),
@@ -129,7 +122,8 @@ class Status:
         if gang is not None and bound and meets_minimum(gang, bound):
             return (Bound(len(bound)), *([why] if why is not None else [])), SCHEDULED, R_SCHEDULED
         if gp is not None:
-            return (Planned(len([p for p in gp.gate.minimum if p in gp.reserved])),), PENDING, R_PLANNED
+            unbound = len([p for p in gp.gate.minimum if p in gp.reserved])
+            return (Planned(unbound, len(gp.expected)),), PENDING, R_PLANNED
         blocked, _ = queue_of(self._state, view)
         if blocked is not None:
             return (QueueBlocked(group, blocked),), PENDING, R_QUEUE_NOT_FOUND
@@ -163,6 +157,7 @@ class Status:
         if gang is None:
             return
         reserved = gp.reserved if gp else {}
+        held = gp.expected if gp else {}
         domains = self._plans.domains(view.key)
         for scope in gang.scopes:
             if not scope.name:
@@ -172,8 +167,8 @@ class Status:
             yield SubGroupStatus(
                 scope.name,
                 scope.min_member,
-                len(keys),
-                bound + sum(1 for k in keys if k in reserved),
+                sum(1 for k in keys if k not in view.expected),  # pods that exist
+                bound + sum(1 for k in keys if k in reserved or k in held),
                 bound,
                 domains.get(scope.key),
             )

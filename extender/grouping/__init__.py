@@ -23,8 +23,10 @@ file; the extender's cache will call it with what its informers hold.
         Feed it to the engine with
         build_gang(g.podgroup, pods, topologies, order=g.order, subgroup_of=g.subgroup_of).
 
-    synthesize(workload) -> Synthesized(pods, owners): the pods (and intermediate owners such
-        as a JobSet's Jobs) the workload's controller would create, as raw objects.
+    synthesize(workload, objects=None) -> Synthesized(pods, owners, read): the pods (and
+        intermediate owners such as a JobSet's Jobs) the workload's controller would create, as
+        raw objects; OBJECTS, an ObjectLookup over the rest of the input, for a kind made from
+        another object (a TrainJob from its runtime), and `read`, what it read there.
 
 Naming (stable; each module's docstring says more):
     derived PodGroup   "<namespace>/<kind in lower case>-<name>", e.g. "ml/tfjob-train";
@@ -32,7 +34,8 @@ Naming (stable; each module's docstring says more):
                        ResourceInterface with several podGroups: "...-<podGroup name>"
     replica types      the replica type in lower case ("worker", "ps", "launcher"), `job` for a
                        Job, `leader`/`workers` for LWS, `head`/<groupName> for Ray,
-                       <replicatedJob> and <replicatedJob>-<job index> for JobSet, the owner's
+                       <replicatedJob> and <replicatedJob>-<job index> for JobSet (and the
+                       TrainJob whose JobSet it is: "ml/trainjob-llm"), the owner's
                        kind in lower case for owners no grouper knows
     segments           "<replica type>-seg-<k>" (KAI segments), "<replica type>-slice-<k>[-<j>..]"
                        (Kueue slices, one name part per layer)

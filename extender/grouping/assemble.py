@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from extender.grouping import names as n
 from extender.grouping.annotations import Layer, Layout, anns_field, layout_of, merge, placement
 from extender.grouping.grouper import ClaimedPod, GangDraft, Part
-from extender.grouping.result import Grouping, SegmentPosition
+from extender.grouping.result import Grouping, LeaderFirst, SegmentPosition
 from extender.grouping.values import annotation_keys, label_field, pod_index
 from extender.model.errors import ErrorList, FieldError, said_once, said_once_text
 from extender.model.labels import ON_UNREPAIRABLE
@@ -54,7 +54,7 @@ def _segment_subgroups(
             inner = -(-(b - a) // rest[0].size)
             out.append(SubGroupSpec(name, parent, min_subgroup=inner))
         else:
-            out.append(SubGroupSpec(name, parent, min_member=(b - a) if a < minimum else 0))
+            out.append(SubGroupSpec(name, parent, min_member=(b - a) if a < minimum else 0, segment_pods=b - a))
         if layer.constraint is not None:
             constraints[name] = layer.constraint
         if rest:
@@ -203,6 +203,20 @@ def _leaf_of(
     return layout.leaf(index), layout.position(index)
 
 
+def _leader_first(draft: GangDraft, tree: _Tree) -> dict[str, LeaderFirst]:
+    """The parts whose followers are created only once their leader is scheduled, with the leaf
+    SubGroup of each pod index of their minimum (a follower not created yet joins it)."""
+    out = {}
+    for part in draft.parts:
+        layout = tree.layouts.get(part.name)
+        if not part.leader_first or layout is None or layout.index_label is None or layout.offset:
+            continue
+        count = min(part.minimum, part.replicas)
+        leaves = tuple(layout.leaf(i) if layout.layers else part.name for i in range(count))
+        out[part.name] = LeaderFirst(layout.index_label, leaves)
+    return out
+
+
 def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
     """The Grouping of one gang: its PodGroup tree from the draft, and where each pod goes."""
     members = list(members)
@@ -248,6 +262,10 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         annotations={k: ann[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE, MAX_WAIT_ANNOTATION) if ann.get(k)},
         derived_from=draft.obj,
         max_wait=wait,
+        priority=draft.priority,
+        priority_class_name=draft.priority_class_name,
+        disruption_all=draft.disruption_all,
+        never_preempts=draft.never_preempts,
     )
     structure = ErrorList(f"PodGroup {draft.key}")
     validate_structure(pg, structure)
@@ -264,4 +282,5 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         errors=unique_errors,
         warnings=said_once_text(tree.warnings),
         source=draft.source,
+        leader_first=_leader_first(draft, tree),
     )

@@ -32,6 +32,9 @@ class Part:
     target: str | None = None  # the SubGroup the template's own placement goes to (default: this one)
     slice_default: int | None = None  # Kueue podset-slice-size when not written (JobSet: parallelism)
     kueue_own: bool = False  # Kueue's placement goes to this SubGroup, not `target` (a JobSet's Job)
+    # Its controller creates pod 0 (the leader) first and the others only once the leader is
+    # scheduled (JobSet's exclusive placement): the gang counts those followers before they exist.
+    leader_first: bool = False
 
 
 @dataclass
@@ -54,6 +57,11 @@ class GangDraft:
     # The pods carry annotations of their own (no template was read): each pod's keys are checked,
     # not the parts' templates made from them (the grouper checks the group objects it read).
     keys_on_pods: bool = False
+    # What Kubernetes' own gang API says of the group as a whole (its root object's fields).
+    priority: int | None = None
+    priority_class_name: str = ""
+    disruption_all: bool = False
+    never_preempts: bool = False
 
 
 @dataclass(frozen=True)

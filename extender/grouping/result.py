@@ -21,6 +21,18 @@ class SegmentPosition:
 
 
 @dataclass(frozen=True)
+class LeaderFirst:
+    """A part whose pods its controller creates around a leader: pod index 0 first, the others
+    (the followers) only once the leader is scheduled. JobSet's exclusive placement does this: its
+    pod webhook refuses a Job's followers until the Job's leader has a node. Planned as a gang that
+    waits for every pod, such a part would wait forever; so once its leader is present the gang
+    counts its followers that are not created yet (core/membership.py, grouping/expected.py)."""
+
+    index_label: str  # the label that carries a pod's index (a Job's completion index)
+    leaves: tuple[str, ...]  # the leaf SubGroup of pod index i, for each index of the part's minimum
+
+
+@dataclass(frozen=True)
 class Grouping:
     """One gang: a derived or explicit PodGroup and how its pods join it."""
 
@@ -33,6 +45,7 @@ class Grouping:
     errors: tuple[FieldError, ...] = ()  # non-empty: Invalid, no pod of it is placed
     warnings: tuple[str, ...] = ()  # annotations ignored and why: for the group's message and the log
     source: str = ""  # "TFJob ml/train", "RayCluster ml/rc via ResourceInterface raycluster", "PodGroup ml/pg"
+    leader_first: Mapping[str, LeaderFirst] = field(default_factory=dict)  # part name -> its rule
 
     @property
     def valid(self) -> bool:

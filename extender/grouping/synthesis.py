@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from extender.grouping.objects import ObjectLookup
 from extender.model.errors import FieldError
 from extender.model.limits import MAX_WORKLOAD_PODS, beyond
 
@@ -21,10 +22,15 @@ class TooManyPods(Exception):
     """The workload would have more pods than MAX_WORKLOAD_PODS (the error is in `Synthesis.errors`)."""
 
 
+# An object read besides the workload, as (apiVersion, kind, namespace or None, name).
+ObjectRef = tuple[str, str, str | None, str]
+
+
 @dataclass(frozen=True)
 class Synthesized:
     pods: tuple[JSON, ...]
     owners: tuple[JSON, ...]  # intermediate owner objects (Jobs, StatefulSets, RayClusters)
+    read: tuple[ObjectRef, ...] = ()  # the other objects the synthesis read (a TrainJob's runtime)
 
 
 def uid_for(kind: str, namespace: str, name: str) -> str:
@@ -34,7 +40,9 @@ def uid_for(kind: str, namespace: str, name: str) -> str:
 class Synthesis:
     """One workload being synthesized: what was read of it, and the pods, owners and errors made."""
 
-    def __init__(self, workload: Mapping[str, Any], default_namespace: str) -> None:
+    def __init__(
+        self, workload: Mapping[str, Any], default_namespace: str, objects: ObjectLookup | None = None
+    ) -> None:
         meta = workload.get("metadata")
         self.meta: Mapping[str, Any] = meta if isinstance(meta, Mapping) else {}
         self.api_version = str(workload.get("apiVersion") or "")
@@ -47,6 +55,10 @@ class Synthesis:
         self.pods: list[JSON] = []
         self.owners: list[JSON] = []
         self.expected = 0  # pods announced so far, checked before they are made
+        # The other objects of the input a kind's synthesis may read (a TrainJob's runtime), and
+        # those it read.
+        self.objects = objects
+        self.read: list[ObjectRef] = []
         spec = workload.get("spec")
         self.spec: Mapping[str, Any] = spec if isinstance(spec, Mapping) else {}
         if not self.name:
@@ -62,22 +74,38 @@ class Synthesis:
             self.errors.append(FieldError(self.obj, field, why))
             raise TooManyPods
 
-    def named(self, items: Sequence[Any], key: str, where: str) -> Iterator[tuple[int, str, Mapping[str, Any], str]]:
+    def named(
+        self, items: Sequence[Any], key: str, where: str, obj: str | None = None
+    ) -> Iterator[tuple[int, str, Mapping[str, Any], str]]:
         """The items of a list that carry a non-empty `key` as (position, field path, item, name);
-        an item without one is reported and skipped."""
+        an item without one is reported (as a field of OBJ, default the workload) and skipped."""
         for i, raw in enumerate(items):
             at = f"{where}[{i}]"
             item: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
             name = str(item.get(key) or "")
             if not name:
-                self.errors.append(FieldError(self.obj, f"{at}.{key}", "expected a non-empty name"))
+                self.errors.append(FieldError(obj or self.obj, f"{at}.{key}", "expected a non-empty name"))
                 continue
             yield i, at, item, name
 
     def ref(self) -> JSON:
         return owner_ref(self.api_version, self.kind, self.name, self.uid)
 
-    def owner(self, api_version: str, kind: str, name: str, owner: JSON, labels: Mapping[str, str], spec: Any) -> JSON:
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        """Another object of the input (None: not given), remembered as read."""
+        self.read.append((api_version, kind, namespace, name))
+        return self.objects.get(api_version, kind, namespace, name) if self.objects is not None else None
+
+    def owner(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        owner: JSON,
+        labels: Mapping[str, str],
+        spec: Any,
+        annotations: Mapping[str, str] | None = None,
+    ) -> JSON:
         """Add an intermediate owner object; return its ownerReference for its children."""
         uid = uid_for(kind, self.namespace, name)
         body: JSON = {
@@ -92,6 +120,8 @@ class Synthesis:
             },
             "spec": copy.deepcopy(spec),
         }
+        if annotations:
+            body["metadata"]["annotations"] = dict(annotations)
         self.owners.append(body)
         return owner_ref(api_version, kind, name, uid)
 

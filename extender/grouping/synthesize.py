@@ -14,6 +14,8 @@ that the grouper's owner walk finds them:
     LeaderWorkerSet LWS -> StatefulSet <lws> -> leader Pod <lws>-<g>
                     leader Pod -> StatefulSet <lws>-<g> -> Pod <lws>-<g>-<w>   (w = 1..size-1)
     JobSet          JobSet -> Job <js>-<rjob>-<j> -> Pod   <js>-<rjob>-<j>-<i>
+    TrainJob        TrainJob -> JobSet <tj> (from its runtime, or its JobSet when given) -> Job
+                    <tj>-<rjob>-<j> -> Pod <tj>-<rjob>-<j>-<i>
     RayCluster      RayCluster -> Pod                      <rc>-head, <rc>-<group>-worker-<i>
     RayJob          RayJob -> RayCluster <rj>-raycluster -> Pod   (the submitter Job comes later,
                     once the cluster runs, and is not created here)
@@ -34,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from extender.grouping.kinds import SYNTHESIZERS
+from extender.grouping.objects import ObjectLookup
 from extender.grouping.synthesis import Synthesis, Synthesized, TooManyPods
 from extender.model.errors import FieldError, InvalidObject
 
@@ -49,9 +52,12 @@ def synthesized_versions(api_version: str, kind: str) -> tuple[str, ...]:
     return tuple(sorted(v for v, k in SYNTHESIZERS if k == kind and v.rpartition("/")[0] == group))
 
 
-def synthesize(workload: Mapping[str, Any], default_namespace: str = "default") -> Synthesized:
-    """The pods and intermediate owners `workload`'s controller would create; raises InvalidObject."""
-    out = Synthesis(workload, default_namespace)
+def synthesize(
+    workload: Mapping[str, Any], default_namespace: str = "default", objects: ObjectLookup | None = None
+) -> Synthesized:
+    """The pods and intermediate owners `workload`'s controller would create; raises InvalidObject.
+    OBJECTS: the rest of the input, for a kind made from another object (a TrainJob's runtime)."""
+    out = Synthesis(workload, default_namespace, objects)
     make = SYNTHESIZERS.get((out.api_version, out.kind))
     if make is None:
         kinds = ", ".join(sorted(f"{k} {v}" for v, k in SYNTHESIZERS))
@@ -66,7 +72,7 @@ def synthesize(workload: Mapping[str, Any], default_namespace: str = "default") 
         pass
     if out.errors:
         raise InvalidObject(out.errors)
-    return Synthesized(tuple(out.pods), tuple(out.owners))
+    return Synthesized(tuple(out.pods), tuple(out.owners), tuple(dict.fromkeys(out.read)))
 
 
 __all__ = ["Synthesized", "can_synthesize", "synthesize", "synthesized_versions"]

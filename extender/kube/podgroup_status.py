@@ -39,15 +39,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.core.decisions import (
-    FINISHED,
-    R_GANG_INCOMPLETE,
-    R_SCHEDULED,
-    SCHEDULED,
-    GroupStatus,
-)
+from extender.core.decisions import FINISHED, R_GANG_INCOMPLETE, R_SCHEDULED, SCHEDULED
+from extender.core.held_room import ReservedRoom, rfc3339
 from extender.core.membership import GroupView
-from extender.core.waits import ReservedRoom, rfc3339
+from extender.core.standing import GroupStatus
 from extender.model.podgroup_body import podgroup_spec_body
 
 API_VERSION = "scheduling.topogang.io/v1alpha1"

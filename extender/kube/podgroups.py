@@ -42,8 +42,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from extender.core.decisions import FINISHED, INVALID, PENDING, R_GANG_INCOMPLETE, SCHEDULED, GroupStatus
+from extender.core.decisions import FINISHED, INVALID, PENDING, R_GANG_INCOMPLETE, SCHEDULED
 from extender.core.scheduler import GangScheduler
+from extender.core.standing import GroupStatus
 from extender.kube.background import Background
 from extender.kube.client import ApiError, JSONDict
 from extender.kube.podgroup_status import (

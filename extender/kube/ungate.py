@@ -224,7 +224,7 @@ class Ungater:
         planned = self.plan(group)
         if not planned:
             return
-        self.scheduler.gates.opened_elsewhere(group, time.monotonic())  # from here kube-scheduler binds them
+        self.scheduler.gates.opened_elsewhere(group, time.monotonic(), planned)  # from here kube-scheduler binds them
         self._sent.update(planned)
         start = time.perf_counter()
         results = await asyncio.gather(*(self._ungate(pod, node) for pod, node in sorted(planned.items())))

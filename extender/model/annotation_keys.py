@@ -49,10 +49,14 @@ KUEUE_PREFER = "kueue.x-k8s.io/prefer-topology"
 LWS_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 LWS_SUBGROUP_EXCLUSIVE = "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
 JOBSET_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+# JobSet's node-selector strategy of exclusive placement (nodes labelled per Job beforehand): its
+# pod webhook then admits every pod of a Job at once.
+JOBSET_NODE_SELECTOR = "alpha.jobset.sigs.k8s.io/node-selector"
 # topogang's own.
 RUNTIME_BOUND = "scheduling.topogang.io/runtime-bound"
 ON_UNREPAIRABLE = "scheduling.topogang.io/on-unrepairable"
 MAX_WAIT = "scheduling.topogang.io/max-wait"
+MOVABLE = "scheduling.topogang.io/movable"
 
 READ = frozenset(
     {
@@ -75,9 +79,11 @@ READ = frozenset(
         LWS_EXCLUSIVE,
         LWS_SUBGROUP_EXCLUSIVE,
         JOBSET_EXCLUSIVE,
+        JOBSET_NODE_SELECTOR,
         RUNTIME_BOUND,
         ON_UNREPAIRABLE,
         MAX_WAIT,
+        MOVABLE,
     }
 )
 
@@ -265,6 +271,7 @@ TOPOGANG = _under(
     "runtime-bound",
     "on-unrepairable",
     "max-wait",
+    "movable",
     "plan-generation",
     "segment-index",
     "gang",

@@ -96,6 +96,11 @@ class SubGroupSpec:
     parent: str | None = None
     min_member: int | None = None
     min_subgroup: int | None = None
+    # The pods of a segment or slice of a workload (KAI's segment-size, Kueue's podset-slice-size),
+    # 0 for any other SubGroup: they work as one group, so an elastic one (minMember 0) is placed
+    # with all of them or not at all. Set by the grouper; the PodGroup API has no such field, so
+    # it stays in memory.
+    segment_pods: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +135,13 @@ class PodGroupSpec:
     # scheduling.topogang.io/max-wait (model/max_wait.py): seconds it may wait for room before it
     # is overdue; None: the cluster's default (`topogang serve --max-wait`), if any.
     max_wait: float | None = None
+    # Kubernetes' PodGroup gives the gang a priority of its own (spec.priority, resolved by the
+    # Priority admission plugin): when set, it is the gang's, whatever its pods say.
+    priority: int | None = None
+    # disruptionMode all: the gang may be disrupted only as a whole (extender.core.disruption).
+    disruption_all: bool = False
+    # preemptionPolicy Never on Kubernetes' PodGroup: the gang never preempts.
+    never_preempts: bool = False
 
     @property
     def key(self) -> str:

@@ -2,8 +2,9 @@
 
 topogang writes the PodGroups it derives from workloads (TFJob, Job, LeaderWorkerSet, ...) to
 the API server, so `kubectl get podgroups` shows the gang the grouper decided. Only what the
-PodGroup API can say is written: LeaderWorkerSet's exclusive topology is the grouper's own
-addition and stays in memory (the workload's annotation is the source of truth).
+PodGroup API can say is written: LeaderWorkerSet's exclusive topology and which SubGroups are a
+workload's segments (placed whole beyond the minimum) are the grouper's own additions and stay in
+memory (the workload's annotations are the source of truth).
 """
 
 from __future__ import annotations

@@ -5,14 +5,17 @@ server, the simulator and the benchmarks all call `plan()`; nothing else places 
 packages import placement through this module only.
 """
 
-from extender.placement.engine import incomplete, meets_minimum, minimum_pods, plan, scope_minimum_pods
+from extender.placement.engine import plan
 from extender.placement.gang import Gang, Member, Rule, Scope, Shape
 from extender.placement.gang_from_podgroup import BuiltGang, build_gang
 from extender.placement.leftout import Excluded, Exclusion, left_out
+from extender.placement.minimum import incomplete, meets_minimum, minimum_pods, scope_minimum_pods
 from extender.placement.ranking import (
+    ALLOTTED,
     COMPACT,
     HOLDS_ALL,
     INNER,
+    PARTS,
     PATH,
     PREFERRED,
     REQUIRED,
@@ -23,6 +26,7 @@ from extender.placement.ranking import (
 )
 from extender.placement.reasons import INCOMPLETE, NO_CAPACITY, NO_DOMAIN, SEARCH_LIMIT, Shortfall
 from extender.placement.ref import DomainRef
+from extender.placement.relocation import MovedPod, Stranded, closed_domain, relocate
 from extender.placement.repair import Repair, plan_repair, unpin
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot, DictUsage, NodeTable
@@ -40,12 +44,14 @@ from extender.placement.victims import (
 )
 
 __all__ = [
+    "ALLOTTED",
     "COMPACT",
     "HOLDS_ALL",
     "INCOMPLETE",
     "INNER",
     "NO_CAPACITY",
     "NO_DOMAIN",
+    "PARTS",
     "PATH",
     "PREFERRED",
     "REQUIRED",
@@ -65,6 +71,7 @@ __all__ = [
     "Gang",
     "IntArray",
     "Member",
+    "MovedPod",
     "NoPreemption",
     "NodeTable",
     "Overrun",
@@ -80,10 +87,12 @@ __all__ = [
     "Scope",
     "Shape",
     "Shortfall",
+    "Stranded",
     "TopologyTree",
     "Unplaceable",
     "Workload",
     "build_gang",
+    "closed_domain",
     "find_victims",
     "incomplete",
     "left_out",
@@ -91,6 +100,7 @@ __all__ = [
     "minimum_pods",
     "plan",
     "plan_repair",
+    "relocate",
     "scope_minimum_pods",
     "unpin",
 ]

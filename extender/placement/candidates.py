@@ -10,13 +10,27 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import overload
 
 import numpy as np
 
 from extender.placement.demand import Demand
 from extender.placement.gang import Scope
-from extender.placement.ranking import COMPACT, HOLDS_ALL, INNER, PATH, PREFERRED, REQUIRED, ROOM, SPANS, Recorder
+from extender.placement.parts import Parts, fewest_domains
+from extender.placement.ranking import (
+    ALLOTTED,
+    COMPACT,
+    HOLDS_ALL,
+    INNER,
+    PARTS,
+    PATH,
+    PREFERRED,
+    REQUIRED,
+    ROOM,
+    SPANS,
+    Recorder,
+)
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.state import AttemptState
 from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
@@ -26,13 +40,25 @@ from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
 MAX_PREFERRED_CANDIDATES = 3
 
 
+@dataclass(frozen=True)
+class _Fit:
+    """How each candidate domain holds a scope, as `_order` ranks them."""
+
+    room: IntArray  # pods of the dominant shape it takes: all of them where full_ok, else the minimum's (whole parts)
+    full_ok: BoolArray  # room for every pod of the scope
+    need: int  # the scope's pods of the dominant shape
+    spread: IntArray | None  # domains of its parts' level they would take (None: no parts)
+    leftover: IntArray  # room - need where full_ok, else -room: the tightest first, the most room first
+
+
 class Candidates:
     def __init__(self, snapshot: ClusterSnapshot, tree: TopologyTree, state: AttemptState, demand: Demand) -> None:
         self.snapshot = snapshot
         self.tree = tree
         self.state = state
         self.demand = demand
-        self._parts_of: dict[int, list[Scope]] = {}  # scope -> its constrained parts (see _parts)
+        self.parts = Parts(tree, state, demand)
+        self.hints: dict[int, Domain] = {}  # scope id -> the domain its siblings' allotment gave it (allot)
         self._inner: dict[int, list[tuple[Scope, int]]] = {}  # scope id -> descendants with a written preference
         self.recorder: Recorder | None = None  # set only when the plan is to be explained
 
@@ -167,26 +193,73 @@ class Candidates:
         return [*self.state.where.values(), *running]
 
     def _order(self, scope: Scope, level: int, cand: IntArray, *primary: IntArray) -> IntArray:
-        """Tightest fit first: domains that hold every pod by leftover room, then the rest by
-        room, largest first (to take as many optional pods as possible); ties by path."""
+        """The candidate allotted to the scope first (see `allot`); then the primary keys; then
+        domains that hold every pod by the least room left (tightest fit), then the rest by the
+        most room (to take as many optional pods as possible); ties by the fewest domains the
+        scope's parts would take, then by path."""
+        allotted = self._allotted(scope, level, cand)
+        first = [] if allotted is None else [allotted]
         if not self.demand.nshapes:
-            return np.lexsort((cand, *reversed(primary)))
-        room, full_ok, need = self._fit(scope, level, cand)
-        leftover = np.where(full_ok, room - need, -room)
-        return np.lexsort((cand, leftover, ~full_ok, *reversed(primary)))
+            return np.lexsort((cand, *reversed(primary), *first))
+        fit = self._fit(scope, level, cand)
+        spread = [] if fit.spread is None else [fit.spread]
+        return np.lexsort((cand, *spread, fit.leftover, ~fit.full_ok, *reversed(primary), *first))
 
-    def _fit(self, scope: Scope, level: int, cand: IntArray) -> tuple[IntArray, BoolArray, int]:
-        """Per candidate: the room for the scope's dominant shape (whole parts), whether it holds
-        every pod of the scope; and the pods of that shape it has to place."""
+    def _allotted(self, scope: Scope, level: int, cand: IntArray) -> BoolArray | None:
+        """As a sort key, False for the candidate the scope's allotment names (None: no allotment)."""
+        hint = self.hints.get(scope.id)
+        if hint is None or hint.level != level:
+            return None
+        other: BoolArray = cand != hint.index
+        return other
+
+    def _fit(self, scope: Scope, level: int, cand: IntArray) -> _Fit:
+        """How each candidate holds the scope's dominant shape (room in whole parts)."""
         counts = self.state.counts
         full = self.demand.full[scope.id]
         s = self.demand.dominant(scope)
-        room = self._usable_room(scope, level, cand, s)
-        full_ok = room >= full[s]  # room never exceeds the count of shape s, so s is checked
+        in_parts = self.parts.counted_in_parts(scope, level)
+        room_all = self.parts.room(scope, level, cand, s, full=True) if in_parts else counts[s][level][cand]
+        full_ok = room_all >= full[s]  # room never exceeds the count of shape s, so s is checked
         for shape, need in enumerate(full):
             if need > 0 and shape != s:
                 full_ok &= counts[shape][level][cand] >= need
-        return room, full_ok, full[s]
+        room, spread = room_all, None
+        if in_parts:  # the minimum's parts may be fewer or smaller than all of them
+            room = np.where(full_ok, room_all, self.parts.room(scope, level, cand, s, full=False))
+            spread_all = self.parts.domains_needed(scope, level, cand, s, full=True)
+            spread_min = self.parts.domains_needed(scope, level, cand, s, full=False)
+            if spread_all is not None and spread_min is not None:
+                spread = np.where(full_ok, spread_all, spread_min)
+            else:
+                spread = spread_min if spread_min is not None else spread_all
+        leftover = np.where(full_ok, room - full[s], -room)
+        return _Fit(room, full_ok, full[s], spread, leftover)
+
+    def allot(self, run: Sequence[Scope], region: Domain, level: int) -> dict[int, Domain]:
+        """Domains of `level` inside `region` for RUN, siblings that ask for the same (segments or
+        slices of one replica type), by Kueue's greedy (parts.fewest_domains): the fewest
+        domains, the last the tightest. Each sibling's search then tries its domain first; a
+        sibling left without one (the room runs out) searches as usual."""
+        first = run[0]
+        opened = self._fitting(first, region, level)
+        if opened is None or not self.demand.nshapes:
+            return {}
+        lo, _, ok = opened
+        cand: IntArray = np.flatnonzero(ok) + lo
+        if len(cand) == 0:
+            return {}
+        caps: IntArray | None = None
+        for shape, need in enumerate(self.demand.minimum[first.id]):
+            if need > 0:
+                fit = self.parts.room(first, level, cand, shape, full=False) // need
+                caps = fit if caps is None else np.minimum(caps, fit)
+        if caps is None:
+            return {}
+        s = self.demand.dominant(first)
+        took = fewest_domains(caps.tolist(), self.state.counts[s][level][cand].tolist(), len(run))
+        domains = [Domain(level, int(cand[i])) for i, n in took for _ in range(n)]
+        return {child.id: d for child, d in zip(run, domains, strict=False)}
 
     def _record(
         self,
@@ -204,51 +277,23 @@ class Candidates:
         level = where[1]
         columns: dict[str, IntArray | BoolArray] = {name: values[order] for name, values in primary}
         keys = tuple(name for name, _ in primary)
+        allotted = self._allotted(scope, level, cand)
+        if allotted is not None:
+            columns[ALLOTTED] = ~allotted[order]
+            keys = (ALLOTTED, *keys)
         s = self.demand.dominant(scope)
         if self.demand.nshapes:
-            room, full_ok, _ = self._fit(scope, level, cand)
-            columns |= {HOLDS_ALL: full_ok[order], ROOM: room[order], "free": self.state.counts[s][level][cand][order]}
+            fit = self._fit(scope, level, cand)
+            free = self.state.counts[s][level][cand]
+            columns |= {HOLDS_ALL: fit.full_ok[order], ROOM: fit.room[order], "free": free[order]}
             keys += (HOLDS_ALL, ROOM)
+            if fit.spread is not None:
+                columns[PARTS] = fit.spread[order]
+                keys += (PARTS,)
         pods = self.demand.full[scope.id][s] if self.demand.nshapes else 0
         minimum = self.demand.minimum[scope.id][s] if self.demand.nshapes else 0
         spans = preferred if any(name == SPANS for name, _ in primary) else None
         self.recorder.ranked(scope, kind, where, counts, cand[order], columns, (*keys, PATH), (pods, minimum, s), spans)
-
-    def _usable_room(self, scope: Scope, level: int, cand: IntArray, shape: int) -> IntArray:
-        """Room for the scope in each candidate, counting only what its parts can use: where each
-        part must sit in one domain of a finer level (segments in a rack), a rack holds whole parts
-        only, so a block of three racks with 3 free nodes each has no room for segments of 4.
-        Tightness measured on this room puts segments where they strand the fewest nodes."""
-        room: IntArray = self.state.counts[shape][level][cand]
-        parts = self._parts(scope)
-        finer = {p.rule.required for p in parts if p.rule is not None}
-        if not parts or len(finer) != 1:
-            return room
-        (part_level,) = finer
-        unit = min(self.demand.minimum[p.id][shape] for p in parts)
-        if part_level is None or part_level <= level or unit <= 1:
-            return room
-        inner = self.tree.levels[part_level]
-        whole = (self.state.counts[shape][part_level] // unit) * unit * inner.labeled
-        owner = self.tree.levels[level].domain_of_pos[inner.starts]
-        usable = np.bincount(owner, weights=whole, minlength=len(self.tree.levels[level].starts))
-        return np.minimum(room, usable[cand].astype(np.int64))
-
-    def _parts(self, scope: Scope) -> list[Scope]:
-        """The nearest scopes below `scope` with a required level, when every pod is under one."""
-        found = self._parts_of.get(scope.id)
-        if found is None:
-            found = []
-            for child in scope.children:
-                if child.rule is not None and child.rule.required is not None:
-                    found.append(child)
-                elif child.leaf or not (below := self._parts(child)):
-                    found = []
-                    break
-                else:
-                    found.extend(below)
-            self._parts_of[scope.id] = found
-        return found
 
     def _domains_needed(self, scope: Scope, level: int, cand: IntArray, preferred: int) -> IntArray:
         """For each candidate, how many preferred-level domains its pods would span (greedy)."""

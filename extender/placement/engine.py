@@ -32,7 +32,7 @@ The result depends only on the snapshot and the gang: no clock, no randomness, n
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence, Set
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,8 +40,8 @@ from extender.placement.candidates import Candidates
 from extender.placement.demand import Demand
 from extender.placement.failure import Failures
 from extender.placement.gang import Gang, Member, Scope
+from extender.placement.minimum import incomplete
 from extender.placement.ranking import COMPACT, PREFERRED, REQUIRED, Recorder
-from extender.placement.reasons import INCOMPLETE, Shortfall
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.state import AttemptState
@@ -69,17 +69,6 @@ def plan(snapshot: ClusterSnapshot, gang: Gang, *, compact: bool = True, explain
     if explain:
         placer.recorder = placer.candidates.recorder = Recorder(tree, [s.describe() for s in gang.shapes])
     return placer.run()
-
-
-def incomplete(gang: Gang) -> Shortfall | None:
-    """Why the pods that exist cannot satisfy the minimum tree whatever the capacity, or None."""
-    missing = _incomplete(gang.root)
-    if missing is None:
-        return None
-    # The scope that lacks pods, with its own count: a gang can hold more pods than its minimum
-    # and still miss some where they are needed.
-    present = sum(1 for _ in missing.all_members())
-    return Shortfall(INCOMPLETE, missing.label, scope_minimum_pods(missing), present=present)
 
 
 class _SearchLimit(Exception):
@@ -112,6 +101,7 @@ class _Placer:
             return Unplaceable(self.gang.key, self.failures.final(), self.attempts)
         self.minimum = frozenset(self.state.where)
         self.failures.optional = True
+        self.demand.grow_units()
         with contextlib.suppress(_SearchLimit):  # the minimum stands; the rest waits for a later plan
             self.place_optional(root)
         return self._plan()
@@ -248,34 +238,59 @@ class _Placer:
     def _like_an_earlier(self, child: Scope, order: Sequence[Scope]) -> bool:
         """Whether a sibling before `child` asks for the same: then moving `child` first only
         swaps two equals (segments of one replica type), and the retry cannot help."""
+        mine = self._signature(child)
+        return any(self._signature(c) == mine for c in order[: order.index(child)])
+
+    def _signature(self, c: Scope) -> tuple[object, ...]:
+        """What a child asks for: siblings with equal signatures are interchangeable."""
         d = self.demand
+        r = c.rule
+        rule = None if r is None else (r.required, r.preferred, r.exclusive)
+        return (rule, c.min_member, c.weight, tuple(d.minimum[c.id]), tuple(d.full[c.id]), tuple(d.fixed[c.id]))
 
-        def sig(c: Scope) -> tuple[object, ...]:
+    def _runs(self, children: Sequence[Scope], region: Domain) -> dict[int, list[Scope]]:
+        """Siblings that ask for the same and each need one domain of a level finer than
+        `region` (segments, slices), two or more, by the id of each: the candidates allot them
+        domains together (Candidates.allot), so they take the fewest domains."""
+        runs: dict[tuple[object, ...], list[Scope]] = {}
+        for c in children:
             r = c.rule
-            rule = None if r is None else (r.required, r.preferred, r.exclusive)
-            return (rule, c.min_member, c.weight, tuple(d.minimum[c.id]), tuple(d.full[c.id]), tuple(d.fixed[c.id]))
-
-        mine = sig(child)
-        return any(sig(c) == mine for c in order[: order.index(child)])
+            if r is None or r.required is None or r.required <= region.level or r.exclusive:
+                continue
+            if c.weight != 1 or self.demand.fixed[c.id] or c.id in self.state.pins or c.id in self.demand.waiting:
+                continue
+            runs.setdefault(self._signature(c), []).append(c)
+        return {c.id: run for run in runs.values() if len(run) > 1 for c in run}
 
     def _place_children_once(self, scope: Scope, region: Domain, order: Sequence[Scope]) -> tuple[int, Scope | None]:
         """The weight placed, and the first child that failed after a sibling was placed."""
         required = self.state.pins[scope.id].required
         got, failed, placed_any = 0, None, False
+        runs = self._runs([c for c in order if not self.demand.empty_ok[c.id]], region)
+        hints = self.candidates.hints
         for child in order:
             if got >= scope.min_member:
                 break
             if self.demand.empty_ok[child.id] and not self.demand.fixed[child.id]:
                 got += child.weight  # satisfied with no pods (elastic); phase 3 may add some
                 continue
+            run = runs.get(child.id)
+            if run is not None and run[0] is child:
+                # Siblings that ask for the same get their domains together: the fewest.
+                level = child.rule.required if child.rule is not None and child.rule.required is not None else 0
+                hints.update(self.candidates.allot(run[: scope.min_member - got], region, level))
             cp = self.state.checkpoint()
-            if self.place_scope(child, region, required):
+            placed = self.place_scope(child, region, required)
+            hints.pop(child.id, None)
+            if placed:
                 got += child.weight
                 placed_any = True
             else:
                 self.state.rollback(cp)
                 if failed is None and placed_any:
                     failed = child
+        for child_id in runs:
+            hints.pop(child_id, None)
         return got, failed
 
     def _ordered_children(self, scope: Scope) -> list[Scope]:
@@ -297,7 +312,7 @@ class _Placer:
     def place_members(self, leaf: Scope, region: Domain) -> bool:
         """Place the leaf's minimum pods inside `region`."""
         placed = self.demand.preplaced[leaf.id] + sum(1 for m in leaf.members if m.key in self.state.where)
-        need = leaf.min_member - placed
+        need = self.demand.min_pods[leaf.id] - placed
         if need <= 0:
             return True
         todo = self._unplaced(leaf)[:need]
@@ -355,22 +370,53 @@ class _Placer:
         pin = self.state.pins.get(scope.id)
         if pin is None:
             return
+        if scope.id in self.demand.waiting:
+            return  # a unit whose pods are not all created yet: placed once they are
         if scope.leaf:
+            cp = self.state.checkpoint()
             for shape, keys in _by_shape(self._unplaced(scope)):
                 done = self.place_pods(pin.preferred, shape, keys)
                 if pin.required != pin.preferred:
                     self.place_pods(pin.required, shape, keys[done:])
+            if scope.id in self.demand.units and self._unplaced(scope):
+                self.state.rollback(cp)  # a unit (its pods already running there) whole or not at all
             return
+        runs = self._runs(scope.children, pin.required)
         for child in scope.children:
             if child.id in self.state.pins:
                 self.place_optional(child)
-            else:
+            elif child.id not in runs:
                 self.place_optional_child(child, pin.required, pin.preferred)
+            elif runs[child.id][0] is child:
+                self._place_optional_run(runs[child.id], pin.required, pin.preferred)
+
+    def _place_optional_run(self, run: Sequence[Scope], required: Domain, preferred: Domain) -> None:
+        """Optional siblings that ask for the same: as many as fit near the rest of their parent
+        (its preferred domain), then the others in its required domain, each time in the domains
+        Candidates.allot gives them together (the fewest)."""
+        pending = list(run)
+        level = run[0].rule.required if run[0].rule is not None and run[0].rule.required is not None else 0
+        hints = self.candidates.hints
+        for region in dict.fromkeys((preferred, required)):
+            if not pending or level <= region.level:
+                continue
+            allotted = self.candidates.allot(pending, region, level)
+            for child in pending:
+                if child.id in allotted:
+                    hints[child.id] = allotted[child.id]
+                    self.place_optional_child(child, required, region)
+                    hints.pop(child.id, None)
+            pending = [c for c in pending if c.id not in allotted]
+        for child in pending:
+            self.place_optional_child(child, required, required)
 
     def place_optional_child(self, child: Scope, required: Domain, preferred: Domain) -> None:
-        """An optional child, whole or as much as fits: near the rest of its parent (the parent's
-        preferred domain) when that takes every pod of the child; else wherever its
-        constraints allow, if that takes more."""
+        """An optional child near the rest of its parent (`preferred`, the parent's preferred
+        domain) when that takes every pod of the child, else wherever its constraints allow. A
+        whole unit (a segment beyond the minimum) goes whole or not at all; another child takes
+        as much as fits, where that is the most."""
+        if child.id in self.demand.waiting:
+            return  # a unit whose pods are not all created yet: placed once they are
         regions = [required]
         if preferred != required and self._holds(preferred, self.demand.full[child.id]):
             regions.insert(0, preferred)
@@ -383,7 +429,7 @@ class _Placer:
             self.state.rollback(cp)
             if got is not None and (best is None or got > best[0]):
                 best = (got, region)
-        if best is not None:
+        if best is not None and child.id not in self.demand.units:
             self._place_whole(child, best[1], required)
 
     def _place_whole(self, child: Scope, region: Domain, required: Domain) -> int | None:
@@ -424,48 +470,3 @@ def _by_shape(members: Sequence[Member]) -> list[tuple[int, list[str]]]:
     for m in members:
         groups.setdefault(m.shape, []).append(m.key)
     return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-
-
-def _incomplete(scope: Scope) -> Scope | None:
-    """The deepest scope whose minimum cannot be met by the pods that exist, or None."""
-    if scope.leaf:
-        return scope if len(scope.members) < scope.min_member else None
-    got, first_missing = 0, None
-    for child in scope.children:
-        missing = _incomplete(child)
-        if missing is None:
-            got += child.weight
-        elif first_missing is None:
-            first_missing = missing
-    return None if got >= scope.min_member else (first_missing or scope)
-
-
-def meets_minimum(gang: Gang, placed: Set[str]) -> bool:
-    """Whether the pods in PLACED (keys) satisfy the gang's whole minimum tree."""
-
-    def met(scope: Scope) -> bool:
-        if scope.leaf:
-            return sum(1 for m in scope.members if m.key in placed) >= scope.min_member
-        return sum(c.weight for c in scope.children if met(c)) >= scope.min_member
-
-    return met(gang.root)
-
-
-def minimum_pods(gang: Gang) -> int:
-    """Pods the gang's minimum tree needs at the least (0 for an elastic gang)."""
-    return scope_minimum_pods(gang.root)
-
-
-def scope_minimum_pods(scope: Scope) -> int:
-    """Pods SCOPE's minimum tree needs, choosing the smallest children where only some are needed
-    (a child counts as its weight: a SubGroupSet stands for the SubGroups it holds)."""
-    if scope.leaf:
-        return scope.min_member
-    sizes = sorted((scope_minimum_pods(c), c.weight) for c in scope.children)
-    got, total = 0, 0
-    for size, weight in sizes:
-        if got >= scope.min_member:
-            break
-        got += weight
-        total += size
-    return total

@@ -58,6 +58,7 @@ class Scope:
     weight: int = 1
     name: str = ""  # the SubGroup name ("" for the PodGroup and sets)
     key: str = ""  # its identity in results: the PodGroup's ns/name, the SubGroup name, a set's label
+    segment_pods: int = 0  # a segment or slice of this many pods: beyond the minimum, all of them or none
 
     @property
     def leaf(self) -> bool:

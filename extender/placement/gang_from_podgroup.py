@@ -261,7 +261,8 @@ class _GangBuilder:
             return Scope(sid, label, minimum, children, rule=rule, name=sg.name, key=sg.name)
         minimum = _first(sg.min_member, 1)
         members = self.to_members(sg.name)
-        return Scope(sid, label, minimum, members=members, rule=rule, name=sg.name, key=sg.name)
+        segment = sg.segment_pods
+        return Scope(sid, label, minimum, members=members, rule=rule, name=sg.name, key=sg.name, segment_pods=segment)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from extender.placement.gang import Scope
+from extender.placement.parts import NEVER
 from extender.placement.ref import DomainRef
 from extender.placement.state import Pin
 from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
@@ -20,6 +21,7 @@ from extender.placement.tree import BoolArray, Domain, IntArray, TopologyTree
 REQUIRED, PREFERRED, COMPACT = "required", "preferred", "compact"
 # The sort keys, by name, in the order a ranking applied them (path breaks the last ties).
 SPANS, INNER, HOLDS_ALL, ROOM, PATH = "spans", "inner", "holdsAll", "room", "path"
+ALLOTTED, PARTS = "allotted", "partDomains"
 SHOWN = 5  # candidates kept per ranking, beyond the chosen one and its runner-up
 TRIED_SHOWN = 8  # candidates ranked before the chosen one that were tried and failed, by name
 
@@ -34,6 +36,8 @@ class RankedDomain:
     holds_all: bool  # room for every pod of the scope, not only its minimum
     spans: int | None = None  # domains of the scope's preferred level its pods would span
     inner: int | None = None  # domains of its descendants' preferred levels they would span
+    parts: int | None = None  # domains of its parts' level its parts would take (None: not a key, or no room)
+    allotted: bool = False  # the domain its siblings' allotment gave it (the fewest domains for them all)
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,7 @@ class Recorder:
 
         room = value(ROOM) or 0
         free = value("free")
+        parts = value(PARTS)
         return RankedDomain(
             self.tree.ref(Domain(e.level, index)),
             room,
@@ -185,4 +190,6 @@ class Recorder:
             bool(col[HOLDS_ALL][i]) if HOLDS_ALL in col else room >= e.pods,
             value(SPANS),
             value(INNER),
+            parts if parts is not None and parts < NEVER else None,
+            bool(col[ALLOTTED][i]) if ALLOTTED in col else False,
         )

@@ -41,6 +41,9 @@ class Shortfall:
     exclusive: bool = False  # the level had to be free of other gangs' pods
     no_label: str = ""  # NO_DOMAIN: the level's node label, when no node in the region carries it
     pinned: str | None = None  # NO_DOMAIN: the domain the scope's running pods hold it to
+    # NO_DOMAIN, NO_CAPACITY: found with nothing running (every node's whole allocatable), so
+    # no wait helps: `best` is the most the constraint allows on these nodes
+    never: bool = False
 
     def render_steady(self) -> str:
         """As `render`, without what changes as a gang fills (its count of pods present): the
@@ -71,6 +74,8 @@ class Shortfall:
             text += f" fits {self.best}"
         else:
             text = f"{self.scope}: {need}{where or ' in the cluster'}; only {self.best} fit"
+        if self.never:
+            text += " even with nothing running"
         if self.excluded:
             parts = sorted(((str(why), n) for why, n in self.excluded.items()), key=lambda kv: (-kv[1], kv[0]))
             text += "; nodes left out: " + ", ".join(f"{n} {why}" for why, n in parts)

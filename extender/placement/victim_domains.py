@@ -28,7 +28,7 @@ class Candidate:
     domain: Domain
     units: IntArray  # unit ranks with pods in the domain, cheapest first
     first: int  # how many of them the summed room says must go
-    key: tuple[int, int, int, int]  # estimated (top priority, workloads, pods, measured resource taken)
+    key: tuple[int, int, int, int]  # estimated (top tier, workloads, pods, measured resource taken)
     room: int = 1  # how many times the summed room, with every unit gone, holds what was asked
 
 
@@ -84,7 +84,7 @@ def rank_domains(
         f = int(first_ok[lo:hi].min()) if hi > lo else len(ok)
         if f >= hi:
             continue  # even every unit here would not free enough
-        key = (int(units.priority[row_rank[f]]), int(cum_whole[f]), int(cum_pods[f]), int(cum_taken[f]))
+        key = (int(units.tier[row_rank[f]]), int(cum_whole[f]), int(cum_pods[f]), int(cum_taken[f]))
         out.append(Candidate(Domain(level, d), ranks, f - lo + 1, key, room(d, lo, hi)))
     for d in range(ndom):  # domains with no victim at all, where the room may suffice already
         if d in seen or (only is not None and d != only) or not li.labeled[d]:

@@ -1,9 +1,11 @@
-"""find_victims: the cheapest set of lower-priority workloads whose eviction lets a gang's minimum fit.
+"""find_victims: the cheapest set of workloads whose eviction lets a gang's minimum fit.
 
 Pure, like `plan()`: same snapshot, gang and workloads, same answer; no I/O, no clock.
 
   1  units: the workloads strictly below the preemptor's priority, cut into units (an elastic
-     pod alone, the rest of a gang whole, a plain pod) and sorted by what each costs alone.
+     pod alone, the rest of a gang whole, a plain pod), and the elastic pods of gangs of its own
+     priority (pods beyond a minimum never keep an equal minimum waiting; their cores stay), sorted
+     by what each costs alone: elastic pods first, whatever their priority (victim_units.py).
   2  domains: the gang's root goes whole into one domain of its required level (the cluster
      when it has none). Every such domain is ranked at once by an optimistic estimate: the
      shortest prefix of its cheapest units whose pods free the room the minimum needs.
@@ -37,8 +39,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from extender.placement.engine import incomplete, plan
+from extender.placement.engine import plan
 from extender.placement.gang import Gang, Scope
+from extender.placement.minimum import incomplete
 from extender.placement.result import Plan, PlanResult, Unplaceable
 from extender.placement.snapshot import ClusterSnapshot
 from extender.placement.tree import BoolArray, IntArray, TopologyTree
@@ -70,14 +73,16 @@ def find_victims(
     *,
     max_domains: int = MAX_DOMAINS,
 ) -> PreemptionResult:
-    """Victims among `workloads` (strictly below `priority`) that make `gang`'s minimum fit,
-    never more of a budget's pods than it allows."""
-    lower = [w for w in workloads if w.priority < priority and w.pods]
+    """Victims among `workloads` (strictly below `priority`, and the elastic pods of gangs at it)
+    that make `gang`'s minimum fit, never more of a budget's pods than it allows."""
+    lower = [w for w in workloads if w.pods and (w.priority < priority or (w.priority == priority and w.elastic))]
     missing = incomplete(gang)
     if missing is not None:
         return NoPreemption(gang.key, missing.render())
     if not lower:
-        return NoPreemption(gang.key, f"no running workload has a priority below {priority}")
+        return NoPreemption(
+            gang.key, f"no running workload has a priority below {priority}, nor pods beyond its minimum at it"
+        )
     search = _Search(snapshot, gang, priority, lower, budgets, max_domains)
     guard = search.guard
     if not guard:
@@ -143,7 +148,7 @@ class _Search:
         self.level = rule.required if rule is not None and rule.required is not None else 0
         resources = sorted({r for s in gang.shapes for r, v in s.requests if v > 0})
         self.measured = measured_resources(s.requests for s in gang.shapes)
-        self.units = UnitTable(snapshot.table, lower, resources, self.measured, budgets)
+        self.units = UnitTable(snapshot.table, lower, resources, self.measured, budgets, ceiling=priority)
         self.budgets = budgets
         self.guard = BudgetTable(self.units, budgets)
         self.covered = frozenset(p for b in budgets for p in b.pods)
@@ -157,26 +162,24 @@ class _Search:
         self.failure = ""
 
     def run(self, excluded: BoolArray | None) -> _Found | NoPreemption:
-        """One search over the units not `excluded`: the lowest priority tier that works, and its
-        best verified domain."""
+        """One search over the usable units not `excluded`: the lowest tier that works (elastic
+        pods alone first, lowest priority first; then whole workloads too), and its best verified
+        domain."""
         self.failure = ""
         units = self.units
         ranked: dict[int, list[Candidate]] = {}
+        usable = units.usable if excluded is None else units.usable & ~excluded
 
         def rank(tier: int) -> list[Candidate]:
             if tier not in ranked:
-                allowed: BoolArray = units.priority <= tier
-                if excluded is not None:
-                    allowed &= ~excluded
-                ranked[tier] = self._rank(allowed)
+                ranked[tier] = self._rank(usable & (units.tier <= tier))
             return ranked[tier]
 
-        pool = units.priority if excluded is None else units.priority[~excluded]
-        tiers = [int(t) for t in np.unique(pool)]
+        tiers = [int(t) for t in np.unique(units.tier[usable])]
         first = _first_tier(tiers, rank) if tiers else None
         if first is None:
             where = "the cluster" if self.level == 0 else f"any {self.tree.level_name(self.level)}"
-            below = f"every workload below priority {self.priority}"
+            below = f"every workload below priority {self.priority} and every pod beyond a minimum at it"
             why = f"evicting {below} would not free room for the minimum in {where}"
             return NoPreemption(self.gang.key, why, self.plans)
         for tier in tiers[first:]:  # the lowest top priority that works wins

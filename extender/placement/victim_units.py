@@ -2,10 +2,14 @@
 
 A *unit* is what can be evicted on its own: one elastic pod of a gang, the rest of a gang (its
 *core*: evicting it evicts the gang's elastic pods too), or a plain pod. Units are sorted once
-by what each costs alone (priority, then elastic pods before whole workloads, then pods, the
-resources taken, the youngest first, pods under no PodDisruptionBudget first), so "the cheapest
-units" is a prefix of the ranks. Pods are kept as flat arrays in rank order (unit rank, node
-index, request per resource), so the usage left after any set of units is a few numpy steps.
+by what each costs alone (elastic pods before whole workloads whatever their priority, then
+priority, then pods, the resources taken, the youngest first, pods under no
+PodDisruptionBudget first), so "the cheapest units" is a prefix of the ranks. A unit's *tier*
+says the same as one number: its priority for a whole workload, and far below every priority
+for an elastic pod (an optional pod goes before any minimum). Cores at or above the
+preemptor's priority (`ceiling`) are never usable: such a gang gives only its elastic pods.
+Pods are kept as flat arrays in rank order (unit rank, node index, request per resource), so
+the usage left after any set of units is a few numpy steps.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import numpy as np
 
 from extender.placement.snapshot import NodeTable, Usage
 from extender.placement.tree import BoolArray, IntArray
-from extender.placement.victims import Budget, VictimSet, Workload
+from extender.placement.victims import Budget, RunningPod, VictimSet, Workload
 
 FloatArray = np.ndarray[tuple[int], np.dtype[np.float64]]
+SPARE = 2**40  # an elastic pod's tier is its priority minus this: below every whole workload's
 
 
 class UnitTable:
@@ -29,7 +34,9 @@ class UnitTable:
         resources: Sequence[str],
         measured: Sequence[str],
         budgets: Sequence[Budget],
+        ceiling: int | None = None,
     ) -> None:
+        """CEILING: the preemptor's priority; cores at or above it may not be evicted (None: any)."""
         self.table = table
         self.workloads = workloads
         self.resources = tuple(resources)  # what the engine reads: the gang's requested resources
@@ -38,10 +45,7 @@ class UnitTable:
         m, nw = len(pods), len(workloads)
         index = table.index
         pod_wl: IntArray = np.repeat(np.arange(nw, dtype=np.int64), [len(w.pods) for w in workloads])
-        elastic: BoolArray = np.zeros(m, dtype=bool)
-        if any(w.gang and w.elastic for w in workloads):
-            spare = [w.elastic if w.gang else frozenset() for w in workloads]
-            elastic = np.fromiter((p.key in spare[w] for w, p in zip(pod_wl.tolist(), pods, strict=True)), bool, m)
+        elastic, together = _elastic(workloads, pods, pod_wl)
         node: IntArray = np.fromiter((index.get(p.node, -1) for p in pods), np.int64, m)
         started: FloatArray = np.fromiter((p.started for p in pods), np.float64, m)
         shielded: BoolArray = np.zeros(m, dtype=bool)
@@ -50,23 +54,27 @@ class UnitTable:
         wanted = dict.fromkeys((*self.resources, *measured))
         req = {r: np.fromiter((p.requests.get(r, 0) for p in pods), np.int64, m) for r in wanted}
 
-        # unit ids before sorting: workload w's core is w; elastic pods are nw, nw + 1, ...
-        unit: IntArray = np.where(elastic, nw + np.cumsum(elastic) - 1, pod_wl)
-        nu = nw + int(elastic.sum())
-        u_wl: IntArray = np.concatenate([np.arange(nw, dtype=np.int64), pod_wl[elastic]])
+        # unit ids before sorting: workload w's core is w; elastic units (a pod, or a segment's
+        # pods together) are nw, nw + 1, ...
+        ids, first = np.unique(together[elastic], return_index=True)
+        unit: IntArray = pod_wl.copy()
+        unit[elastic] = nw + np.searchsorted(ids, together[elastic])
+        nu = nw + len(ids)
+        u_wl: IntArray = np.concatenate([np.arange(nw, dtype=np.int64), pod_wl[elastic][first]])
         u_whole: BoolArray = np.arange(nu) < nw
         u_prio: IntArray = np.fromiter((w.priority for w in workloads), np.int64, nw)[u_wl]
         wl_pods: IntArray = np.bincount(pod_wl, minlength=nw).astype(np.int64)
         own_pods: IntArray = np.bincount(unit, minlength=nu).astype(np.int64)
         # what taking a unit costs: a core takes the whole workload, elastic pods included
-        u_count: IntArray = np.where(u_whole, np.concatenate([wl_pods, np.zeros(nu - nw, np.int64)]), 1)
+        u_count: IntArray = np.where(u_whole, np.concatenate([wl_pods, np.zeros(nu - nw, np.int64)]), own_pods)
         taken = [_per_unit(nu, pod_wl, unit, elastic, req[r]) for r in measured]
         u_start = np.full(nu, np.inf)
         np.minimum.at(u_start, pod_wl, started)
         np.minimum.at(u_start, unit[elastic], started[elastic])
         u_guard = _per_unit(nu, pod_wl, unit, elastic, shielded.astype(np.int64)) > 0
+        u_tier: IntArray = np.where(u_whole, u_prio, u_prio - SPARE)
         order = np.lexsort(
-            (np.arange(nu), u_guard, -u_start, *reversed(taken), u_count, u_whole, u_prio)
+            (np.arange(nu), u_guard, -u_start, *reversed(taken), u_count, u_tier)
         )  # the last key sorts first
         rank_of = np.empty(nu, dtype=np.int64)
         rank_of[order] = np.arange(nu)
@@ -74,6 +82,9 @@ class UnitTable:
         self.workload_of: IntArray = u_wl[order]
         self.whole: BoolArray = u_whole[order]
         self.priority: IntArray = u_prio[order]
+        self.tier: IntArray = u_tier[order]
+        everything: BoolArray = np.ones(nu, dtype=np.bool_)
+        self.usable: BoolArray = everything if ceiling is None else ~self.whole | (self.priority < ceiling)
         self.cost_pods: IntArray = own_pods[order]
         own_taken = np.zeros(nu, dtype=np.int64)
         if measured:
@@ -132,6 +143,33 @@ class UnitTable:
                 keys = (self._pods[i].key for i in self._by_rank[lo:hi].tolist())
                 out.alone.setdefault(w, set()).update(keys)
         return out
+
+
+def _elastic(workloads: Sequence[Workload], pods: Sequence[RunningPod], pod_wl: IntArray) -> tuple[BoolArray, IntArray]:
+    """Per pod, whether it may go alone (beyond its gang's minimum), and a number the elastic pods
+    of one segment share (they go together)."""
+    m = len(pods)
+    elastic: BoolArray = np.zeros(m, dtype=bool)
+    together: IntArray = np.arange(m, dtype=np.int64)
+    if any(w.gang and w.elastic for w in workloads):
+        spare = [w.elastic if w.gang else frozenset() for w in workloads]
+        elastic = np.fromiter((p.key in spare[w] for w, p in zip(pod_wl.tolist(), pods, strict=True)), bool, m)
+        if any(w.segments for w in workloads):
+            together = _segments(workloads, pods, pod_wl)
+    return elastic, together
+
+
+def _segments(workloads: Sequence[Workload], pods: Sequence[RunningPod], pod_wl: IntArray) -> IntArray:
+    """Per pod, a number its segment's elastic pods share (an optional segment goes whole); the
+    pod's own position for the others (they go alone)."""
+    out: IntArray = np.arange(len(pods), dtype=np.int64)
+    where = {(w, p.key): i for i, (w, p) in enumerate(zip(pod_wl.tolist(), pods, strict=True))}
+    for w, wl in enumerate(workloads):
+        for segment in wl.segments:
+            at = [where[(w, k)] for k in segment if (w, k) in where]
+            if at:
+                out[at] = min(at)
+    return out
 
 
 def _per_unit(nu: int, pod_wl: IntArray, unit: IntArray, elastic: BoolArray, values: IntArray) -> IntArray:

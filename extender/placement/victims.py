@@ -37,6 +37,8 @@ class Workload:
     # Pods of a gang beyond its minimum: any subset may go while the rest keeps the minimum.
     elastic: frozenset[str] = frozenset()
     gang: bool = True
+    # Of those, the pods of each optional segment: they go together or not at all.
+    segments: tuple[frozenset[str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,12 @@ class Preemption:
     domains_checked: int = 0  # candidate domains verified with the engine
     plans: int = 0  # engine calls
     guarded: tuple[str, ...] = ()  # victim pods some PodDisruptionBudget covers (evicted first)
+    # Defragmentation: the victims are moved, not preempted; each one's new node outside `domain`.
+    moves: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
+        if self.moves:
+            return f"move {len(self.moves)} pod(s) out of {self.domain} to room held elsewhere"
         return f"evict {self.cost.describe(self.resources)} in {self.domain}"
 
 

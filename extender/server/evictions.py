@@ -1,8 +1,9 @@
 """Evictions, through the Eviction API (so PodDisruptionBudgets apply), and what they are for.
 
-  preemption  a gang's victims, once its preemption plan is made: those a PodDisruptionBudget
-              covers first, the others once they are gone; one a budget refuses is tried again
-              every EVICT_RETRY seconds while the room is held for the gang
+  preemption  a gang's victims (or the pods moved for it: defragmentation), once its plan is
+              made: those a PodDisruptionBudget covers first, the others once they are gone;
+              one a budget refuses is tried again every EVICT_RETRY seconds while the room is
+              held for the gang
   repair      the running pods of a gang's part that moves whole
   unrepairable  a gang no repair mended in time, when its workload asks to be evicted whole
   recovery    a gang found cut off between two binds when this replica started leading and
@@ -63,12 +64,22 @@ class Evictions:
         """A gang's preemption plan was made: evict its victims, say so on them and on the gang."""
         p = event.preemption
         assert p is not None
-        self.metrics.preemptions.inc()
-        self.metrics.preemption_victims.inc(len(p.pods))
         victims = [pod for key in p.pods if (pod := self._lookup.pod(key)) is not None]
-        for pod in victims:
-            self._report.emit(pod, "Preempted", f"Preempted by {event.group} for {p.domain}", "Normal")
-        self._report.emit_unbound(event.group, "Preempting", event.reason)
+        if p.moves:  # defragmentation: the pods move, each to room held for its replacement
+            self.metrics.defragmentations.inc()
+            self.metrics.pods_moved.inc(len(p.pods))
+            for pod in victims:
+                where = f"node {p.moves[pod.key]}" if pod.key in p.moves else "room held elsewhere"
+                text = f"Moved out of {p.domain} so that {event.group} fits there; its replacement goes to {where}"
+                self._report.emit(pod, "Moved", text, "Normal")
+            self._report.emit_group(event.group, "Defragmenting", event.reason, "Normal")
+            self._report.emit_unbound(event.group, "Defragmenting", event.reason)
+        else:
+            self.metrics.preemptions.inc()
+            self.metrics.preemption_victims.inc(len(p.pods))
+            for pod in victims:
+                self._report.emit(pod, "Preempted", f"Preempted by {event.group} for {p.domain}", "Normal")
+            self._report.emit_unbound(event.group, "Preempting", event.reason)
         covered = set(p.guarded)
         first, rest = [v for v in victims if v.key in covered], [v for v in victims if v.key not in covered]
         self._tasks.spawn(

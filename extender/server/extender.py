@@ -28,8 +28,8 @@ from typing import Any
 import structlog
 
 from extender.core.decisions import R_NOT_LEADER, PlanEvent, Released
+from extender.core.held_room import rfc3339
 from extender.core.scheduler import GangScheduler
-from extender.core.waits import rfc3339
 from extender.model.errors import InvalidObject
 from extender.model.pod import PodInfo, parse_pod
 from extender.server import wire
@@ -190,6 +190,14 @@ class Extender:
             self.metrics.preemption_timeouts.inc()
             log.warning("preemption timed out", group=nom.group, reason=self.scheduler.reasons.text(nom.group))
             self.report.changed(nom.group)
+        for move in self.scheduler.defragmenting.moves.expire(now):
+            log.warning(
+                "moved pod's room released",
+                group=move.group,
+                pod=move.pod,
+                node=move.node,
+                reason="no replacement pod of its controller claimed it in time",
+            )
         self.wakeups.wake_preempted()
         self._reserve(now)
         self.evictions.expire_repairs(now)

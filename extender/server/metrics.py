@@ -13,10 +13,12 @@ a group name).
   topogang_preemptions_total                             counter    preemption plans started (victims chosen, room held)
   topogang_preemption_victim_pods_total                  counter    pods chosen as victims by those plans
   topogang_preemption_timeouts_total                     counter    preemptions released because victims did not leave
+  topogang_defragmentations_total                        counter    moves started to make a domain whole for a gang
+  topogang_pods_moved_total                              counter    pods moved by those (evicted, their new room held)
   topogang_connections_total{protocol}                   counter    TLS connections accepted, by protocol (h2, http/1.1)
   topogang_repairs_total                                 counter    running gangs whose broken part was moved whole
   topogang_unrepairable_total                            counter    broken gangs not mended within the repair timeout
-  topogang_reservations                                  gauge      pods holding reserved room (planned, not bound)
+  topogang_reservations                                  gauge      pods holding reserved room (unbound or not made)
   topogang_podgroups{phase}                              gauge      gangs by phase (the leader's last status of each)
   topogang_podgroup_status_writes_total{result}          counter    PodGroup status writes: ok, failed
   topogang_cache_ready                                   gauge      1 when every informer has synced
@@ -34,7 +36,7 @@ a group name).
 
 The two metrics labelled by group are bounded: at most --reservations and --estimate-gangs gangs.
 
-The first twelve are recorded as things happen; the rest are read when Prometheus scrapes, from
+The first fourteen are recorded as things happen; the rest are read when Prometheus scrapes, from
 the objects that own them, so nothing on the filter path does more than one histogram
 observation (about a microsecond).
 """
@@ -151,6 +153,25 @@ class Metrics:
             "Gangs whose bind gate timed out before the whole minimum reached bind (the plan was released).",
             registry=r,
         )
+        self.connections = Counter(
+            "topogang_connections_total",
+            "TLS connections accepted on the extender port, by the protocol ALPN chose (h2, http/1.1).",
+            ["protocol"],
+            registry=r,
+        )
+        self.repairs = Counter(
+            "topogang_repairs_total", "Running gangs whose broken part was moved whole (its pods evicted).", registry=r
+        )
+        self.unrepairable = Counter(
+            "topogang_unrepairable_total",
+            "Running gangs that lost pods and that no repair mended within the repair timeout.",
+            registry=r,
+        )
+        self._room_counters(r)
+        self._requests: dict[tuple[str, int], Histogram] = {}
+
+    def _room_counters(self, r: CollectorRegistry) -> None:
+        """The counters of room made or held for waiting gangs: preemptions, moves, reservations."""
         self.preemptions = Counter(
             "topogang_preemptions_total",
             "Preemption plans started for gangs that could not be placed (victims chosen, their room held).",
@@ -164,15 +185,10 @@ class Metrics:
             "Preemptions whose victims did not all leave in time (the room held was released).",
             registry=r,
         )
-        self.connections = Counter(
-            "topogang_connections_total",
-            "TLS connections accepted on the extender port, by the protocol ALPN chose (h2, http/1.1).",
-            ["protocol"],
-            registry=r,
+        self.defragmentations = Counter(
+            "topogang_defragmentations_total", "Moves started to make a domain whole for a gang.", registry=r
         )
-        self.repairs = Counter(
-            "topogang_repairs_total", "Running gangs whose broken part was moved whole (its pods evicted).", registry=r
-        )
+        self.pods_moved = Counter("topogang_pods_moved_total", "Pods moved by those moves.", registry=r)
         self.holds = Counter(
             "topogang_room_holds_total", "Reservations made: a waiting gang given room to hold.", registry=r
         )
@@ -181,12 +197,6 @@ class Metrics:
             "Gangs that waited for room longer than their maximum wait (they became overdue).",
             registry=r,
         )
-        self.unrepairable = Counter(
-            "topogang_unrepairable_total",
-            "Running gangs that lost pods and that no repair mended within the repair timeout.",
-            registry=r,
-        )
-        self._requests: dict[tuple[str, int], Histogram] = {}
 
     # -- recorded as things happen -----------------------------------------------------------------
 
@@ -236,7 +246,8 @@ def watch(
     estimated: Callable[[], Mapping[str, float]] = dict,
 ) -> None:
     """The metrics read at scrape time, each from the object that keeps the number."""
-    metrics.gauge("topogang_reservations", "Pods holding reserved room: planned, not bound yet.", reservations)
+    what = "Pods holding reserved room: planned, not bound yet (or not created yet)."
+    metrics.gauge("topogang_reservations", what, reservations)
     metrics.gauge("topogang_podgroups", "Gangs by phase, as the leader last computed them.", phases, "phase")
     metrics.counter(
         "topogang_podgroup_status_writes", "PodGroup status writes, by result (ok, failed).", status_writes, "result"

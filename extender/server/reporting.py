@@ -73,7 +73,7 @@ class Reporter:
         if warnings and self._lookup.has_pods(event.group) and (found := self._lookup.view(event.group).warnings):
             # e.g. a device selector topogang cannot evaluate: that request is left to kube-scheduler
             fields["warnings"] = list(found)
-        if event.outcome in ("preempting", "repairing"):
+        if event.outcome in ("preempting", "defragmenting", "repairing"):
             self._pending_logged.pop(event.group, None)
             log.info(f"gang {event.outcome}", **fields)
         elif event.outcome != "pending":

@@ -25,6 +25,7 @@ from aiohttp import web
 
 from extender import logs
 from extender.core.cluster import ClusterState
+from extender.core.moves import MoveSettings
 from extender.core.reservations import Settings as ReservationSettings
 from extender.core.scheduler import GangScheduler
 from extender.kube.actions import KubeActions
@@ -39,7 +40,8 @@ from extender.server.extender import Extender
 from extender.server.gates import GatesMode
 from extender.server.gates_settings import GatesSettings, gates_settings_from
 from extender.server.http2 import Clients, serve_tls
-from extender.server.settings import Settings, SettingsError, settings_from
+from extender.server.settings import Settings, settings_from
+from extender.server.settings_error import SettingsError
 from extender.server.tls import TlsError, reload_on_change, server_context
 
 log = structlog.get_logger("topogang")
@@ -166,6 +168,13 @@ def _scheduler(settings: Settings) -> GangScheduler:
             estimates=settings.estimate_gangs,
         ),
         reserve_level=settings.reserve_level,
+        moves=MoveSettings(
+            enabled=settings.defragment,
+            per_hour=settings.moves_per_hour,
+            cooldown=settings.move_cooldown,
+            controllers=settings.move_controllers,
+            timeout=max(settings.preemption_timeout, MoveSettings().timeout),
+        ),
     )
 
 

@@ -96,7 +96,6 @@ Every boolean flag (BOOL_FLAGS) is written alike: `--flag` alone is true, and `-
 from __future__ import annotations
 
 import argparse
-import re
 import socket
 import uuid
 from collections.abc import Callable, Mapping
@@ -104,24 +103,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from extender import logs
-from extender.core.reservations import Settings as ReservationSettings
-from extender.model.max_wait import EXPECTED, MAX_WAIT_ANNOTATION, max_wait
+from extender.core.moves import MoveSettings
 from extender.server.limits import DEFAULT_MAX_BODY_MIB
+from extender.server.reservation_flags import RESERVATION_DEFAULTS, estimate_gangs, max_wait_flag, reservations
+from extender.server.settings_error import SettingsError
 from extender.server.tls import TlsFiles
 
-RESERVATION_DEFAULTS = ReservationSettings()
-MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
-MAX_ESTIMATES = 1000  # each costs a search over the releases per sweep: bounded
-RESERVE_ORDERS = ("queue", "largest")
-# A node label key (an optional DNS-subdomain prefix and a name of up to 63 characters) or a
-# level's short name or alias: what TopologySpec.resolve accepts.
-LEVEL_NAME = re.compile(r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+MOVE_DEFAULTS = MoveSettings()
+MAX_MOVES_PER_HOUR = 10_000
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-class SettingsError(ValueError):
-    """A flag or environment variable with a value that cannot be used; names it."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +135,10 @@ class Settings:
     estimate_gangs: int = RESERVATION_DEFAULTS.estimates  # --estimate-gangs
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     bind_ahead: bool = True  # bind a planned gang at once when kube-scheduler has nothing to add (core/binding.py)
+    defragment: bool = True  # move movable pods out of a domain a waiting gang needs whole (core/defragmenting.py)
+    moves_per_hour: int = MOVE_DEFAULTS.per_hour
+    move_cooldown: float = MOVE_DEFAULTS.cooldown
+    move_controllers: bool = False  # every pod of a Deployment, ReplicaSet or StatefulSet is movable
     log_level: str = "info"
     log_format: str = "auto"
     leader_elect: bool = False
@@ -234,6 +229,18 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         f"the first N gangs waiting for room get an estimated start at each pass; 0: none"
         f" (TOPOGANG_ESTIMATE_GANGS; {RESERVATION_DEFAULTS.estimates})",
     ),
+    (
+        "--moves-per-hour",
+        "N",
+        "most pods moved in any hour to make a domain whole for a waiting gang, cluster-wide"
+        f" (TOPOGANG_MOVES_PER_HOUR; {MOVE_DEFAULTS.per_hour})",
+    ),
+    (
+        "--move-cooldown",
+        "SECONDS",
+        f"a moved pod, and the pod that replaced it, stay in place this long (TOPOGANG_MOVE_COOLDOWN;"
+        f" {MOVE_DEFAULTS.cooldown:g})",
+    ),
     ("--log-level", "LEVEL", "debug, info, warning, error (TOPOGANG_LOG_LEVEL; info)"),
     ("--log-format", "FORMAT", "json, console or auto (TOPOGANG_LOG_FORMAT; auto)"),
     ("--lease-namespace", "NS", "the Lease's namespace (TOPOGANG_LEASE_NAMESPACE; the pod's own)"),
@@ -269,6 +276,16 @@ BOOL_FLAGS: tuple[tuple[str, str], ...] = (
         "bind a gang as it is planned, all of it, when its pods need nothing but what the plan judges"
         " (no volume or resource claims, host ports, inter-pod affinity, spread constraints);"
         " false: each member waits for its own bind call (TOPOGANG_BIND_AHEAD; true)",
+    ),
+    (
+        "--defragment",
+        "move movable pods (scheduling.topogang.io/movable) out of a domain a waiting gang needs whole,"
+        " each to room held for it elsewhere (TOPOGANG_DEFRAGMENT; true)",
+    ),
+    (
+        "--move-controllers",
+        "every pod of a Deployment, ReplicaSet or StatefulSet is movable unless it says"
+        ' scheduling.topogang.io/movable: "false" (TOPOGANG_MOVE_CONTROLLERS; false)',
     ),
     (
         "--leader-elect",
@@ -353,12 +370,13 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     nominate = boolean("--nominate", "TOPOGANG_NOMINATE", pick(args.nominate, "TOPOGANG_NOMINATE") or "true")
     ahead = boolean("--bind-ahead", "TOPOGANG_BIND_AHEAD", pick(args.bind_ahead, "TOPOGANG_BIND_AHEAD") or "true")
     settings = replace(settings, nominate=nominate, bind_ahead=ahead)
-    limit, after, largest, level = _reservations(args, pick, seconds)
+    settings = _moves(settings, args, pick, seconds)
+    limit, after, largest, level = reservations(args, pick, seconds)
     settings = replace(
         settings, reservations=limit, reserve_after=after, reserve_largest_first=largest, reserve_level=level
     )
-    settings = replace(settings, max_wait=_max_wait(pick(args.max_wait, "TOPOGANG_MAX_WAIT")))
-    settings = replace(settings, estimate_gangs=_estimates(pick(args.estimate_gangs, "TOPOGANG_ESTIMATE_GANGS")))
+    settings = replace(settings, max_wait=max_wait_flag(pick(args.max_wait, "TOPOGANG_MAX_WAIT")))
+    settings = replace(settings, estimate_gangs=estimate_gangs(pick(args.estimate_gangs, "TOPOGANG_ESTIMATE_GANGS")))
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
@@ -374,52 +392,30 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     return settings
 
 
-def _reservations(
-    args: argparse.Namespace, pick: Callable[..., str | None], seconds: Callable[[str, str | None, str, float], float]
-) -> tuple[int, float, bool, str | None]:
-    """--reservations (a whole number, bounded), --reserve-after (seconds), --reserve-order
-    (whether the slots go to the largest gangs first) and --reserve-level (a level's name)."""
-    text = pick(args.reservations, "TOPOGANG_RESERVATIONS")
-    limit = RESERVATION_DEFAULTS.limit
+def _moves(
+    settings: Settings,
+    args: argparse.Namespace,
+    pick: Callable[..., str | None],
+    seconds: Callable[[str, str | None, str, float], float],
+) -> Settings:
+    """--defragment, --move-controllers (booleans), --moves-per-hour (a bounded whole number) and
+    --move-cooldown (seconds)."""
+    on = boolean("--defragment", "TOPOGANG_DEFRAGMENT", pick(args.defragment, "TOPOGANG_DEFRAGMENT") or "true")
+    owners = pick(args.move_controllers, "TOPOGANG_MOVE_CONTROLLERS") or "false"
+    controllers = boolean("--move-controllers", "TOPOGANG_MOVE_CONTROLLERS", owners)
+    text = pick(args.moves_per_hour, "TOPOGANG_MOVES_PER_HOUR")
+    per_hour = MOVE_DEFAULTS.per_hour
     if text is not None:
-        if not text.strip().isdigit() or int(text) > MAX_RESERVATIONS:
+        if not text.strip().isdigit() or int(text) > MAX_MOVES_PER_HOUR:
             raise SettingsError(
-                f"--reservations (TOPOGANG_RESERVATIONS): expected a whole number from 0 to {MAX_RESERVATIONS},"
+                f"--moves-per-hour (TOPOGANG_MOVES_PER_HOUR): expected a whole number from 0 to {MAX_MOVES_PER_HOUR},"
                 f" got {text!r}"
             )
-        limit = int(text)
-    after = seconds("--reserve-after", args.reserve_after, "TOPOGANG_RESERVE_AFTER", RESERVATION_DEFAULTS.reserve_after)
-    order = (pick(args.reserve_order, "TOPOGANG_RESERVE_ORDER") or "queue").strip().lower()
-    if order not in RESERVE_ORDERS:
-        raise SettingsError(f"--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got {order!r}")
-    level = pick(args.reserve_level, "TOPOGANG_RESERVE_LEVEL")
-    if level is not None and not LEVEL_NAME.fullmatch(level):
-        raise SettingsError(
-            "--reserve-level (TOPOGANG_RESERVE_LEVEL): expected a topology level's node label or short name"
-            f" such as topology.kubernetes.io/zone or zone, got {level!r}"
-        )
-    return limit, after, order == "largest", level
-
-
-def _max_wait(text: str | None) -> float | None:
-    """--max-wait: off, or a duration with units, read as the annotation is (model/max_wait.py)."""
-    if text is None or text.strip().lower() == "off":
-        return None
-    seconds, problem = max_wait({MAX_WAIT_ANNOTATION: text}, "--max-wait")
-    if problem is not None:
-        raise SettingsError(f"--max-wait (TOPOGANG_MAX_WAIT): expected off or {EXPECTED}, got {text!r}")
-    return seconds
-
-
-def _estimates(text: str | None) -> int:
-    if text is None:
-        return RESERVATION_DEFAULTS.estimates
-    if not text.strip().isdigit() or int(text) > MAX_ESTIMATES:
-        raise SettingsError(
-            f"--estimate-gangs (TOPOGANG_ESTIMATE_GANGS): expected a whole number from 0 to {MAX_ESTIMATES},"
-            f" got {text!r}"
-        )
-    return int(text)
+        per_hour = int(text)
+    cooldown = seconds("--move-cooldown", args.move_cooldown, "TOPOGANG_MOVE_COOLDOWN", MOVE_DEFAULTS.cooldown)
+    return replace(
+        settings, defragment=on, move_controllers=controllers, moves_per_hour=per_hour, move_cooldown=cooldown
+    )
 
 
 def _address(name: str, text: str) -> tuple[str, int]:

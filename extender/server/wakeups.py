@@ -18,7 +18,8 @@ from collections.abc import Sequence
 
 import structlog
 
-from extender.core.decisions import BudgetBlocked, FilterResult
+from extender.core.decisions import FilterResult
+from extender.core.decisions_room import BudgetBlocked
 from extender.core.scheduler import GangScheduler
 from extender.model.keys import GroupKey
 from extender.model.pod import PodInfo

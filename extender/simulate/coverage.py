@@ -3,11 +3,12 @@ which workloads get pods made (none whose pods are given, or made by a controlle
 
 Nodes, Pods, PodGroups, Topologies, priority classes, queues and DRA objects are read for what
 they are (`core.apply`). Any other object is kept as a possible owner of pods; it is used when
-its pods were made from it (a workload topogang can synthesize), or when some pod reaches it:
-on its chain of controller ownerReferences, or through what its grouper reads besides (a Grove
-PodGang, a scheduling.k8s.io PodGroup a pod names). Every other object would vanish without a
-word: a TrainJob, a TFJob of a kubeflow.org version topogang does not read, a CRD it does not
-know, a Service. Each is named in a warning that says what to give instead.
+its pods were made from it (a workload topogang can synthesize), when a synthesis read it (a
+TrainJob's runtime), or when some pod reaches it: on its chain of controller ownerReferences, or
+through what its grouper reads besides (a Grove PodGang, a scheduling.k8s.io PodGroup a pod
+names). Every other object would vanish without a word: a TFJob of a kubeflow.org version
+topogang does not read, a CRD it does not know, a Service. Each is named in a warning that says
+what to give instead.
 """
 
 from __future__ import annotations
@@ -57,14 +58,14 @@ NO_PODS_KINDS = frozenset(
         ("cert-manager.io", "Issuer"),
         ("cert-manager.io", "ClusterIssuer"),
         ("monitoring.coreos.com", "ServiceMonitor"),
+        ("trainer.kubeflow.org", "ClusterTrainingRuntime"),  # read for the TrainJobs that name them
+        ("trainer.kubeflow.org", "TrainingRuntime"),
     }
 )
 UPSTREAM_GANGS = {("scheduling.k8s.io", "PodGroup"), ("scheduling.k8s.io", "CompositePodGroup")}
 
 # What to give instead, for kinds whose pods come through another object topogang reads.
 INSTEAD = {
-    ("trainer.kubeflow.org", "TrainJob"): "Kubeflow Trainer runs a TrainJob as a JobSet: give that JobSet"
-    " (kubectl get jobset NAME -o yaml) and its pods are made, or give the pods",
     ("batch", "CronJob"): "a CronJob makes a Job at each run: give that Job, or its pods",
     ("apps", "DaemonSet"): "a DaemonSet runs one pod on each node: give those pods as running (spec.nodeName)"
     " to count the room they take",

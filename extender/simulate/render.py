@@ -46,6 +46,7 @@ def to_json(result: SimResult) -> str:
                 "name": GroupKey.parse(v.pod).name,
                 "preemptedBy": v.by,
                 "domain": str(v.domain),
+                "movedTo": v.moved_to or None,
             }
             for v in result.preempted
         ],
@@ -78,10 +79,16 @@ def to_text(result: SimResult) -> str:
         out += [*_table(rows), ""]
     if placed:
         out += _picture(result)
-    if result.preempted:
-        out.append(f"Preempted ({len(result.preempted)}):")
+    moved = [v for v in result.preempted if v.moved_to]
+    if moved:
+        out.append(f"Moved ({len(moved)}):")
+        out += [f"  {v.pod} to {v.moved_to}: for {v.by} in {v.domain}" for v in moved]
+        out.append("")
+    preempted = [v for v in result.preempted if not v.moved_to]
+    if preempted:
+        out.append(f"Preempted ({len(preempted)}):")
         by: dict[tuple[str, DomainRef], list[str]] = defaultdict(list)
-        for v in result.preempted:
+        for v in preempted:
             by[(v.by, v.domain)].append(v.pod)
         for (gang, domain), names in by.items():
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")

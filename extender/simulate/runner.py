@@ -9,7 +9,9 @@ retries unschedulable pods when the cluster changes. No clock: time advances one
 
 A gang member that no node takes goes through kube-scheduler's preemption, which asks topogang:
 when topogang chooses victims for the gang, they are evicted at once (their pods deleted, as a
-grace period of 0 would) and listed in the result. Plain pods never preempt here.
+grace period of 0 would) and listed in the result. Plain pods never preempt here. Pods moved for
+a gang (defragmentation) leave the same way; each one's replacement (`<name>-moved`) is created
+at once, as its controller would, and scheduled like any pod into the room held for it.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from extender.core.apply import apply_object
+from extender.core.apply import DEFAULT_NAMESPACE, apply_object
 from extender.core.cluster import ClusterState, ObjectKey, object_key
-from extender.core.decisions import BIND, INVALID, PENDING, R_INVALID, REJECT, WAIT, GroupStatus, PlanEvent
+from extender.core.decisions import BIND, INVALID, PENDING, R_INVALID, REJECT, WAIT, PlanEvent
 from extender.core.reservations import Settings
 from extender.core.scheduler import GangScheduler
+from extender.core.standing import GroupStatus
 from extender.core.usage import UsageLedger
-from extender.grouping import Family, can_synthesize, synthesize
+from extender.grouping import Family, ObjectIndex, can_synthesize, synthesize
 from extender.model.errors import InvalidObject
 from extender.model.keys import GroupKey
 from extender.model.labels import POD_GROUP_ANNOTATION, POD_GROUP_LABEL
@@ -62,6 +65,7 @@ class Preempted:
     pod: str  # namespace/name of the victim
     by: str  # the gang it made room for
     domain: DomainRef
+    moved_to: str = ""  # defragmentation: the node held for its replacement (else it was preempted)
 
 
 @dataclass
@@ -112,6 +116,7 @@ class Simulation:
         # are made, not a second set): their pods are not made again
         owning = owner_chains(self.state, self.state.pods.values()) | replicaset_owners(objects)
         latest = {key_of(obj): obj for obj in objects}  # an object given twice: the later one, as kubectl applies
+        given = ObjectIndex(obj.body for obj in latest.values())  # what a synthesis may read (a TrainJob's runtime)
         made: set[ObjectKey] = set()
         # objects a pod owns (a LeaderWorkerSet's workers) last, once the pods they hang from are made
         for obj in sorted(objects, key=owned_by_pod):
@@ -125,11 +130,16 @@ class Simulation:
             if made_by_controller(obj, latest.keys(), self.state.pods.keys()):
                 continue  # a JobSet's Job, an LWS's StatefulSet: given with it, made by its synthesis
             try:
-                synthesized = synthesize(obj.body)
+                synthesized = synthesize(obj.body, objects=given)
             except InvalidObject as exc:  # this workload is Invalid; the others are simulated
                 group = str(GroupKey(ns, f"{str(obj.kind).lower()}-{name}"))
                 self.invalid.append(GroupStatus(group, INVALID, f"{obj.source}: {exc}", reason=R_INVALID))
                 continue
+            made.update(
+                object_key(api, kind, namespace or DEFAULT_NAMESPACE, read)
+                for api, kind, namespace, read in synthesized.read
+                if given.get(api, kind, namespace, read) is not None
+            )
             try:
                 for owner in synthesized.owners:
                     if self._given(owner):
@@ -227,8 +237,13 @@ class Simulation:
             return False
         for key in p.pods:
             if key in self.state.pods:
+                old = self.state.pods[key]
                 self.scheduler.delete_pod(key)
-                self.preempted.append(Preempted(key, event.group, p.domain))
+                self.preempted.append(Preempted(key, event.group, p.domain, p.moves.get(key, "")))
+                if key in p.moves:  # its controller makes a replacement at once, not bound yet
+                    new = replace(old, name=f"{old.name}-moved", uid="", node_name=None, phase="Pending")
+                    self.order[new.key] = len(self.order)
+                    self.scheduler.observe_pod(new)
         return bool(p.pods)
 
     def _queue(self) -> list[str]:

@@ -18,8 +18,10 @@ from extender.model.pod import PodInfo
 
 
 def _shared(pod: PodInfo) -> set[str]:
-    """The claims POD names by resourceClaimName (which other pods may name too)."""
-    return {f"{pod.namespace}/{c.claim_name}" for c in pod.claims if c.claim_name}
+    """The claims POD uses that other pods may use too: those it names (resourceClaimName), and
+    those made for it from a template (status.resourceClaimStatuses), which name one claim for all
+    the pods of a Kubernetes PodGroup whose spec.resourceClaims holds that template (KEP-5729)."""
+    return {f"{pod.namespace}/{name}" for c in pod.claims if (name := c.claim_name or c.generated)}
 
 
 def _refs(pod: PodInfo) -> set[str]:
@@ -114,7 +116,7 @@ class ClaimedPods:
         for ref in pod.claims:
             name = ref.generated or ref.claim_name
             claim = self.inventory.claims.get(f"{pod.namespace}/{name}") if name else None
-            shared = ref.claim_name is not None and len(self._shared.get(claim.key if claim else "", ())) > 1
+            shared = len(self._shared.get(claim.key if claim else "", ())) > 1
             if claim is not None and claim.is_allocated and not shared:
                 own.append(claim)
         held = self.inventory.held(own, nodes)

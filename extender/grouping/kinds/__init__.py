@@ -9,7 +9,7 @@ simulator) and no grouper, so they add to SYNTHESIZERS only.
 from __future__ import annotations
 
 from extender.grouping.grouper import Grouper
-from extender.grouping.kinds import apps, grove, job, jobset, kubeflow, lws, ray
+from extender.grouping.kinds import apps, grove, job, jobset, kubeflow, lws, ray, trainjob
 from extender.grouping.kinds.kind import Reads, Synthesizer, WorkloadKind, no_reads, owner
 from extender.model.resource import Resource
 
@@ -18,6 +18,7 @@ KINDS: tuple[WorkloadKind, ...] = (
     *kubeflow.KINDS,
     *lws.KINDS,
     *jobset.KINDS,
+    *trainjob.KINDS,
     *ray.KINDS,
     *grove.KINDS,
 )

@@ -9,9 +9,14 @@ the closest known name, as for topogang's own PodGroups. What topogang reads:
     spec.schedulingPolicy.gang.minGroupCount   CompositePodGroup: child groups that must be
     spec.schedulingPolicy.basic           no gang: at least one pod (one child group) at a time
     spec.schedulingConstraints.topology[].key   a required level each, as a node label key
+    spec.priority, spec.priorityClassName the gang's priority, read from the root of the tree as
+                                          kube-scheduler reads it (its pods' own do not count)
+    spec.disruptionMode                   all: the gang is disrupted only as a whole (see
+                                          `extender.core.disruption`); single (the default): in parts
 
-The other fields (workloadRef, resourceClaims, disruptionMode, priority...) are accepted and
-left to Kubernetes: a pod's own priority decides its gang's, as its admission resolved it.
+    spec.preemptionPolicy                 Never: the gang preempts no one (as a pod's own Never)
+
+The other fields (workloadRef, resourceClaims) are checked for shape and left to Kubernetes.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ _COUNT = {PODGROUP: "minCount", COMPOSITE: "minGroupCount"}
 _WORKLOAD_REF = frozenset({"workloadName", "templateName"})
 _POLICY = frozenset({"basic", "gang"})
 _DISRUPTION = frozenset({"single", "all"})
+_PREEMPTION = ("Never", "PreemptLowerPriority")
 _CLAIM = frozenset({"name", "resourceClaimName", "resourceClaimTemplateName"})
 
 
@@ -77,6 +83,10 @@ class Group:
     constraint: TopologyConstraint | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)
     errors: tuple[FieldError, ...] = ()
+    priority: int | None = None  # spec.priority, as the Priority admission plugin resolved it
+    priority_class_name: str = ""
+    disruption_all: bool = False  # spec.disruptionMode.all
+    never_preempts: bool = False  # spec.preemptionPolicy: Never
 
     @property
     def label(self) -> str:
@@ -147,20 +157,36 @@ def topology_constraint(raw: object, where: str, shown: str, errors: ErrorList) 
     )
 
 
+def disruption_all(raw: object, where: str, errors: ErrorList) -> bool:
+    """`disruptionMode`: at most one of single and all (a union), each an empty object; True for all."""
+    mode = mapping(raw, where, errors)
+    unknown_fields(mode, _DISRUPTION, where, errors)
+    set_ = sorted(k for k in _DISRUPTION if mode.get(k) is not None)
+    for k in set_:
+        _empty(mode[k], f"{where}.{k}", errors)
+    if len(set_) > 1:
+        errors.add(where, f"expected at most one of all and single, got {' and '.join(set_)}")
+        return False
+    return set_ == ["all"]
+
+
+def _priority(raw: object, where: str, errors: ErrorList) -> int | None:
+    """spec.priority: an int32 up to HighestUserDefinablePriority's range (system classes go higher)."""
+    if raw is None:
+        return None
+    if isinstance(raw, int) and not isinstance(raw, bool) and -(2**31) <= raw <= 2**31 - 1:
+        return raw
+    errors.add(where, f"expected a 32-bit integer, got {literal(raw)}")
+    return None
+
+
 def _other_fields(kind: str, spec: Mapping[str, Any], status: Mapping[str, Any], errors: ErrorList) -> None:
     """The fields topogang leaves to Kubernetes, checked for shape and spelling only."""
     ref = mapping(spec.get("workloadRef"), "spec.workloadRef", errors)
     unknown_fields(ref, _WORKLOAD_REF, "spec.workloadRef", errors)
-    mode = mapping(spec.get("disruptionMode"), "spec.disruptionMode", errors)
-    unknown_fields(mode, _DISRUPTION, "spec.disruptionMode", errors)
-    for k in _DISRUPTION:
-        if mode.get(k) is not None:
-            _empty(mode[k], f"spec.disruptionMode.{k}", errors)
     for i, claim in enumerate(seq(spec.get("resourceClaims"), "spec.resourceClaims", errors)):
         at = f"spec.resourceClaims[{i}]"
         unknown_fields(mapping(claim, at, errors), _CLAIM, at, errors)
-    opt_str(spec.get("priorityClassName"), "spec.priorityClassName", errors)
-    opt_str(spec.get("preemptionPolicy"), "spec.preemptionPolicy", errors)
     unknown_fields(status, _STATUS[kind], "status", errors)
 
 
@@ -180,8 +206,7 @@ def job_scheduling(raw: object, errors: ErrorList) -> tuple[bool | None, int | N
             body["schedulingPolicy"], "minCount", f"{where}.schedulingPolicy", errors, count_optional=True
         )
     constraint = topology_constraint(body.get("schedulingConstraints"), f"{where}.schedulingConstraints", "", errors)
-    mode = mapping(body.get("disruptionMode"), f"{where}.disruptionMode", errors)
-    unknown_fields(mode, _DISRUPTION, f"{where}.disruptionMode", errors)
+    disruption_all(body.get("disruptionMode"), f"{where}.disruptionMode", errors)
     for i, claim in enumerate(seq(body.get("resourceClaims"), f"{where}.resourceClaims", errors)):
         at = f"{where}.resourceClaims[{i}]"
         unknown_fields(mapping(claim, at, errors), _CLAIM, at, errors)
@@ -219,6 +244,12 @@ def _read_group(kind: str, body: Mapping[str, Any], namespace: str) -> Group:
     shown = f"[{kind} {name}] "
     constraint = topology_constraint(spec.get("schedulingConstraints"), "spec.schedulingConstraints", shown, errors)
     _other_fields(kind, spec, status, errors)
+    priority = _priority(spec.get("priority"), "spec.priority", errors)
+    class_name = opt_str(spec.get("priorityClassName"), "spec.priorityClassName", errors) or ""
+    everything = disruption_all(spec.get("disruptionMode"), "spec.disruptionMode", errors)
+    policy = opt_str(spec.get("preemptionPolicy"), "spec.preemptionPolicy", errors)
+    if policy and policy not in _PREEMPTION:
+        errors.add("spec.preemptionPolicy", f"expected one of {', '.join(_PREEMPTION)}, got {literal(policy)}")
     return Group(
         kind=kind,
         namespace=ns,
@@ -230,6 +261,10 @@ def _read_group(kind: str, body: Mapping[str, Any], namespace: str) -> Group:
         constraint=constraint,
         annotations=annotations_of(body),
         errors=tuple(errors.errors),
+        priority=priority,
+        priority_class_name=class_name,
+        disruption_all=everything,
+        never_preempts=policy == "Never",
     )
 
 
@@ -241,6 +276,7 @@ __all__ = [
     "RESOURCES",
     "Group",
     "api_versions",
+    "disruption_all",
     "job_scheduling",
     "read_group",
     "scheduling_policy",

@@ -185,6 +185,10 @@ def build_tree(
     }
     draft = GangDraft(gang_key(root), root.label, root.label, owner, annotations, uid=root.uid)
     draft.keys_on_pods = True  # the pods' own; each group's are checked here, as it is read
+    # kube-scheduler takes a pod's priority from the root of its tree; its disruption unit is the
+    # highest group with disruptionMode all: topogang moves or preempts no part of any such gang
+    draft.priority, draft.priority_class_name = root.priority, root.priority_class_name
+    draft.disruption_all, draft.never_preempts = root.disruption_all, root.never_preempts
     tree = _Tree(root, draft, pod_annotations=pod_annotations or {})
     draft.errors.extend(root.errors)
     annotation_keys(root.annotations, root.label, "", draft.errors, draft.warnings)
@@ -199,6 +203,7 @@ def build_tree(
     while stack:
         g, depth = stack.pop()
         draft.errors.extend(g.errors)
+        draft.disruption_all = draft.disruption_all or g.disruption_all
         annotation_keys(g.annotations, g.label, "", draft.errors, draft.warnings)
         parent = None if g.parent == root.name else g.parent
         if depth > MAX_DEPTH:

@@ -1,0 +1,174 @@
+"""Defragmentation end to end: a block gang waits because three movable Deployments sit one per
+rack of the only block that could hold it; topogang moves them (through the Eviction API, their
+PodDisruptionBudgets respected), their controllers recreate them in the room held for them in
+the other block, and the gang binds whole in the block they left.
+
+Every test has its own namespace and five 8-GPU nodes:
+
+    z0-b0-r0 (1 node)   z0-b0-r1 (1 node)   z0-b0-r2 (1 node)   |   z0-b1-r0 (2 nodes)
+    a 1-GPU replica of Deployments d0, d1, d2 on each node of b0 |   empty, added last
+
+The gang `big` asks for 3 pods of 8 GPUs in one block: b1 is too small, and b0 is not whole.
+Every pod has the priority 0: nothing can be preempted, only moved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from e2e.controlplane import FakeGpuNodes
+from e2e.scenario import create, create_podgroup, events_about, eventually, gpu_pod, pods
+from e2e.test_extender import BLOCK, log_lines, topogang
+from e2e.topogang import Topogang
+from extender.kube.client import KubeClient
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane]
+__all__ = ["topogang"]  # the module fixture: topogang serving, kube-scheduler pointed at it
+
+MOVABLE = "scheduling.topogang.io/movable"
+
+
+def replicas(name: str) -> dict[str, Any]:
+    """A Deployment of one 1-GPU pod that says it may be moved."""
+    labels = {"app": name}
+    spec = gpu_pod(name, gpus=1)["spec"]
+    template = {"metadata": {"labels": labels, "annotations": {MOVABLE: "true"}}, "spec": spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template},
+    }
+
+
+def budget(name: str, app: str, min_available: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
+    }
+
+
+def live(items: list[dict[str, Any]], app: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in items
+        if p["metadata"].get("labels", {}).get("app") == app and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+@contextlib.asynccontextmanager
+async def three_replicas(kube: KubeClient, ns: str, nodes: FakeGpuNodes, keep: int) -> AsyncIterator[dict[str, str]]:
+    """The drawing: d0..d2 one per rack of b0 (each rack's node added just before its Deployment,
+    the ones before it cordoned meanwhile), then block b1. Each Deployment has a budget
+    of minAvailable KEEP (0: one may go; 1: none may). Yields Deployment -> b0 node. On exit the
+    Deployments go first, so their controllers make no pods while the namespace is torn down."""
+    where: dict[str, str] = {}
+    try:
+        for rack in range(3):
+            (node,) = await nodes.add(zone=0, block=0, rack=rack, count=1)
+            name = f"d{rack}"
+            await kube.post(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", budget(f"keep-{name}", name, keep))
+            await create(kube, replicas(name), ns)
+            where[name] = ""
+
+            async def bound(app: str = name) -> str | None:
+                mine = live(await pods(kube, ns), app)
+                return mine[0]["spec"].get("nodeName") if len(mine) == 1 else None
+
+            where[name] = await eventually(bound, within=60, what=f"{name}'s pod to bind")
+            assert where[name] == node, where  # one replica per rack: the premise of the test
+            await cordon(kube, node, True)  # the next replica goes to the next rack's node
+        for node in where.values():
+            await cordon(kube, node, False)
+        await nodes.add(zone=0, block=1, rack=0, count=2)
+        for rack in range(3):  # the disruption controller counted each Deployment's healthy pod
+
+            async def counted(name: str = f"keep-d{rack}") -> bool:
+                pdb = await kube.get(f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}")
+                return (pdb.get("status") or {}).get("disruptionsAllowed") == 1 - keep
+
+            await eventually(counted, within=60, what=f"keep-d{rack} to count its pod")
+        yield where
+    finally:
+        for name in where:  # (those created)
+            await kube.delete(f"/apis/apps/v1/namespaces/{ns}/deployments/{name}", {"propagationPolicy": "Foreground"})
+
+        async def gone() -> bool:
+            return not [p for p in await pods(kube, ns) if p["metadata"].get("labels", {}).get("app")]
+
+        await eventually(gone, within=60, what="the Deployments' pods to be deleted")
+
+
+async def cordon(kube: KubeClient, node: str, off: bool) -> None:
+    await kube.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": off}})
+
+
+async def big_gang(kube: KubeClient, ns: str) -> None:
+    await create_podgroup(
+        kube, ns, "big", {"minMember": 3, "topologyConstraints": {"global": {"requiredTopologyLevel": BLOCK}}}
+    )
+    for i in range(3):
+        await create(kube, gpu_pod(f"big-{i}", annotations={"pod-group-name": "big"}), ns)
+
+
+async def test_a_block_gang_starts_after_three_movable_replicas_move_to_the_other_block(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    async with three_replicas(kube, namespace, fake_gpu_nodes, keep=0) as before:
+        b0 = set(before.values())
+        await big_gang(kube, namespace)
+
+        async def settled() -> dict[str, str] | None:
+            items = await pods(kube, namespace)
+            big = {
+                p["metadata"]["name"]: p["spec"].get("nodeName")
+                for p in items
+                if p["metadata"]["name"].startswith("big-")
+            }
+            moved = {app: live(items, app) for app in before}
+            if not all(big.values()) or any(len(m) != 1 or not m[0]["spec"].get("nodeName") for m in moved.values()):
+                return None
+            return big | {app: m[0]["spec"]["nodeName"] for app, m in moved.items()}
+
+        now = await eventually(settled, within=120, what="the gang and the moved replicas to bind")
+        assert {now[f"big-{i}"] for i in range(3)} == b0  # the gang has the block they left
+        for app in before:
+            assert now[app] not in b0  # each replica runs again, in block b1
+        items = await pods(kube, namespace)
+        for app in before:  # recreated by its controller: a new pod, not the old one
+            assert [p["metadata"]["name"] for p in live(items, app)] != []
+        said = await events_about(kube, namespace, "big")
+        assert any("defragmenting block" in m and "moving 3 pod(s)" in m for m in said), said
+        if topogang is not None:
+            lines = log_lines(topogang, "gang defragmenting", namespace)
+            assert len(lines) == 1, lines
+            assert len(lines[0]["preemption"]["victims"]) == 3
+            assert set(lines[0]["moves"].values()).isdisjoint(b0)
+
+
+async def test_a_budget_that_forbids_the_move_keeps_the_gang_waiting_and_it_says_why(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    async with three_replicas(kube, namespace, fake_gpu_nodes, keep=1) as before:
+        await big_gang(kube, namespace)
+        podgroup = f"/apis/scheduling.topogang.io/v1alpha1/namespaces/{namespace}/podgroups/big"
+        said = "moving pods would overrun PodDisruptionBudget"
+
+        async def refused() -> dict[str, Any] | None:
+            status = (await kube.get(podgroup)).get("status") or {}
+            return status if said in str(status.get("message", "")) else None
+
+        status = await eventually(refused, within=60, what="the gang's status to name a budget")
+        assert f"{namespace}/keep-d" in status["message"]
+        assert "(it allows 0 now)" in status["message"]
+        assert any(c.get("reason") == "DisruptionBudget" for c in status.get("conditions", [])), status
+        items = await pods(kube, namespace)
+        assert [p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp")] == []
+        assert {app: live(items, app)[0]["spec"]["nodeName"] for app in before} == before
+        assert not [p for p in items if p["metadata"]["name"].startswith("big-") and p["spec"].get("nodeName")]

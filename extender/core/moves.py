@@ -1,0 +1,151 @@
+"""Moves under way: the new room of each pod moved for a gang, held until its replacement binds.
+
+A moved pod is evicted and recreated by its controller under a new name (a StatefulSet's under
+the same). Its new room is reserved in `ClusterState` at once, under a key of its own
+(`move:<namespace>/<name>`), so gangs plan around it and plain pods are kept off it like any
+reservation. The first unbound pod of the same controller and namespace whose requests fit that
+room *claims* it: the reservation passes to the new pod's key, the filter answers it with that
+node alone, and the reservation goes when the pod is seen bound (or deleted). Room no pod
+claimed within the timeout is given back.
+
+Bounded disruption: at most `per_hour` pods are moved in any hour (a sliding window), and a pod
+moved (or a replacement placed by a move) is not moved again within `cooldown` seconds.
+
+Synchronous and clock-free like the rest of the core: callers pass `now`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from extender.core.cluster import ClusterState
+from extender.model.pod import PodInfo
+
+PREFIX = "move:"
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class MoveSettings:
+    enabled: bool = True
+    per_hour: int = 20  # pods moved in any hour, cluster-wide
+    cooldown: float = 3600.0  # seconds before a moved pod (or its replacement) may move again
+    controllers: bool = False  # every pod of a Deployment, ReplicaSet or StatefulSet is movable
+    timeout: float = 300.0  # seconds the new room waits for the replacement to claim it
+
+
+@dataclass
+class Move:
+    pod: str  # the moved pod
+    owner: tuple[str, str, str]  # (namespace, controller kind, controller uid)
+    requests: Mapping[str, int]
+    node: str  # its new room
+    group: str  # the gang it made room for
+    deadline: float
+    claimed: str | None = None  # the replacement holding the room now
+
+
+class Moves:
+    def __init__(self, state: ClusterState, settings: MoveSettings) -> None:
+        self.state = state
+        self.settings = settings
+        self.by_pod: dict[str, Move] = {}  # moved pod -> its move
+        self._claimed: dict[str, str] = {}  # replacement pod -> the moved pod whose room it holds
+        self._times: deque[float] = deque()  # when each pod was moved, within the last hour
+        self._cool: dict[str, float] = {}  # pod key -> until when it stays in place
+        self.total = 0  # pods moved since start
+
+    # -- the limiter ---------------------------------------------------------------------------
+
+    def room_left(self, now: float) -> int:
+        """How many pods may still be moved in the hour ending NOW."""
+        while self._times and self._times[0] <= now - HOUR:
+            self._times.popleft()
+        return max(0, self.settings.per_hour - len(self._times))
+
+    def cooling(self, pod: str, now: float) -> bool:
+        until = self._cool.get(pod)
+        if until is None:
+            return False
+        if until <= now:
+            del self._cool[pod]
+            return False
+        return True
+
+    # -- holding and claiming ------------------------------------------------------------------
+
+    def hold(self, group: str, moves: Mapping[str, str], now: float) -> None:
+        """Reserve each moved pod's new room (MOVES: pod -> node) and count the moves."""
+        for key, node in sorted(moves.items()):
+            pod = self.state.pods[key]
+            ref = pod.controller
+            assert ref is not None, "only pods a controller recreates are moved"
+            move = Move(key, (pod.namespace, ref.kind, ref.uid), pod.requests, node, group, now + self.settings.timeout)
+            self.release(key)
+            self.by_pod[key] = move
+            self.state.reserve(PREFIX + key, node, pod.requests)
+            self._times.append(now)
+            self._cool[key] = now + self.settings.cooldown
+            self.total += 1
+
+    def claim(self, pod: PodInfo, now: float) -> str | None:
+        """The node held for POD, if it replaces a moved pod (claiming that room on first ask)."""
+        moved = self._claimed.get(pod.key)
+        if moved is not None:
+            return self.by_pod[moved].node
+        ref = pod.controller
+        if ref is None or pod.node_name is not None or not self.by_pod:
+            return None
+        owner = (pod.namespace, ref.kind, ref.uid)
+        for move in self.by_pod.values():
+            if move.claimed is None and move.owner == owner and _fits(pod.requests, move.requests):
+                move.claimed = pod.key
+                self._claimed[pod.key] = move.pod
+                self.state.unreserve(PREFIX + move.pod)
+                self.state.reserve(pod.key, move.node, pod.requests)
+                self._cool[pod.key] = now + self.settings.cooldown
+                return move.node
+        return None
+
+    def is_moving(self, pod: str) -> bool:
+        return pod in self._claimed
+
+    def placed(self, pod: str) -> Move | None:
+        """POD (a replacement) was seen bound, or left: its move is over, its room no longer held."""
+        moved = self._claimed.pop(pod, None)
+        if moved is None:
+            return None
+        self.state.unreserve(pod)
+        return self.by_pod.pop(moved, None)
+
+    def release(self, moved: str) -> None:
+        move = self.by_pod.pop(moved, None)
+        if move is None:
+            return
+        if move.claimed is not None:
+            self._claimed.pop(move.claimed, None)
+            self.state.unreserve(move.claimed)
+        else:
+            self.state.unreserve(PREFIX + moved)
+
+    def expire(self, now: float) -> list[Move]:
+        """Moves whose room no replacement claimed in time: the room is given back."""
+        late = [m for m in self.by_pod.values() if m.claimed is None and now > m.deadline]
+        for move in late:
+            self.release(move.pod)
+        return late
+
+    def drop_all(self) -> None:
+        """This replica stops leading: every held room is given back."""
+        for moved in list(self.by_pod):
+            self.release(moved)
+
+    def of(self, group: str) -> list[Move]:
+        """The moves made for GROUP still under way."""
+        return [m for m in self.by_pod.values() if m.group == group]
+
+
+def _fits(requests: Mapping[str, int], held: Mapping[str, int]) -> bool:
+    return all(v <= held.get(r, 0) for r, v in requests.items() if v > 0)
