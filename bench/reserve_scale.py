@@ -5,7 +5,9 @@ running one 8-GPU pod of a finished-soon gang and PODS_PER_NODE small CPU pods (
 and sidecar crowd a real node carries), some with a runtime bound; WAITING gangs of 64 pods of 8
 GPUs required in one block queue for room. Figures (medians of --runs):
 
-  pass_ms       GangScheduler.refresh_reservations: the sweep's call (every 5 s in the server)
+  pass_ms       GangScheduler.refresh_reservations: the sweep's call (every 5 s in the server),
+                with the first --estimates waiting gangs given an estimated start (the default
+                100; 0: the pass without estimates)
   discover_ms   the first pass, which also tries each waiting gang once (kube-scheduler never
                 asks about them: the cluster is full)
   filter_ms     a plain pod's filter call with room held, and `filter_free_ms` the same call
@@ -13,6 +15,7 @@ GPUs required in one block queue for room. Figures (medians of --runs):
 
     python bench/reserve_scale.py                     # 5,000 nodes
     python bench/reserve_scale.py --nodes 10000 --waiting 8 --json
+    python bench/reserve_scale.py --nodes 2000 --waiting 100 --estimates 0     # what the estimates cost
 """
 
 from __future__ import annotations
@@ -55,12 +58,12 @@ def _pod(name: str, gpus: int, node: str | None = None, group: str | None = None
     return parse_pod({"metadata": meta, "spec": spec, "status": status})
 
 
-def scheduler(nodes: int, per_node: int, waiting: int, on: bool) -> GangScheduler:
+def scheduler(nodes: int, per_node: int, waiting: int, on: bool, estimates: int = 100) -> GangScheduler:
     state = ClusterState()
     for n in nodes_of(nodes, 7):
         state.upsert_node(n)
     state.set_topology("dc", TOPOLOGY)
-    s = GangScheduler(state, reservations=Settings() if on else None)
+    s = GangScheduler(state, reservations=Settings(estimates=estimates) if on else None)
     for i, n in enumerate(state.table.nodes):
         s.observe_pod(_pod(f"run-{i}", 8, n.name, bound=3600 if i % 2 else None))  # type: ignore[arg-type]
         for k in range(per_node):
@@ -91,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods-per-node", type=int, default=8)
     p.add_argument("--waiting", type=int, default=4)
     p.add_argument("--runs", type=int, default=9)
+    p.add_argument("--estimates", type=int, default=Settings().estimates, help="waiting gangs given an estimate")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    on = scheduler(args.nodes, args.pods_per_node, args.waiting, on=True)
+    on = scheduler(args.nodes, args.pods_per_node, args.waiting, on=True, estimates=args.estimates)
     off = scheduler(args.nodes, args.pods_per_node, args.waiting, on=False)
     t0 = time.perf_counter()
     made, _ = on.refresh_reservations(0.0, WALL)
@@ -107,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "nodes": args.nodes,
         "pods": len(on.state.pods),
         "waiting": args.waiting,
+        "estimated": len(on.reserving.waits.estimates),
         "reserved": made,
         "discover_ms": round(discover_ms, 1),
         "pass_ms": round(pass_ms, 1),

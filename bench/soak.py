@@ -35,7 +35,9 @@ Every second it samples the API server and counts:
                          a gang over blocks)
   leaked_reservations    topogang_reservations after everything is deleted and drained
   stuck_pods             pods still pending after the chaos stopped and --settle seconds
-                         passed, whose gang topogang's own engine could place right then
+                         passed, whose gang topogang's own engine could place right then outside
+                         the room the leader holds for waiting gangs (their PodGroups'
+                         status.reservation): a gang a reservation keeps waiting is not stuck
   gangs_completed        gangs that had their whole minimum bound at some point
   kept_evicted           gangs that ran whole which topogang then evicted as "found below its
                          minimum" (PartialGangEvicted), though their policy (Keep) keeps them:
@@ -180,9 +182,8 @@ class Soak:
 
     @contextlib.asynccontextmanager
     async def _topogang(self) -> Any:
-        # Reservations off: the stuck-pod judge (`stuck_pods`) is an offline scheduler that knows no
-        # held room, so a gang a reservation rightly keeps waiting would count as stuck. A judge that
-        # reads the reservations the leader wrote is still to do.
+        # Reservations on (the default): the stuck-pod judge (`stuck_pods`) leaves the room the
+        # leader holds out of what it offers a gang that does not hold it.
         async with Topogang.start(
             self.proxy.kubeconfig,
             self.plane.logs_dir,
@@ -190,7 +191,7 @@ class Soak:
             ready_within=self.args.ready_within,
             port=self.port,
             # A short grace: a gang cut off mid-bind is finished or evicted within the soak.
-            args=["--reservations", "0", "--recovery-grace", str(self.args.recovery_grace)],
+            args=["--recovery-grace", str(self.args.recovery_grace)],
         ) as server:
             self.server = server
             yield server
@@ -605,21 +606,41 @@ async def stuck_pods(kube: KubeClient, pods: list[dict[str, Any]]) -> list[str]:
         ),
         ("batch/v1", "Job", f"/apis/batch/v1/namespaces/{NS}/jobs"),
     ]
+    held: dict[str, str] = {}  # gang -> the domain the leader holds for it (status.reservation)
     for api_version, kind, path in listings:
         for item in (await kube.get(path)).get("items", []):
             apply_object(scheduler, {**item, "apiVersion": api_version, "kind": kind})
+            room = (item.get("status") or {}).get("reservation") if kind == "PodGroup" else None
+            if isinstance(room, Mapping) and isinstance(room.get("domain"), str):
+                held[f"{NS}/{item['metadata']['name']}"] = room["domain"]
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     for pod in live:
         apply_object(scheduler, {**pod, "apiVersion": "v1", "kind": "Pod"})
     names = sorted(scheduler.state.nodes)
+    free = _outside(scheduler, set(held.values()))
     stuck = []
     for body in live:
         if body["spec"].get("nodeName"):
             continue
         info = scheduler.lookup.pod(f"{NS}/{body['metadata']['name']}")
-        if info is not None and scheduler.filter(info, names, 0.0).nodes:
+        offered = names if info is not None and scheduler.lookup.group_of(info.key) in held else free
+        if info is not None and scheduler.filter(info, offered, 0.0).nodes:
             stuck.append(info.key)
     return stuck
+
+
+def _outside(scheduler: GangScheduler, domains: set[str]) -> list[str]:
+    """The nodes in none of DOMAINS (as a PodGroup's status.reservation names them) of any
+    Topology: what a gang that holds no room may be offered."""
+    table, out = scheduler.state.table, []
+    trees = [table.tree(t) for t in scheduler.state.topologies.values()]
+    for i, node in enumerate(table.nodes):
+        inside = any(
+            str(tree.ref(tree.node_domain(i, level))) in domains for tree in trees for level in range(tree.depth)
+        )
+        if not inside:
+            out.append(node.name)
+    return sorted(out)
 
 
 async def reservations(server: Topogang) -> int:

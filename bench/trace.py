@@ -17,13 +17,15 @@ and the figures (means over the traces) are printed side by side, one table per 
     .venv/bin/python bench/trace.py --one-priority           # the same jobs, all of one priority
     .venv/bin/python bench/trace.py --loads 0.85 --seeds 16 --policies topogang,bestfit   # paired, 16 traces
     .venv/bin/python bench/trace.py --variant 'large:coarsest_only=1'   # one more policy: topogang+large
+    .venv/bin/python bench/trace.py --loads 0.85 --max-wait off,4h,2h,1h,30m --policies bestfit   # the sweep
 
 Policies (bench/tracesim/policies.py): topogang (extender.placement.plan, the server's call),
 topogang+reserve (the same with extender.core.reservations: --reserve-after, --reservations),
 topogang-loose (its default compactness off), topogang-whole (elastic gangs' optional pods
 placed with their minimum, never given back: minimums first off), bestfit (Kueue TAS BestFit), fullest
 (KAI-Scheduler's binpack), first-fit (topology-blind), and topogang+NAME for each --variant
-(reservation Settings fields changed). Under each table the policies are compared with --paired
+(reservation Settings fields changed), and topogang+wait<MAX> for each --max-wait (a maximum wait:
+bench/tracesim/waits.py prints what each promised and cost). Under each table the policies are compared with --paired
 (bestfit) trace by trace: the mean difference, its 95% interval and on how many traces each did
 better (bench/tracesim/compare.py); the targets carry the same interval. Shapes (bench/tracesim/cluster.py): 512,
 4096, nvl72. Figures are defined in bench/tracesim/metrics.py. The targets printed are fixed ones
@@ -48,7 +50,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tracesim import cluster as clusters
-from bench.tracesim import compare, metrics, policies, public, workload
+from bench.tracesim import compare, metrics, policies, public, waits, workload
 from bench.tracesim.replay import Replay, replay
 from extender.core.reservations import Settings
 
@@ -117,6 +119,11 @@ def _policies(cluster: clusters.Cluster, settings: Settings, args: argparse.Name
         policies.Topogang(cluster, f"topogang+{name}", reserve=dataclasses.replace(settings, **fields))
         for name, fields in args.variant
     ]
+    extra += [
+        policies.Topogang(cluster, waits.policy_name(label), reserve=dataclasses.replace(settings, max_wait=seconds))
+        for label, seconds in args.max_wait
+        if seconds is not None
+    ]
     return [*policies.all_policies(cluster, settings), *extra]
 
 
@@ -149,6 +156,14 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="NAME:FIELD=VALUE;...",
         help="one more policy, topogang+NAME, with these reservation Settings fields changed (repeatable),"
         " e.g. --variant 'large:coarsest_only=1;hold_within=1800'",
+    )
+    p.add_argument(
+        "--max-wait",
+        type=waits.maxima,
+        default=[],
+        metavar="MAX,...",
+        help="a policy per maximum wait (off: topogang+reserve; else topogang+wait<MAX>, e.g. 30m), and the sweep's"
+        " table, targets and picture",
     )
     p.add_argument("--trace", type=Path, help="replay this CSV instead of generating traces (loads do not apply)")
     p.add_argument(
@@ -189,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster = clusters.build(shape)
     settings = Settings(reserve_after=args.reserve_after, limit=args.reservations)
     names = [p.name for p in _policies(cluster, settings, args)]
-    wanted = [*args.policies.split(","), *(f"topogang+{n}" for n, _ in args.variant)] if args.policies else names
+    swept = [waits.policy_name(label) for label, _ in args.max_wait]
+    asked = [*args.policies.split(","), *(f"topogang+{n}" for n, _ in args.variant), *swept]
+    wanted = asked if args.policies else names
     if not set(wanted) <= set(names):
         print(f"trace.py: --policies {args.policies}: choose from {', '.join(names)}", file=sys.stderr)
         return 2
@@ -257,12 +274,14 @@ def main(argv: list[str] | None = None) -> int:
             print(spread(rows))
             print(compare.describe(rows, args.paired))
             print(first_fit_gap(rows), flush=True)
+            if args.max_wait:
+                print(waits.describe(rows, args.max_wait, args.paired), flush=True)
     if args.json_out:
         args.json_out.write_bytes(b"".join(orjson.dumps(r, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n" for r in every))
     if not args.json:
         print(targets(every))
     if not args.no_pictures:
-        _pictures(cluster, every, pictured, args.pictures)
+        _pictures(cluster, every, pictured, args.pictures, args.max_wait)
     return 0
 
 
@@ -301,6 +320,7 @@ def _pictures(
     rows: list[dict[str, Any]],
     pictured: tuple[list[workload.Job], list[Replay]] | None,
     out: Path,
+    max_wait: list[tuple[str, float | None]],
 ) -> None:
     try:
         from bench.tracesim.figures import draw, draw_loads
@@ -309,6 +329,9 @@ def _pictures(
         return
     paths = draw(cluster, pictured[0], pictured[1], out) if pictured else []
     paths += draw_loads(rows, out)
+    if max_wait:
+        at = [r for r in rows if r["load"] == HEADLINE] or rows
+        paths += waits.draw(at, max_wait, out)
     for path in paths:
         print(f"picture: {path}", file=sys.stderr)
 

@@ -140,8 +140,16 @@ def test_helm_lint_passes_in_each_mode(helm_bin: Path, mode: str) -> None:
         (["--set", "certificates.source=vault"], "source"),
         (["--set", "secondScheduler.enabled=true", "--set", "mode=gates"], "secondScheduler.enabled is for mode"),
         (["--set", "metrics.serviceMonitor.enabled=true"], "needs metrics.service.enabled"),
+        (["--set", "server.maxWait=45"], "maxWait"),
     ],
-    ids=["unknown-mode", "misspelt-key", "unknown-certificate-source", "second-scheduler-in-gates", "monitor-alone"],
+    ids=[
+        "unknown-mode",
+        "misspelt-key",
+        "unknown-certificate-source",
+        "second-scheduler-in-gates",
+        "monitor-alone",
+        "max-wait-without-unit",
+    ],
 )
 def test_the_chart_refuses_wrong_values_with_a_message(helm_bin: Path, values: list[str], says: str) -> None:
     done = helm(helm_bin, "template", "topogang", str(CHART), *values)
@@ -169,6 +177,17 @@ def test_the_chart_renders_the_objects_the_kustomize_manifests_do(
     assert sorted(chart) == sorted(kustomize)
     for key, doc in kustomize.items():
         assert chart[key] == doc, f"{key} differs"
+
+
+def test_a_maximum_wait_reaches_the_servers_flags(helm_bin: Path) -> None:
+    def args(*values: str) -> list[str]:
+        (found,) = [
+            d for d in template(helm_bin, *values) if d["kind"] == "Deployment" and d["metadata"]["name"] == "topogang"
+        ]
+        return list(found["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert "--max-wait=2h" in args("--set", "server.maxWait=2h")
+    assert not any(a.startswith("--max-wait") for a in args())
 
 
 def test_the_charts_second_scheduler_is_scheduler_config_second_scheduler(

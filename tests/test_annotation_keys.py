@@ -14,6 +14,7 @@ from extender.grouping import names as n
 from extender.grouping.kinds import jobset, lws
 from extender.model import annotation_keys as keys
 from extender.model.labels import ON_UNREPAIRABLE, SUBGROUP_LABEL, TOPOLOGY_ANNOTATION
+from extender.model.max_wait import MAX_WAIT_ANNOTATION
 from extender.model.runtime_bound import RUNTIME_BOUND_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +59,7 @@ def test_every_annotation_the_groupers_read_is_one_topogang_reads() -> None:
         TOPOLOGY_ANNOTATION,
         ON_UNREPAIRABLE,
         RUNTIME_BOUND_ANNOTATION,
+        MAX_WAIT_ANNOTATION,
         MOVABLE,
     }
     assert read == keys.READ

@@ -186,7 +186,7 @@ def test_json_carries_each_pending_pods_and_groups_reason(tmp_path: Path, capsys
         "name": "big",
         "phase": "Pending",
         "reason": "NoCapacity",
-        "message": why,
+        "message": why,  # (3 nodes' worth of pods on 2 nodes: never, even empty: not queued)
     }
 
 

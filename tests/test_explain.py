@@ -250,7 +250,8 @@ def test_a_plain_pod_is_not_a_gang(capsys: pytest.CaptureFixture[str]) -> None:
 
 GANG_FIELDS = [
     "gang", "source", "phase", "message", "topology", "asked", "scopes", "planning", "why", "leftOut", "devices",
-    "preemption", "defragmentation", "lastRepair", "reservation", "evicted", "preemptedForIt", "notes",
+    "preemption", "defragmentation", "lastRepair", "reservation", "overdue", "queue", "assumed", "evicted",
+    "preemptedForIt", "notes",
 ]  # fmt: skip
 
 

@@ -30,7 +30,7 @@ from extender.model.pod import parse_pod
 from extender.server.extender import Extender
 from extender.server.gates import GatesMode
 from extender.server.gates_settings import GatesSettings, add_gates_arguments, gates_settings_from
-from extender.server.settings import SettingsError
+from extender.server.settings_error import SettingsError
 from extender.server.webhook import EXTENDER, GATES, SEGMENT_LABEL, Webhook, gate_ops, segment_ops
 from tests.builders import TOPO, grid, node, pod, podgroup
 from tests.grouping_builders import kubeflow, lws, obj, owned_pod

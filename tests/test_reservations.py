@@ -243,6 +243,50 @@ def test_with_children_a_reservation_holds_the_fewest_children_that_hold_the_gan
     assert r.nodes.tolist() == [0, 1]  # rack 0 frees at 100; rack 1 (busy until 900) stays usable
 
 
+def test_an_overdue_gang_takes_the_slot_before_higher_priorities_the_longest_overdue_first() -> None:
+    lay = layout()
+    f, pods = _busy()
+    hi = Waiting("hi", 1000, 90.0, whole_nodes(4, level=BLOCK))
+    low = Waiting("low", 0, 0.0, whole_nodes(4, level=BLOCK), max_wait=60.0)  # overdue at 60
+    later = Waiting("later", 0, 10.0, whole_nodes(4, level=BLOCK), max_wait=30.0)  # overdue at 40
+    off = Settings(limit=1)
+    assert [r.key for r in reserve(50.0, [hi, low, later], f, pods, lay, (), off)] == ["later"]
+    (r,) = reserve(100.0, [hi, low, later], f, pods, lay, (), off)
+    assert (r.key, r.overdue) == ("later", 40.0)  # overdue since 40, before low (60)
+    two = reserve(100.0, [hi, low, later], f, pods, lay, (), Settings(limit=2))
+    assert [(r.key, r.overdue) for r in two] == [("later", 40.0), ("low", 60.0)]
+    # Without any maximum, strict priority order: the higher priority holds the slot.
+    assert [r.key for r in reserve(100.0, [hi, Waiting("low", 0, 0.0, low.demand)], f, pods, lay, (), off)] == ["hi"]
+    # The cluster default applies to gangs that declare none; their own maximum wins.
+    plain = [hi, Waiting("low", 0, 0.0, low.demand)]
+    (d,) = reserve(100.0, plain, f, pods, lay, (), Settings(limit=1, max_wait=90.0))
+    assert (d.key, d.overdue) == ("low", 90.0)
+    assert reserve(100.0, [hi, low], f, pods, lay, (), Settings(limit=1, max_wait=5.0))[0].overdue == 60.0
+
+
+def test_room_held_for_an_overdue_gang_is_kept_from_higher_priorities_that_are_not_overdue() -> None:
+    r = Reservation("g", 0, BLOCK, 0, np.array([0, 1]), start=500.0, made=0.0, overdue=60.0)
+    assert admits(r, "hi", 1000, None) is Admission.HELD
+    assert admits(r, "hi", 1000, None, overdue=True) is Admission.PRIORITY  # overdue too: competes as one
+    assert admits(r, "lo", 0, None, overdue=True) is Admission.HELD
+    assert admits(r, "short", 1000, 400.0) is Admission.BACKFILL  # ends before the estimated start
+    assert admits(r, "g", 0, None) is Admission.OWN
+    calm = Reservation("g", 0, BLOCK, 0, np.array([0, 1]), start=500.0, made=0.0)
+    assert admits(calm, "hi", 1000, None) is Admission.PRIORITY
+    assert held([r], 8, "hi", 1000, None).tolist() == [True, True] + [False] * 6
+    assert not held([r], 8, "hi", 1000, None, overdue=True).any()
+
+
+def test_an_overdue_gang_holds_room_whatever_the_reservation_level_says() -> None:
+    lay = layout()
+    f, pods = _busy()
+    cut = Settings(limit=1, coarsest_only=BLOCK, heads=False, reserve_after=50.0)
+    assert reserve(100.0, [Waiting("small", 0, 0.0, whole_nodes(2, level=RACK))], f, pods, lay, (), cut) == ()
+    small = Waiting("small", 0, 0.0, whole_nodes(2, level=RACK), max_wait=30.0)
+    (r,) = reserve(100.0, [small], f, pods, lay, (), cut)
+    assert (r.key, r.level, r.overdue) == ("small", RACK, 30.0)
+
+
 def test_a_gang_is_held_room_only_on_nodes_it_may_use() -> None:
     """Block 0 frees first (ends 100-400, block 1's 150-450), but the gang may use only one node
     of each of block 0's racks (a taint, a selector): 2 of the 3 pods it needs. Its room is in
@@ -250,11 +294,12 @@ def test_a_gang_is_held_room_only_on_nodes_it_may_use() -> None:
     lay = layout()
     f, pods = _busy()
     usable = np.array([True, False, True, False, True, True, True, True])
-    gang = Waiting("g", 0, 0.0, whole_nodes(3, level=BLOCK), usable)
+    gang = Waiting("g", 0, 0.0, whole_nodes(3, level=BLOCK), usable=usable)
     (r,) = reserve(0.0, [gang], f, pods, lay, (), Settings())
     assert (r.domain, r.start) == (1, 350.0)  # block 1's third pod to end frees its third node
     assert set(r.nodes.tolist()) <= {4, 5, 6, 7}
     nowhere = np.array([True, False, True, False, True, False, True, False])
     assert (
-        reserve(0.0, [Waiting("g", 0, 0.0, whole_nodes(3, level=BLOCK), nowhere)], f, pods, lay, (), Settings()) == ()
+        reserve(0.0, [Waiting("g", 0, 0.0, whole_nodes(3, level=BLOCK), usable=nowhere)], f, pods, lay, (), Settings())
+        == ()
     )

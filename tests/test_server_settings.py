@@ -11,7 +11,8 @@ import pytest
 
 from extender.core.reservations import Settings as ReservationSettings
 from extender.server import serve
-from extender.server.settings import Settings, SettingsError, add_arguments, settings_from
+from extender.server.settings import Settings, add_arguments, settings_from
+from extender.server.settings_error import SettingsError
 
 
 def parse(*flags: str, **environ: str) -> Settings:
@@ -73,6 +74,16 @@ def test_any_gang_may_hold_room_unless_a_reserve_level_is_named() -> None:
     assert serve._scheduler(settings()).reserving.level is None
 
 
+def test_the_maximum_wait_is_off_unless_asked_for_and_estimates_reach_the_first_hundred() -> None:
+    assert settings().max_wait is None
+    assert settings("--max-wait=2h").max_wait == 7200.0
+    assert settings(TOPOGANG_MAX_WAIT="1h30m").max_wait == 5400.0
+    assert settings("--max-wait=off", TOPOGANG_MAX_WAIT="2h").max_wait is None
+    assert (settings().estimate_gangs, settings("--estimate-gangs=0").estimate_gangs) == (50, 0)
+    reservations = serve._scheduler(settings("--max-wait=30m", "--estimate-gangs=7")).reserving.settings
+    assert (reservations.max_wait, reservations.estimates) == (1800.0, 7)
+
+
 def test_without_pod_name_the_identity_is_unique_per_process() -> None:
     assert settings().identity != settings().identity
 
@@ -92,6 +103,10 @@ def test_without_both_pod_variables_there_is_no_pod_to_label() -> None:
         (["--reserve-order=biggest"], "--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got"),
         (["--reserve-level=zone one"], "--reserve-level (TOPOGANG_RESERVE_LEVEL): expected a topology level's node"),
         (["--reserve-level="], "--reserve-level (TOPOGANG_RESERVE_LEVEL): expected a topology level's node label"),
+        (["--max-wait=3600"], "--max-wait (TOPOGANG_MAX_WAIT): expected off or a positive duration with units, such"),
+        (["--max-wait=0s"], "--max-wait (TOPOGANG_MAX_WAIT): expected off or a positive duration with units"),
+        (["--estimate-gangs=-1"], "--estimate-gangs (TOPOGANG_ESTIMATE_GANGS): expected a whole number from 0 to 1000"),
+        (["--estimate-gangs=5000"], "--estimate-gangs (TOPOGANG_ESTIMATE_GANGS): expected a whole number from 0"),
     ],
     ids=[
         "not-a-bool",
@@ -100,6 +115,10 @@ def test_without_both_pod_variables_there_is_no_pod_to_label() -> None:
         "unknown-reserve-order",
         "level-space",
         "level-empty",
+        "max-wait-without-unit",
+        "max-wait-zero",
+        "estimates-negative",
+        "estimates-beyond-the-bound",
     ],
 )
 def test_bad_values_are_refused_naming_the_flag(flags: list[str], message: str) -> None:

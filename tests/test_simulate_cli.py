@@ -427,3 +427,36 @@ def test_bound_is_shown_against_the_gangs_minimum(tmp_path: Path, capsys: pytest
         "default/placed": ["Scheduled", "2/1"],  # more bound than the minimum
         "default/bad": ["Invalid", "-"],
     }
+
+
+def test_the_simulator_says_a_gang_is_overdue_with_the_servers_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both nodes run a pod started at 10:00 (the input's clock); gang `big` (2 nodes' worth) was
+    made at 09:00 with `max-wait: 30m`: overdue since 09:30, and room is held for it."""
+    running = "".join(
+        f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: run-{n}, creationTimestamp: "2027-01-15T10:00:00Z"}}
+spec: {{nodeName: {n}, containers: [{{name: c, resources: {{requests: {{nvidia.com/gpu: "8"}}}}}}]}}
+status: {{phase: Running, startTime: "2027-01-15T10:00:00Z"}}
+"""
+        for n in ("n1", "n2")
+    )
+    group = """---
+apiVersion: scheduling.topogang.io/v1alpha1
+kind: PodGroup
+metadata:
+  name: big
+  creationTimestamp: "2027-01-15T09:00:00Z"
+  annotations: {scheduling.topogang.io/max-wait: 30m}
+spec: {minMember: 2}
+"""
+    doc = simulate_json(capsys, write(tmp_path, "in.yaml", NODES + running + group + pods("big", 2)))
+    (big,) = [g for g in doc["podGroups"] if g["name"] == "big"]  # type: ignore[union-attr]
+    assert (
+        "overdue since 2027-01-15T09:30:00Z: waited past its maximum wait of 30m0s; room is held for it"
+        in (big["message"])
+    )
+    assert "kept from work of any priority that is not overdue" in big["message"]

@@ -4,7 +4,12 @@ reads, the held room as each plan sees it, and what reservations cost and gave (
 A job's key is its id; its demand is its pods of `gpus` GPUs, its segments (whole segments per
 rack) and its required level; a running job's pods end at start + bound when it declared one,
 else as `expected_end` guesses. Held room is shown to a plan as taken: every GPU of a node inside
-a reservation's domain that the reservation does not admit the job to.
+a reservation's domain that the reservation does not admit the job to. A job is overdue once it
+has waited `Settings.max_wait` (the cluster default; trace jobs declare no maximum of their own).
+
+Each job that waits gets an estimated start (extender.core.estimates, the server's walk) at the
+first pass that finds it queued: `first_estimates` keeps (estimate, start) per job for the
+accuracy figures. The walk runs only when a queued job has none yet, up to that job's place.
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ import numpy as np
 
 from bench.tracesim.cluster import LEVELS, Cluster, IntArray
 from bench.tracesim.workload import Job
+from extender.core.estimates import estimate
+from extender.core.lifetimes import Lifetimes
 from extender.core.reservations import (
     Admission,
     BoolArray,
     Demand,
     Layout,
+    Matrix,
     Reservation,
     Running,
     Settings,
@@ -30,11 +38,14 @@ from extender.core.reservations import (
     admits,
     expected_end,
     held,
+    overdue,
+    overdue_first,
     reserve,
 )
 from extender.simulate.order import queue_key
 
 RACK = LEVELS.index("rack") + 1
+KIND = "Job"  # every trace job's owner kind, for the run times learnt
 
 
 class Started(Protocol):
@@ -73,6 +84,12 @@ class Holding:
     _first: dict[str, tuple[float, float]] = field(default_factory=dict)
     _tried: dict[int, tuple[str, ...]] = field(default_factory=dict)  # job -> signature of its last refusal
     _lost = False  # a held node was let go since the last walk: every waiting job may fit now
+    estimate_limit: int = Settings().estimates  # gangs the estimate walk reaches, in the pass's order (the server's)
+    first_estimates: dict[int, float] = field(default_factory=dict)  # job -> its first estimated start
+    estimated: list[tuple[int, float, float]] = field(default_factory=list)  # (job, first estimate, start)
+    overdue_since: dict[int, float] = field(default_factory=dict)  # job -> when it became overdue
+    slotted: dict[int, float] = field(default_factory=dict)  # overdue job -> when it first held room
+    lifetimes: Lifetimes = field(default_factory=Lifetimes)  # run times of the jobs that ended (one kind: Job)
 
     def __post_init__(self) -> None:
         self.layout = layout_of(self.cluster)
@@ -81,13 +98,18 @@ class Holding:
     def _ends(job: Job, now: float) -> float | None:
         return now + job.bound if job.bound else None
 
+    def overdue(self, job: Job, now: float) -> bool:
+        limit = self.settings.max_wait
+        return limit is not None and now - job.arrival >= limit
+
     def signature(self, job: Job, now: float) -> tuple[str, ...]:
-        ends = self._ends(job, now)
-        return tuple(admits(r, str(job.id), job.priority, ends).value for r in self.reservations)
+        ends, late = self._ends(job, now), self.overdue(job, now)
+        return tuple(admits(r, str(job.id), job.priority, ends, late).value for r in self.reservations)
 
     def view(self, job: Job, used: IntArray, now: float) -> IntArray:
         """USED as JOB's plan sees it: held room it may not use counts as taken."""
-        mask = held(self.reservations, len(used), str(job.id), job.priority, self._ends(job, now))
+        ends, late = self._ends(job, now), self.overdue(job, now)
+        mask = held(self.reservations, len(used), str(job.id), job.priority, ends, late)
         if not mask.any():
             return used
         out = used.copy()
@@ -114,11 +136,16 @@ class Holding:
                 self.backfills.append((now, job.demand * job.duration))
                 break
         if key in self._first:
-            made, estimate = self._first.pop(key)
-            self.estimates.append((made, estimate, now))
+            made, first = self._first.pop(key)
+            self.estimates.append((made, first, now))
+        if job.id in self.first_estimates:
+            self.estimated.append((job.id, self.first_estimates.pop(job.id), now))
         before = self.held_nodes()
         self.reservations = tuple(r for r in self.reservations if r.key != key)  # released when it starts
         self._lost |= bool((before & ~self.held_nodes()).any())
+
+    def ended(self, job: Job) -> None:
+        self.lifetimes.observe(KIND, job.duration)
 
     def held_nodes(self) -> BoolArray:
         out = np.zeros(len(self.cluster.nodes), dtype=np.bool_)
@@ -136,6 +163,8 @@ class Holding:
             Waiting(str(j.id), j.priority, j.arrival, demand(j))
             for j in sorted(queue, key=lambda j: queue_key(j.priority, j.arrival, j.id))
         ]
+        for key, at in overdue(now, waiting, self.settings).items():
+            self.overdue_since.setdefault(int(key), at)
         counts = np.array([len(p.nodes) for p in running], dtype=np.int64)
         ends = [
             expected_end(now, p.start, p.job.bound or None, self.settings.floor, self.settings.stretch) for p in running
@@ -150,6 +179,39 @@ class Holding:
         self.reserve_ms.append((time.perf_counter() - t0) * 1000)
         self._lost |= bool((before & ~self.held_nodes()).any())
         for r in self.reservations:
+            if r.overdue is not None:
+                self.slotted.setdefault(int(r.key), now)
             if r.key not in keys:
                 self.made += 1
                 self._first.setdefault(r.key, (now, r.start))
+        self._estimate(now, waiting, free, pods, running, {str(j.id): j.bound for j in queue if j.bound})
+
+    def _estimate(
+        self,
+        now: float,
+        waiting: Sequence[Waiting],
+        free: Matrix,
+        pods: Running,
+        running: Sequence[Started],
+        bounds: dict[str, float],
+    ) -> None:
+        """The first estimated start of each queued job that has none yet: one walk, up to the
+        last such job in the pass's order (the walk of the first `estimate_limit` gangs)."""
+        due = overdue(now, waiting, self.settings)
+        order = [*overdue_first(waiting, due), *(w for w in waiting if w.key not in due)][: self.estimate_limit]
+        new = [i for i, w in enumerate(order) if int(w.key) not in self.first_estimates]
+        if not new:
+            return
+        counts = np.array([len(p.nodes) for p in running], dtype=np.int64)
+        known = np.repeat(np.array([bool(p.job.bound) for p in running], dtype=np.bool_), counts)
+        started = np.repeat(np.array([p.start for p in running], dtype=np.float64), counts)
+        learnt = self.lifetimes.ends(now, [KIND] * len(started), started, pods.end)
+        pods = Running(pods.node, pods.request, np.where(known, pods.end, learnt))
+        typical = self.lifetimes.run(KIND)
+        if typical is not None:
+            bounds = {w.key: bounds.get(w.key, typical) for w in order}
+        walked = estimate(
+            now, order, free, pods, known, self.layout, self.reservations, bounds, self.settings, new[-1] + 1
+        )
+        for e in walked:
+            self.first_estimates.setdefault(int(e.key), e.start)

@@ -27,6 +27,19 @@ held_idle_gpu_h              GPU-hours held idle by reservations in the window (
 backfilled_gpu_h             GPU-hours of bounded jobs that started in held room in the window
 reservations                 reservations made; estimate_error_p50_s: |estimated - actual start|
                              of the reserved gangs that started, median
+wait_p99_top_s, wait_max_top_s  gangs of the trace's highest priority, every size: what a maximum
+                             wait for the others costs them
+over_bound_max_s, over_bound_jobs  with a maximum wait: the largest excess of a gang's wait over
+                             its maximum plus its overdue drain (bench/tracesim/replay.py; <= 0:
+                             every gang within the bound), and how many gangs exceeded it
+slot_wait_p99_s              with a maximum wait: overdue gangs' time from becoming overdue to first
+                             holding room; over_bound_slot_share: of the gangs beyond the bound, the
+                             share whose excess that wait for a slot explains
+overdue_jobs                 with a maximum wait: gangs that became overdue (arrived in the window)
+estimate_err_{p50,p90}_<size>  |first estimated start - actual start| / actual wait, median and
+                             90th percentile, of the gangs that waited and got an estimate
+                             (extender.core.estimates, at the first pass that found them queued);
+                             estimated_<size>: how many
 plan_ms_p99                  time of one call into the policy (a placement or a refusal)
 reserve_ms_p99               time of one reserve() pass (topogang+reserve: after each walk)
 """
@@ -49,7 +62,10 @@ SPREAD = (
     "wait_p99_medium_s",
     "wait_p99_large_s",
     "drain_p99_large_s",
+    "wait_p99_top_s",
+    "over_bound_max_s",
 )
+MAXIMA = ("over_bound_max_s", "wait_max_top_s")
 
 
 def lower_bound(cluster: Cluster, gpus: int) -> int:
@@ -123,6 +139,7 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
         row[f"slowdown_p99_{s}"] = round(float(np.percentile(sd, 99)), 1)
         row[f"jobs_{s}"] = len(waits[s])
     row |= _large_by_priority(cluster, jobs, placed, t0, t1)
+    row |= _bounded_waits(cluster, jobs, run, t0, t1)
     for s in SIZES[1:]:
         d = [v for jid, v in run.drain.items() if t0 <= arrival[jid] <= t1 and classes[jid] == s and v < np.inf]
         dd = np.array(d) if d else np.zeros(1)
@@ -159,6 +176,51 @@ def _large_by_priority(
     }
 
 
+def _bounded_waits(cluster: Cluster, jobs: list[Job], run: Replay, t0: float, t1: float) -> dict[str, float]:
+    """What a maximum wait promises and costs (the figures above from wait_p99_top_s on)."""
+    top = max((j.priority for j in jobs), default=0)
+    placed = [p for p in run.placed.values() if t0 <= p.job.arrival <= t1]
+    tops = np.array([p.start - p.job.arrival for p in placed if p.job.priority == top] or [0.0])
+    out: dict[str, float] = {
+        "wait_p99_top_s": round(float(np.percentile(tops, 99)), 1),
+        "wait_max_top_s": round(float(tops.max()), 1),
+    }
+    if run.max_wait is not None:
+        excess = [
+            p.start - p.job.arrival - run.max_wait - run.overdue_drain[p.job.id]
+            for p in placed
+            if p.job.id in run.overdue_drain
+        ]
+        out["over_bound_max_s"] = round(max(excess, default=-run.max_wait), 1)
+        out["over_bound_jobs"] = sum(1 for e in excess if e > 1.0)
+        out["overdue_jobs"] = len(excess)
+        # Why beyond: the time from becoming overdue to first holding room (one slot, gangs overdue longer first)
+        slot = {
+            p.job.id: run.slotted.get(p.job.id, p.start) - (p.job.arrival + run.max_wait)
+            for p in placed
+            if p.job.id in run.overdue_drain
+        }
+        beyond = [(e, slot[jid]) for e, jid in zip(excess, slot, strict=True) if e > 1.0]
+        out["over_bound_slot_share"] = (
+            round(sum(1 for e, w in beyond if w >= e - 1.0) / len(beyond), 3) if beyond else 0.0
+        )
+        waited = np.array(list(slot.values()) or [0.0])
+        out["slot_wait_p99_s"] = round(float(np.percentile(waited, 99)), 1)
+    start = {p.job.id: p for p in placed}
+    errors: dict[str, list[float]] = {s: [] for s in SIZES}
+    for jid, estimate, began in run.estimated:
+        p = start.get(jid)
+        if p is None or estimate == np.inf or began <= p.job.arrival:
+            continue
+        errors[size_class(cluster, p.job)].append(abs(estimate - began) / (began - p.job.arrival))
+    for s in SIZES:
+        e = np.array(errors[s]) if errors[s] else np.zeros(1)
+        out[f"estimate_err_p50_{s}"] = round(float(np.percentile(e, 50)), 3)
+        out[f"estimate_err_p90_{s}"] = round(float(np.percentile(e, 90)), 3)
+        out[f"estimated_{s}"] = len(errors[s])
+    return out
+
+
 def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One row for several traces: the mean of each figure, the sum of each count."""
     out = dict(rows[0])
@@ -168,6 +230,10 @@ def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in rows]
         out[key] = sum(values) if isinstance(value, int) else round(sum(values) / len(values), 4)
     out["traces"] = len(rows)
+    for key in MAXIMA:  # the bound holds on every trace or not: the worst one
+        if key in out:
+            out[key] = max(r[key] for r in rows)
     for key in SPREAD:  # one trace's p99 of a few dozen large gangs is nearly its maximum: show the spread
-        out[f"{key}_per_trace"] = [r[key] for r in rows]
+        if key in rows[0]:
+            out[f"{key}_per_trace"] = [r[key] for r in rows]
     return out

@@ -178,6 +178,8 @@ class Topogang:
 
     def done(self, job: Job) -> None:
         self.gangs.pop(job.id, None)
+        if self._holding is not None:
+            self._holding.ended(job)
 
     def retry(self, queue: Sequence[Job], now: float) -> list[Job]:
         return self._holding.retry(queue, now) if self._holding is not None else []

@@ -14,6 +14,11 @@ room for it would exist (counted as reservations count it) if nothing started af
 and every running job ended at its real end; a wait no holding of room can beat, only preemption
 or a different past.
 
+With a maximum wait (the policy's reservation `Settings.max_wait`), each job still queued when it
+becomes overdue gets its *overdue drain* the same way, from the first moment the replay sees it
+overdue, counted from the moment it became so: the bound a maximum wait promises is that moment
+plus this drain.
+
 Elastic jobs (a minimum below their pods) start with what `Policy.start` gives them, at least
 their minimum, and run at the speed of the pods they have (a job's duration is its run time at
 full size: with half its pods it runs twice as long). After each walk that changed something,
@@ -91,6 +96,10 @@ class Replay:
     worst: tuple[float, int, IntArray] | None = None
     overcommitted: int = 0  # placements that would take more than a node has (a policy bug)
     drain: dict[int, float] = field(default_factory=dict)  # job -> its drain (module docstring)
+    max_wait: float | None = None  # the policy's maximum wait (None: none)
+    overdue_drain: dict[int, float] = field(default_factory=dict)  # job -> its drain once overdue
+    estimated: list[tuple[int, float, float]] = field(default_factory=list)  # (job, first estimate, start)
+    slotted: dict[int, float] = field(default_factory=dict)  # overdue job -> when it first held room
     grown: int = 0  # optional pods placed after their job started
     given_back: int = 0  # optional pods that gave their room to a minimum
 
@@ -107,6 +116,7 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
     holding = policy.holding
     layout = layout_of(cluster)
     rack = int(cluster.domain_gpus("rack").max())
+    out.max_wait = holding.settings.max_wait if holding is not None else None
     a = 0
     while a < len(arrivals) or ends:
         now = min(arrivals[a].arrival if a < len(arrivals) else float("inf"), ends[0][0] if ends else float("inf"))
@@ -120,6 +130,11 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
             _take(used, pods, done.job, list(done.current.values()), -1)
             policy.done(done.job)
             freed = True
+        if out.max_wait is not None:
+            for job in queue:
+                due = job.arrival + out.max_wait
+                if due <= now and job.id not in out.overdue_drain:
+                    out.overdue_drain[job.id] = now - due + _drain(cluster, layout, job, now, used, running)
         fresh = []
         while a < len(arrivals) and arrivals[a].arrival <= now:
             policy.prepare(arrivals[a])
@@ -150,6 +165,8 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
     if holding is not None:
         out.backfilled, out.estimates, out.reservations = holding.backfills, holding.estimates, holding.made
         out.reserve_ms = holding.reserve_ms
+        out.estimated = holding.estimated
+        out.slotted = holding.slotted
     return out
 
 

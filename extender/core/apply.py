@@ -109,11 +109,20 @@ def _reservation(scheduler: GangScheduler, key: str, body: JSON) -> None:
     """The PodGroup status's reservation (written by the leader), for `explain`; read leniently."""
     status = body.get("status")
     held = status.get("reservation") if isinstance(status, Mapping) else None
+    text = None
     if isinstance(held, Mapping) and all(isinstance(held.get(k), str) for k in ("domain", "estimatedStart")):
         text = f"room held for it in {held['domain']}; expected to start by {held['estimatedStart']}"
-        scheduler.reserving.note(key, text)
-    else:
-        scheduler.reserving.note(key, None)
+    scheduler.reserving.note(key, text, _waited(status) if isinstance(status, Mapping) else ("", ""))
+
+
+def _waited(status: Mapping[str, Any]) -> tuple[str, str]:
+    """(overdue, queue) as the status's overdueSince, queuePosition and estimatedStart say them."""
+    since, place, start = status.get("overdueSince"), status.get("queuePosition"), status.get("estimatedStart")
+    late = f"overdue since {since}: waited past its maximum wait" if isinstance(since, str) else ""
+    queue = ""
+    if isinstance(place, int) and not isinstance(place, bool):
+        queue = f"position {place} in the queue" + (f"; expected to start by {start}" if isinstance(start, str) else "")
+    return late, queue
 
 
 def delete_object(scheduler: GangScheduler, body: JSON) -> None:

@@ -66,6 +66,9 @@ class Explanation:
     notes: tuple[str, ...] = ()  # warnings, pods waiting outside the gang
     last_repair: str = ""  # what the gang's last repair moved
     reservation: str = ""  # the room held for it while it waits, and its estimated start
+    overdue: str = ""  # it has waited past its maximum wait: since when, and what it holds
+    queue: str = ""  # its place in the queue and its estimated start
+    assumed: str = ""  # what that estimate assumed
     preemption: tuple[str, ...] = ()  # the preemption under way, or what one would do now
     defragmentation: tuple[str, ...] = ()  # the pods moving out of its domain, or what a move would be now
     devices: tuple[str, ...] = ()  # devices (Dynamic Resource Allocation) asked and free per domain
@@ -125,6 +128,7 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
         lines=tuple(lines),
         reservation=scheduler.reserving.text(group),
     )
+    base = _waiting(scheduler, group, base)
     if all(m.key in node_of for m in gang.members()):
         return replace(base, outcome="nothing to plan: every pod is bound", why=replay(scheduler, group, gang, node_of))
     # The dry run: this gang's own reservations go back; its bound pods stay where they are.
@@ -166,6 +170,20 @@ def explain(scheduler: GangScheduler, group: str, pod: str = "") -> Explanation:
         defragmentation=moving,
         devices=devices,
         why=why,
+    )
+
+
+def _waiting(scheduler: GangScheduler, group: str, e: Explanation) -> Explanation:
+    """E with whether GROUP is overdue, its place in the queue, its estimated start and what that
+    assumed: this replica's, else (a live cluster) what its PodGroup status says."""
+    reserving = scheduler.reserving
+    late, expected = reserving.overdue_of(group), reserving.expected(group)
+    told = reserving.recorded_wait(group)
+    return replace(
+        e,
+        overdue=late.render() if late is not None else told[0],
+        queue=expected.render() if expected is not None else told[1],
+        assumed=expected.assumed() if expected is not None else "",
     )
 
 
@@ -391,8 +409,12 @@ def render(explanations: Sequence[Explanation]) -> str:
             out.append(f"  Preempted for it: {'; '.join(e.evicted_for)}")
         if e.last_repair:
             out.append(f"  Last repair: {e.last_repair}")
+        if e.overdue:
+            out.append(f"  Overdue: {e.overdue}")
         if e.reservation:
             out.append(f"  Reservation: {e.reservation}")
+        if e.queue:
+            out.append(f"  Queue: {e.queue}" + (f"; {e.assumed}" if e.assumed else ""))
         for note in e.notes:
             out.append(f"  Note: {note}")
         out.append("")

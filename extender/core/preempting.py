@@ -17,13 +17,15 @@ The server and `explain` read the nominations through it too (`nomination`, `is_
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from extender.core.cluster import ClusterState
 from extender.core.decisions_room import BudgetBlocked
 from extender.core.evicted import Evicted
 from extender.core.membership import Membership
 from extender.core.nomination import Nomination, Nominations
 from extender.core.preemption import find_preemption
-from extender.placement import INCOMPLETE, NoPreemption, Preemption, PreemptionResult, Shortfall
+from extender.placement import INCOMPLETE, BoolArray, NoPreemption, Preemption, PreemptionResult, Shortfall
 
 RETRY = 5.0  # seconds between two searches for one gang that found nothing
 
@@ -67,12 +69,16 @@ class Preempting:
             return shortfall
         return BudgetBlocked(shortfall, last.overruns)
 
-    def attempt(self, group: str, now: float) -> Nomination | NoPreemption | None:
-        """Search victims for GROUP; None when a recent search already found none."""
+    def attempt(
+        self, group: str, now: float, held: BoolArray | None = None, spared: AbstractSet[str] = frozenset()
+    ) -> Nomination | NoPreemption | None:
+        """Search victims for GROUP; None when a recent search already found none. HELD: nodes
+        reservations keep from it; SPARED: gangs it may not evict (find_preemption)."""
         tried = self._tried.get(group)
         if tried is not None and (tried[0] == self.state.version or now - tried[1] < self.retry):
             return None
-        result = find_preemption(self.state, self.membership, group, exclude=self.nominations.evicting())
+        evicting = self.nominations.evicting()
+        result = find_preemption(self.state, self.membership, group, exclude=evicting, held=held, spared=spared)
         if isinstance(result, NoPreemption):
             self._tried[group] = (self.state.version, now)
             self.last[group] = result

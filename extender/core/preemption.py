@@ -16,6 +16,7 @@ from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
 from extender.model.pod import PodInfo
 from extender.placement import (
+    BoolArray,
     Budget,
     Gang,
     NoPreemption,
@@ -37,10 +38,14 @@ def may_preempt(state: ClusterState, view: GroupView) -> bool:
 
 
 def running_workloads(
-    state: ClusterState, membership: Membership, skip: str | None = None, exclude: AbstractSet[str] = frozenset()
+    state: ClusterState,
+    membership: Membership,
+    skip: str | None = None,
+    exclude: AbstractSet[str] = frozenset(),
+    spared: AbstractSet[str] = frozenset(),
 ) -> list[Workload]:
-    """Every running workload but `skip` (the preemptor) and those with a pod in `exclude` (being
-    evicted for another gang), gangs whole, plain pods alone."""
+    """Every running workload but `skip` (the preemptor), those with a pod in `exclude` (being
+    evicted for another gang) and the gangs in `spared`, gangs whole, plain pods alone."""
     by_group: dict[str, list[PodInfo]] = {}
     out: list[Workload] = []
     for pod in state.pods.values():
@@ -50,7 +55,7 @@ def running_workloads(
         if group is None:
             if pod.key not in exclude:
                 out.append(Workload(pod.key, state.pod_priority(pod), (_running(state, pod),), gang=False))
-        elif group != skip:
+        elif group != skip and group not in spared:
             by_group.setdefault(group, []).append(pod)
     for group, pods in sorted(by_group.items()):
         if exclude and any(p.key in exclude for p in pods):
@@ -110,17 +115,21 @@ def find_preemption(
     group: str,
     budgets: tuple[Budget, ...] = (),
     exclude: AbstractSet[str] = frozenset(),
+    held: BoolArray | None = None,
+    spared: AbstractSet[str] = frozenset(),
 ) -> PreemptionResult:
     """Victims whose eviction lets GROUP's minimum fit, or why there are none. Pods in `exclude`
-    are being evicted for someone else already."""
+    are being evicted for someone else already; HELD: nodes reservations keep from GROUP (it may
+    not take their room by preempting either); SPARED: gangs it may not evict (they started
+    overdue, and GROUP is not)."""
     view = membership.view(group)
     gang = view.built.gang if view.built is not None else None
     if gang is None:
         return NoPreemption(group, "the gang is not valid")
     if not may_preempt(state, view):
         return NoPreemption(group, "preemptionPolicy Never: the gang waits instead of preempting")
-    snapshot = snapshot_for(state, membership, group, gang)
-    workloads = running_workloads(state, membership, group, exclude)
+    snapshot = snapshot_for(state, membership, group, gang, held)
+    workloads = running_workloads(state, membership, group, exclude, spared)
     return find_victims(snapshot, gang, view.priority, workloads, budgets or budgets_of(state, workloads))
 
 

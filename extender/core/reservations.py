@@ -22,9 +22,15 @@ way Slurm's backfill does, on the topology:
   the gang at its estimated start; with `whole_domain=False`, only on the nodes the gang is
   expected to start on: those that hold one of its pods now and those the releases it waits
   for free), with three exceptions (`admits`):
-  the gang itself; work of a higher priority (never blocked by a lower-priority reservation);
-  and *backfill*, work whose runtime bound says it ends before the reserved gang's estimated
-  start. Work without a bound does not backfill.
+  the gang itself; work of a higher priority (never blocked by a lower-priority reservation),
+  unless the gang is *overdue* (below) and that work is not; and *backfill*, work whose runtime
+  bound says it ends before the reserved gang's estimated start. Work without a bound does not
+  backfill.
+- Overdue: a gang that has waited longer than its maximum wait (`Waiting.max_wait`, else
+  `Settings.max_wait`; None: no maximum) is overdue. Overdue gangs take the slots first, the one
+  overdue longest first (whatever their priority, and whatever `coarsest_only` says), and the
+  room held for one is kept from work of any priority that is not overdue itself. This trades
+  strict priority order for a bound on waiting: higher-priority work still preempts elsewhere.
 - Released: when the gang starts or leaves (the caller stops listing it), or when it is pushed
   out of the first `limit` eligible gangs.
 
@@ -41,7 +47,7 @@ Pure: arrays in, reservations out; no clock (callers pass `now`), no I/O. The tr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -85,6 +91,15 @@ class Settings:
     # queue order), not in queue order: the gangs that need a large domain are those that room
     # freeing by chance rarely serves.
     largest_first: bool = False
+    # Seconds a gang may wait for room before it is overdue, for gangs that declare no maximum of
+    # their own; None: no maximum (strict priority order, the default).
+    max_wait: float | None = None
+    # Every overdue gang holds room, beyond `limit` (not a default: bench/trace.py measured it).
+    each_overdue: bool = False
+    # Waiting gangs given an estimated start at each pass, in the pass's order (core/estimates.py):
+    # each costs one search over the releases (bench/reserve_scale.py: 100 gangs on 2,000 nodes
+    # and 24,000 pods, about 0.9 s of a pass on a loaded 2-core machine), so the first this many.
+    estimates: int = 50
 
 
 @dataclass(frozen=True)
@@ -104,8 +119,14 @@ class Waiting:
     priority: int
     since: float  # queued since
     demand: Demand
+    max_wait: float | None = None  # its own maximum wait (seconds); None: Settings.max_wait
     # the nodes its pods may use (taints, selectors); None: every node. Room elsewhere is not its.
     usable: BoolArray | None = field(default=None, compare=False)
+
+    def overdue_at(self, settings: Settings) -> float | None:
+        """When it becomes (or became) overdue; None: it has no maximum wait."""
+        limit = self.max_wait if self.max_wait is not None else settings.max_wait
+        return None if limit is None else self.since + limit
 
 
 @dataclass(frozen=True)
@@ -135,6 +156,7 @@ class Reservation:
     nodes: IntArray = field(compare=False)  # the held nodes (inside the domain)
     start: float  # estimated start: when the domain is expected to hold the gang
     made: float  # when it was first made (kept across refreshes)
+    overdue: float | None = None  # when its gang became overdue; None: it is not
 
 
 class Admission(Enum):
@@ -346,24 +368,26 @@ def reserve(
     it, or another domain is expected to hold it clearly sooner)."""
     if not queue or settings.limit <= 0:
         return ()
-    queue = [w for w in queue if not below_cut(layout, w.demand, settings)]
+    due = overdue(now, queue, settings)
+    queue = [w for w in queue if w.key in due or not below_cut(layout, w.demand, settings)]
     heads: set[str] = set()
     seen: set[int] = set()
     for w in queue if settings.heads else ():
         if w.priority not in seen:
             seen.add(w.priority)
             heads.add(w.key)
-    eligible = [w for w in queue if w.key in heads or now - w.since >= settings.reserve_after]
-    if not eligible:
-        return ()
+    eligible = [w for w in queue if w.key not in due and (w.key in heads or now - w.since >= settings.reserve_after)]
     if settings.largest_first:  # stable: queue order among equals
         eligible.sort(key=lambda w: (_level_rank(layout, w.demand), -w.demand.pods))
+    eligible = [*overdue_first(queue, due), *eligible]
+    if not eligible:
+        return ()
     all_free, all_ordered = free, running.by_end()
     previous = {r.key: r for r in current}
     taken = np.zeros(layout.nodes, dtype=np.bool_)  # the domains of the reservations so far
     out: list[Reservation] = []
     for w in eligible:
-        if len(out) == settings.limit:
+        if len(out) >= settings.limit and not (settings.each_overdue and w.key in due):
             break
         free, ordered = _as_seen(w, all_free, all_ordered)
         old = previous.get(w.key)
@@ -397,26 +421,53 @@ def reserve(
             nodes = _fewest_children(layout, level, found, w.demand, free, ordered)
         else:
             nodes = members
-        out.append(Reservation(w.key, w.priority, level, found.domain, nodes, found.start, made))
+        out.append(Reservation(w.key, w.priority, level, found.domain, nodes, found.start, made, due.get(w.key)))
         taken[members] = True
     return tuple(out)
 
 
-def admits(r: Reservation, key: str, priority: int, ends_at: float | None) -> Admission:
-    """May work KEY of PRIORITY, ending at ENDS_AT at the latest (None: no bound), use R's held room?"""
+def overdue(now: float, queue: Sequence[Waiting], settings: Settings) -> dict[str, float]:
+    """The gangs of QUEUE overdue at NOW: key -> when each became overdue."""
+    out: dict[str, float] = {}
+    for w in queue:
+        at = w.overdue_at(settings)
+        if at is not None and at <= now:
+            out[w.key] = at
+    return out
+
+
+def overdue_first(queue: Sequence[Waiting], due: Mapping[str, float]) -> list[Waiting]:
+    """The overdue gangs of QUEUE (DUE: when each became overdue), the one overdue longest first
+    (ties: the order given). Priority does not enter: a higher-priority gang that is overdue
+    competes as an overdue gang."""
+    rank = {w.key: i for i, w in enumerate(queue)}
+    return sorted((w for w in queue if w.key in due), key=lambda w: (due[w.key], rank[w.key]))
+
+
+def admits(r: Reservation, key: str, priority: int, ends_at: float | None, overdue: bool = False) -> Admission:
+    """May work KEY of PRIORITY, ending at ENDS_AT at the latest (None: no bound), use R's held
+    room? OVERDUE: the work is an overdue gang (only such work passes an overdue gang's room by
+    priority)."""
     if key == r.key:
         return Admission.OWN
-    if priority > r.priority:
+    if priority > r.priority and (r.overdue is None or overdue):
         return Admission.PRIORITY
     if ends_at is not None and ends_at <= r.start:
         return Admission.BACKFILL
     return Admission.HELD
 
 
-def held(reservations: Sequence[Reservation], nodes: int, key: str, priority: int, ends_at: float | None) -> BoolArray:
+def held(
+    reservations: Sequence[Reservation],
+    nodes: int,
+    key: str,
+    priority: int,
+    ends_at: float | None,
+    overdue: bool = False,
+) -> BoolArray:
     """The nodes whose free room KEY may not use (see `admits`)."""
     out = np.zeros(nodes, dtype=np.bool_)
     for r in reservations:
-        if admits(r, key, priority, ends_at) is Admission.HELD:
+        if admits(r, key, priority, ends_at, overdue) is Admission.HELD:
             out[r.nodes] = True
     return out

@@ -20,6 +20,12 @@ Room is counted on the schedulable nodes some pod of the gang may use (taints, s
 pods of the gang's largest request per resource: a gang of shapes with different rules makes the
 estimate optimistic, never a plan wrong (the plan itself still checks every node). Each Topology
 is reserved in on its own; the limit applies to all of them together, in queue order.
+
+Overdue gangs (their maximum wait, `scheduling.topogang.io/max-wait` else `--max-wait`, has
+passed) come first in the pass (core/reservations.py); each pass also gives the first
+`Settings.estimates` gangs in the pass's order an estimated start (core/estimates.py), expecting
+unbounded pods to end as the run times of finished pods of their owner kind say (core/lifetimes.py,
+learnt here from the pods seen to finish).
 """
 
 from __future__ import annotations
@@ -30,13 +36,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from extender.core.cluster import ClusterState
+from extender.core.demand import gang_demand, usable_nodes
 from extender.core.feasible import Feasibility
 from extender.core.held_room import ReservedRoom
 from extender.core.membership import Membership
 from extender.core.reservations import (
     Admission,
     BoolArray,
-    Demand,
     FloatArray,
     IntArray,
     Layout,
@@ -49,48 +55,11 @@ from extender.core.reservations import (
     below_cut,
     reserve,
 )
+from extender.core.waiting import Waits, kind_of
+from extender.core.waits import Expected, Overdue
 from extender.model.pod import PodInfo
 from extender.model.topology import LevelError, TopologySpec
-from extender.placement import Domain, Gang, NodeTable, Scope, Shortfall, scope_minimum_pods
-
-
-def _parts(root: Scope) -> list[Scope]:
-    """The topmost scopes under ROOT with a required level finer than ROOT's (segments)."""
-    top = root.rule.required if root.rule is not None and root.rule.required is not None else 0
-    out: list[Scope] = []
-    stack = list(root.children)
-    while stack:
-        s = stack.pop()
-        if s.rule is not None and s.rule.required is not None and s.rule.required > top:
-            out.append(s)
-        else:
-            stack.extend(s.children)
-    return out
-
-
-def gang_demand(gang: Gang, columns: Sequence[str]) -> Demand:
-    """What GANG needs to start, for `reserve`: its minimum in pods of its largest request per
-    resource (COLUMNS), its required level, and its parts (segments required in a finer domain)."""
-    request = tuple(max((dict(s.requests).get(r, 0) for s in gang.shapes), default=0) for r in columns)
-    rule = gang.root.rule
-    level = rule.required if rule is not None else None
-    part = part_level = 0
-    parts = _parts(gang.root)
-    levels = {p.rule.required for p in parts if p.rule is not None}
-    sizes = [m for p in parts if (m := scope_minimum_pods(p)) > 0]
-    if sizes and len(levels) == 1:
-        (found,) = levels
-        part, part_level = min(sizes), found or 0
-    return Demand(request, max(scope_minimum_pods(gang.root), 1), part, part_level, level)
-
-
-def usable_nodes(table: NodeTable, gang: Gang) -> BoolArray | None:
-    """The schedulable nodes some pod of GANG may use (taints, selectors, as the planner reads
-    them); None when it may use every one."""
-    usable = np.zeros(len(table), dtype=np.bool_)
-    for shape in gang.shapes:
-        usable |= table.eligibility(shape.placement).mask
-    return None if bool((usable | ~table.schedulable).all()) else usable
+from extender.placement import Domain, Gang, NodeTable, Shortfall
 
 
 class Reserving:
@@ -115,7 +84,9 @@ class Reserving:
         self._rows: dict[str, _Row] = {}  # pod -> what it adds to the running arrays (see _running)
         self._rows_key: tuple[int, tuple[str, ...]] = (-1, ())
         self._arrays: tuple[IntArray, Matrix, FloatArray, FloatArray] | None = None  # built from the rows
+        self._kinds: list[str] = []  # each row's owner kind, in the order of the arrays
         self._recorded: dict[str, str] = {}  # group -> the reservation its PodGroup status shows
+        self._waited: dict[str, tuple[str, str]] = {}  # group -> (overdue, queue) its PodGroup status shows
         self.told: set[str] = set()  # gangs found waiting outside kube-scheduler's calls: status to write
         self._layouts: dict[tuple[int, str, tuple[str, ...]], Layout] = {}
         self._offset = 0.0  # wall clock minus the callers' clock, as of the last refresh
@@ -125,10 +96,12 @@ class Reserving:
         self._names: frozenset[str] | None = None  # their names, once asked
         self._freed = False  # held nodes were let go since take_freed
         self._generation = -1  # the node table's generation the reservations' node indices are of
+        self.waits = Waits(state, membership, settings)  # maximum waits, overdue gangs, estimated starts
 
     @property
     def enabled(self) -> bool:
-        return self.settings.limit > 0
+        """Whether gangs queue for room: for reservations, or only for estimated starts."""
+        return self.settings.limit > 0 or self.settings.estimates > 0
 
     # -- the queue -----------------------------------------------------------------------------
 
@@ -161,10 +134,18 @@ class Reserving:
         """GROUP left the queue (planned, preempting, repairing, gone): its reservation goes.
         True when nodes it held were let go (the gangs refused for them may fit now)."""
         self._queued.pop(group, None)
+        self.waits.forget(group)
         if not any(r.key == group for r in self.current):
             return False
         self._set(tuple(r for r in self.current if r.key != group))
         return True
+
+    def started(self, group: str) -> bool:
+        """GROUP was planned: it leaves the queue (`placed`); if it was overdue, it is spared from
+        preemption by work that is not (Waits.spared)."""
+        if group in self.waits.overdue:
+            self.waits.protected.add(group)
+        return self.placed(group)
 
     def drop_all(self) -> None:
         """This replica stops leading: nothing is held and nobody queues (a new term starts
@@ -173,12 +154,15 @@ class Reserving:
         self._tried.clear()
         self._below = set()
         self.told.clear()
+        self.waits.clear()
         self._set(())
         self._freed = False
 
     def sweep(self, groups: set[str]) -> bool:
+        self.waits.protected &= groups
         self.feasible.sweep(groups)
         self._recorded = {g: v for g, v in self._recorded.items() if g in groups}
+        self._waited = {g: v for g, v in self._waited.items() if g in groups}
         self._tried = {g: v for g, v in self._tried.items() if g in groups}
         gone = [g for g in self._queued if g not in groups]
         freed = [self.placed(g) for g in gone]  # every one, not up to the first True
@@ -203,17 +187,44 @@ class Reserving:
                     return None
                 tree = self._state.table.tree(topology)
                 ref, after = tree.ref(Domain(r.level, r.domain)), max(0.0, r.start - self._wall)
+                late = r.overdue is not None
                 if not self._clock:  # no wall clock was given: the times are only relative
-                    return ReservedRoom(ref, len(r.nodes), None, None, after)
-                return ReservedRoom(ref, len(r.nodes), r.start, r.made, after)
+                    return ReservedRoom(ref, len(r.nodes), None, None, after, late)
+                return ReservedRoom(ref, len(r.nodes), r.start, r.made, after, late)
         return None
 
-    def note(self, group: str, text: str | None) -> None:
-        """What GROUP's PodGroup status says is held for it (the leader wrote it), for `explain`."""
+    def overdue_of(self, group: str) -> Overdue | None:
+        """Whether GROUP is overdue, since when, and whether room is held for it."""
+        holding = any(r.key == group for r in self.current)
+        return self.waits.overdue_of(group, holding, self._clock, self._wall)
+
+    def expected(self, group: str) -> Expected | None:
+        """GROUP's estimated start as of the last pass (Waits.expected)."""
+        return self.waits.expected(group, self._clock, self._wall)
+
+    def estimated_starts(self) -> dict[str, float]:
+        """Group -> its estimated start (wall clock), for the gangs that have one (a metric)."""
+        return {
+            g: e.start
+            for g in list(self.waits.estimates)
+            if (e := self.expected(g)) is not None and e.start is not None
+        }
+
+    def note(self, group: str, text: str | None, waiting: tuple[str, str] = ("", "")) -> None:
+        """What GROUP's PodGroup status says is held for it (the leader wrote it), and WAITING:
+        what it says of its wait (overdue since, its place and estimated start), for `explain`."""
         if text is None:
             self._recorded.pop(group, None)
         else:
             self._recorded[group] = text
+        if waiting == ("", ""):
+            self._waited.pop(group, None)
+        else:
+            self._waited[group] = waiting
+
+    def recorded_wait(self, group: str) -> tuple[str, str]:
+        """(overdue, queue) as GROUP's PodGroup status says them; ("", "") when it says nothing."""
+        return self._waited.get(group, ("", ""))
 
     def text(self, group: str) -> str:
         """The room held for GROUP: this replica's reservation, else what its PodGroup tells of,
@@ -237,7 +248,8 @@ class Reserving:
         if self._mask is None or not self._current():
             return None
         ends = None if bound is None else now + self._offset + bound
-        holding = [r for r in self.current if admits(r, key, priority, ends) is Admission.HELD]
+        late = key in self.waits.overdue  # (a group; a plain pod is never overdue)
+        holding = [r for r in self.current if admits(r, key, priority, ends, late) is Admission.HELD]
         if len(holding) == len(self.current):
             return self._mask
         if not holding:
@@ -265,7 +277,7 @@ class Reserving:
         ends = None if bound is None else now + self._offset + bound
         for r in self.current:
             if r.key == group:
-                return admits(r, key, priority, ends)
+                return admits(r, key, priority, ends, key in self.waits.overdue)
         return Admission.OWN
 
     def take_freed(self) -> bool:
@@ -296,16 +308,19 @@ class Reserving:
         return now + self._offset if self._clock else None
 
     def refresh(self, now: float, wall: float | None, ready: Mapping[str, Gang]) -> tuple[list[str], list[str]]:
-        """Who holds room where now. READY: the queued gangs that may still be planned (built,
-        whole, not planned), which the caller checked. WALL: the wall clock at NOW; None when
-        there is none (a simulation of input without times): the estimates are then made on the
-        callers' clock and shown only as durations. Returns (groups given a reservation now,
-        groups whose reservation went)."""
+        """Who holds room where now, who is overdue, and when the first gangs waiting are
+        expected to start. READY: the queued gangs that may still be planned (built, whole, not
+        planned), which the caller checked. WALL: the wall clock at NOW; None when there is none
+        (a simulation of input without times): the estimates are then made on the callers'
+        clock and shown only as durations. Returns (groups given a reservation now, groups whose
+        reservation went); the groups that became overdue are added to `waits.became_overdue`."""
         self._clock = wall is not None
         wall = now if wall is None else wall
         self._offset, self._wall = wall - now, wall
+        self.waits.learn(wall)
         for group in [g for g in self._queued if g not in ready or self.feasible.never(g, ready[g]) is not None]:
             del self._queued[group]  # (planned, gone, or a node went: it fits not even with nothing running)
+            self.waits.forget(group)
         self._current()
         before = {r.key for r in self.current}
         if not self.enabled or not self._queued:
@@ -313,6 +328,7 @@ class Reserving:
             return [], sorted(before)
         table = self._state.table
         order = sorted(self._queued, key=lambda g: (-self._membership.view(g).priority, self._since(g), g))
+        ranked = self.waits.rank(order, self._since, wall)
         by_topology: dict[str, list[str]] = {}
         for g in order:
             by_topology.setdefault(ready[g].topology.name, []).append(g)
@@ -337,6 +353,7 @@ class Reserving:
                     self._membership.view(g).priority,
                     self._since(g),
                     gang_demand(ready[g], columns),
+                    self.waits.limits.get(g),
                     usable_nodes(table, ready[g]),
                 )
                 for g in groups
@@ -345,11 +362,19 @@ class Reserving:
             mine = tuple(r for r in self.current if self._topology.get(r.key) == name)
             settings = self._settings_for(spec)
             self._below.update(w.key for w in queue if below_cut(layout, w.demand, settings))
-            for r in reserve(wall, queue, free, self._running(wall, columns), layout, mine, settings):
+            running = self._running(wall, columns)
+            made = reserve(wall, queue, free, running, layout, mine, settings)
+            for r in made:
                 found.append(r)
                 self._topology[r.key] = name
-        rank = {g: i for i, g in enumerate(order)}
-        chosen = tuple(sorted(found, key=lambda r: rank[r.key])[: self.settings.limit])
+            if self._arrays is not None:
+                _, _, started_at, bound = self._arrays
+                rows = (~np.isnan(bound), np.where(np.isnan(started_at), wall, started_at), self._kinds)
+                self.waits.walk(name, wall, queue, (free, running, layout, made, settings), rows, ready)
+        rank = {g: i for i, g in enumerate(ranked)}
+        ordered = sorted(found, key=lambda r: rank[r.key])
+        kept = sum(1 for r in ordered if r.overdue is not None) if self.settings.each_overdue else 0
+        chosen = tuple(ordered[: max(self.settings.limit, kept)])
         self._set(chosen)
         after = {r.key for r in chosen}
         return sorted(after - before), sorted(before - after)
@@ -390,6 +415,7 @@ class Reserving:
             self._rows = rows = {k: v for k, v in rows.items() if k in self._state.pods}
         if changed or self._arrays is None:
             kept = [r for r in rows.values() if r.node >= 0]
+            self._kinds = [kind_of(r.pod) for r in kept]
             self._arrays = (
                 np.fromiter((r.node for r in kept), np.int64, len(kept)),
                 np.array([r.request for r in kept], dtype=np.int64).reshape(len(kept), len(columns)),

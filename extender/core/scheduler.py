@@ -272,7 +272,7 @@ class GangScheduler:
             if result.reason.kind == INCOMPLETE and result.reason.scope == f"PodGroup {group}" and not view.waiting:
                 self.membership.short(group, result.reason.pods)  # its next members: counted, not built
             return PlanEvent.refused(group, why, result.attempts)
-        self.reserving.placed(group)
+        self.reserving.started(group)  # (an overdue gang is spared from work that is not)
         new, early, outcome = self.plans.hold(group, result, now, view.expected)  # early: for pods not created yet
         self.repairs.mended(group)
         self.reasons.record(group, BeyondMinimum(len(result.unplaced), first.waiting) if result.unplaced else None)
@@ -310,11 +310,14 @@ class GangScheduler:
 
     def _make_room(self, group: str, now: float) -> PlanEvent | None:
         """Movable pods moved out of a domain for GROUP, else lower-priority victims evicted: the
-        room is reserved for it at once (a moved pod keeps running, so moves come first)."""
+        room is reserved for it at once (a moved pod keeps running, so moves come first). No
+        victim in room reservations keep from it, nor a gang that started overdue (unless it is
+        overdue itself)."""
         found = self.defragmenting.attempt(group, now)
         outcome = "defragmenting"
         if not isinstance(found, Nomination):
-            found, outcome = self.preempting.attempt(group, now), "preempting"
+            held, spared = self.held_from(group, self.membership.view(group), now), self.reserving.waits.spared(group)
+            found, outcome = self.preempting.attempt(group, now, held, spared), "preempting"
         if not isinstance(found, Nomination):
             return None
         self.reserving.placed(group)

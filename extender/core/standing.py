@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from extender.core.decisions import INVALID, PENDING, UNSCHEDULABLE_REASONS, Reason
 from extender.core.held_room import ReservedRoom
+from extender.core.waits import Expected, Overdue
 from extender.placement import DomainRef
 
 
@@ -109,7 +110,7 @@ class Split:
 
 
 # What a status message says, in order: where the gang stands, then what last happened to it.
-Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline | ReservedRoom
+Said = Reason | Finished | Bound | Planned | QueueBlocked | NotPlanned | Headline | ReservedRoom | Overdue | Expected
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,8 @@ class GroupStatus:
     warnings: tuple[str, ...] = ()  # the grouper's, placement's and the queue's warnings
     split: Split | None = None  # a member another decider bound elsewhere
     reservation: ReservedRoom | None = None  # room held for it while it waits
+    overdue: Overdue | None = None  # it has waited past its maximum wait
+    expected: Expected | None = None  # when it is expected to start, while it waits
 
     @property
     def message(self) -> str:

@@ -89,8 +89,9 @@ class Status:
         repaired = self._repairs.last.get(group)
         evicted = self._preempting.evicted.of(group)
         held = self._reserving.of(group) if phase == PENDING else None
-        if held is not None:
-            said = (*said, held)
+        late = self._reserving.overdue_of(group) if phase == PENDING else None
+        expected = self._reserving.expected(group) if phase == PENDING and gp is None else None
+        said = (*said, *(x for x in (late, held, expected) if x is not None))
         warned = tuple(p.runtime_bound_error for p in pods if p.runtime_bound_error)
         return GroupStatus(
             group,
@@ -109,6 +110,8 @@ class Status:
             waiting=tuple(sorted(view.waiting.items())),
             warnings=said_once_text((*view.warnings, *([queue_warning] if queue_warning else []), *warned)),
             reservation=held,
+            overdue=late,
+            expected=expected,
         )
 
     def _standing(self, view: GroupView, gp: GroupPlan | None, bound: set[str]) -> tuple[tuple[Said, ...], str, str]:

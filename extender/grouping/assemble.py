@@ -28,6 +28,7 @@ from extender.grouping.values import annotation_keys, label_field, pod_index
 from extender.model.errors import ErrorList, FieldError, said_once, said_once_text
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.limits import MAX_GANG_PODS, MAX_SUBGROUPS, beyond
+from extender.model.max_wait import MAX_WAIT_ANNOTATION, max_wait
 from extender.model.podgroup import PodGroupSpec, SubGroupSet, SubGroupSpec, TopologyConstraint, validate_structure
 
 __all__ = ["assemble"]
@@ -246,6 +247,9 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         tree.errors.append(FieldError(draft.obj, "spec", too_many))
     top = [s for s in subgroups if s.parent is None]
     namespace, _, name = draft.key.partition("/")
+    wait, bad_wait = max_wait(ann, draft.obj)  # the gang's own policy, read where it was written
+    if bad_wait is not None:
+        tree.errors.append(bad_wait)
     pg = PodGroupSpec(
         namespace=namespace,
         name=name,
@@ -255,8 +259,9 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         subgroup_constraints=tree.constraints,
         subgroup_sets=podset_groups,
         uid=draft.uid,
-        annotations={k: ann[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE) if ann.get(k)},
+        annotations={k: ann[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE, MAX_WAIT_ANNOTATION) if ann.get(k)},
         derived_from=draft.obj,
+        max_wait=wait,
         priority=draft.priority,
         priority_class_name=draft.priority_class_name,
         disruption_all=draft.disruption_all,

@@ -61,7 +61,7 @@ PLAIN_OWNERS = frozenset({("v1", "Node"), (APPS_V1, "DaemonSet")})
 
 # The pods of an owner no grouper knows (a Deployment's, a StatefulSet's, a CRD's) are plain
 # unless its metadata or pod template carries one of these: a placement to keep (KAI's topology,
-# segment and Kueue's podset annotations) or a policy only a gang has (on-unrepairable). Index
+# segment and Kueue's podset annotations) or a policy only a gang has (on-unrepairable, max-wait). Index
 # labels, runtime bounds and exclusive-topology (read by their kinds' groupers only) ask nothing.
 ASKING = frozenset(
     {
@@ -75,6 +75,7 @@ ASKING = frozenset(
         KUEUE_SLICE_CONSTRAINTS,
         KUEUE_PODSET_GROUP,
         keys.ON_UNREPAIRABLE,
+        keys.MAX_WAIT,
     }
 )
 # Owners whose spec.replicas is the gang's size when they ask to be one (the whole workload is

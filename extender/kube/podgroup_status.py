@@ -14,6 +14,9 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
                  by recovery or as unrepairable), kept across leaders, for `explain`
     reservation  {domain, nodes, since, estimatedStart}: room held for the gang while it waits
                  (core/reservations.py); absent otherwise
+    estimatedStart, queuePosition  while it waits for room, among the first gangs of the queue:
+                 when it is expected to start and its place (core/estimates.py); absent otherwise
+    overdueSince when it had waited longer than its maximum wait; absent unless overdue
     phase        Pending, Scheduled, Invalid, or Finished once every pod has succeeded or failed
     conditions   Scheduled      True once the minimum is bound (and once finished); else False with why
                  Unschedulable  True while the gang cannot run (GangIncomplete, NoCapacity,
@@ -123,6 +126,12 @@ def status_body(status: GroupStatus, previous: Mapping[str, Any] | None, now: st
             body[field] = kept
     if status.reservation is not None:
         body["reservation"] = _reservation(status.reservation)
+    if status.expected is not None:
+        body["queuePosition"] = status.expected.position
+        if status.expected.start is not None:
+            body["estimatedStart"] = rfc3339(status.expected.start)
+    if status.overdue is not None and status.overdue.since is not None:
+        body["overdueSince"] = rfc3339(status.overdue.since)
     if generation:
         body["observedGeneration"] = generation
     if domains:

@@ -55,6 +55,7 @@ JOBSET_NODE_SELECTOR = "alpha.jobset.sigs.k8s.io/node-selector"
 # topogang's own.
 RUNTIME_BOUND = "scheduling.topogang.io/runtime-bound"
 ON_UNREPAIRABLE = "scheduling.topogang.io/on-unrepairable"
+MAX_WAIT = "scheduling.topogang.io/max-wait"
 MOVABLE = "scheduling.topogang.io/movable"
 
 READ = frozenset(
@@ -81,6 +82,7 @@ READ = frozenset(
         JOBSET_NODE_SELECTOR,
         RUNTIME_BOUND,
         ON_UNREPAIRABLE,
+        MAX_WAIT,
         MOVABLE,
     }
 )
@@ -270,6 +272,7 @@ TOPOGANG = _under(
     "scheduling.topogang.io/",
     "runtime-bound",
     "on-unrepairable",
+    "max-wait",
     "movable",
     "plan-generation",
     "segment-index",

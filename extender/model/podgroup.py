@@ -17,6 +17,7 @@ from extender.model import annotation_keys
 from extender.model.errors import ErrorList
 from extender.model.labels import TOPOLOGY_ANNOTATION
 from extender.model.limits import MAX_SUBGROUPS, beyond
+from extender.model.max_wait import max_wait
 from extender.model.pod import _timestamp
 from extender.model.raw import JSON, identify, mapping, opt_bool, opt_int, opt_str, seq, str_map, unknown_fields
 
@@ -131,6 +132,9 @@ class PodGroupSpec:
     # The workload topogang derived this PodGroup from ("TFJob ml/train"), whose annotations
     # these are; "" for a PodGroup object. Messages about the annotations name it.
     derived_from: str = ""
+    # scheduling.topogang.io/max-wait (model/max_wait.py): seconds it may wait for room before it
+    # is overdue; None: the cluster's default (`topogang serve --max-wait`), if any.
+    max_wait: float | None = None
     # Kubernetes' PodGroup gives the gang a priority of its own (spec.priority, resolved by the
     # Priority admission plugin): when set, it is the gang's, whatever its pods say.
     priority: int | None = None
@@ -257,6 +261,9 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
     # A misspelt annotation (kai.scheduler/topolgy) would drop what it says: refused, as a field
     # is; unknown ones are only warned about, with the gang (grouping).
     errors.errors.extend(annotation_keys.problems(annotations, errors.obj)[0])
+    wait, bad_wait = max_wait(annotations, errors.obj)
+    if bad_wait is not None:
+        errors.errors.append(bad_wait)
     pg = PodGroupSpec(
         namespace=namespace,
         name=name,
@@ -276,6 +283,7 @@ def parse_podgroup(body: JSON, default_namespace: str = "default") -> PodGroupSp
         annotations=annotations,
         created=_timestamp(meta.get("creationTimestamp"), "metadata.creationTimestamp", errors),
         generation=opt_int(meta.get("generation"), "metadata.generation", errors) or 0,
+        max_wait=wait,
     )
     validate_structure(pg, errors)
     errors.raise_if_any()

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -106,7 +107,8 @@ class Extender:
     def preempt(self, args: wire.PreemptArgs) -> bytes:
         """Gang members: no victims for kube-scheduler (preempting for one pod cannot seat a
         gang); topogang preempts for the whole gang instead, evicting its own victims. Plain
-        pods: kube-scheduler's own choice, unchanged."""
+        pods: kube-scheduler's own choice, but for the nodes where it would evict a pod of a gang
+        that started overdue (core/waiting.py)."""
         key = args.pod_key
         if self.lookup.pod(key) is None:  # the request can be ahead of our watch
             with contextlib.suppress(InvalidObject):
@@ -116,9 +118,22 @@ class Extender:
                 self.scheduler.observe_pod(pod)
         if self.lookup.group_of(key) is None:
             # a pod naming a gang that cannot be resolved yet is no plain pod either
-            return wire.encode_victims({} if self.lookup.waiting(key) is not None else args.victims)
+            return wire.encode_victims({} if self.lookup.waiting(key) is not None else self._sparing(args.victims))
         self._preempt_for(key)
         return wire.encode_victims({})
+
+    def _sparing(self, victims: dict[str, Any]) -> dict[str, Any]:
+        """VICTIMS (node -> MetaVictims) without the nodes where a pod of a gang that started
+        overdue would be evicted: work that is not overdue may not evict such a gang."""
+        protected = self.scheduler.reserving.waits.protected
+        if not protected:
+            return victims
+        uids = {p.uid for g in protected for k in self.lookup.members(g) if (p := self.lookup.pod(k)) is not None}
+        return {
+            node: v
+            for node, v in victims.items()
+            if not any(isinstance(m, dict) and m.get("UID") in uids for m in (v or {}).get("Pods") or ())
+        }
 
     def _preempt_for(self, key: str) -> None:
         """The gang of member KEY preempts for itself now, if it should (GangScheduler.preempt)."""
@@ -196,28 +211,55 @@ class Extender:
 
     def _reserve(self, now: float) -> None:
         """Who holds room where (core/reservations.py): one log line per change, the PodGroups
-        told, and the pods refused for room that was let go woken."""
+        told (and an Event for each gang that became overdue), and the pods refused for room
+        that was let go woken."""
+        reserving = self.scheduler.reserving
         made, released = self.scheduler.refresh_reservations(now, time.time())
         for group in made:
-            room = self.scheduler.reserving.of(group)
+            room = reserving.of(group)
             if room is None:
                 continue
             self.metrics.holds.inc()
+            late = reserving.overdue_of(group)
             log.info(
                 "room held",
                 group=group,
                 domain=str(room.domain),
                 nodes=room.nodes,
                 estimated_start=rfc3339(room.start) if room.start is not None else None,
-                reason="waited longest for room at its priority",
+                overdue_since=rfc3339(late.since) if late is not None and late.since is not None else None,
+                reason="overdue longest" if late is not None else "waited longest for room at its priority",
             )
         for group in released:
             log.info("room released", group=group, reason=self.scheduler.reasons.text(group) or "no longer waiting")
-        told, self.scheduler.reserving.told = self.scheduler.reserving.told, set()
-        for group in {*made, *released, *told}:
+        overdue = reserving.waits.take_overdue()
+        for group in overdue:
+            self._overdue(group)
+        told, reserving.told = reserving.told, set()
+        for group in {*made, *released, *told, *overdue, *reserving.waits.take_moved(time.time())}:
             self.report.changed(group)
         if self.scheduler.reserving.take_freed():
             self.wakeups.room_freed()
+
+    def _overdue(self, group: str) -> None:
+        """GROUP waited past its maximum wait: one log line and a Warning Event on its PodGroup,
+        saying since when and what it holds."""
+        late = self.scheduler.reserving.overdue_of(group)
+        if late is None:
+            return
+        self.metrics.overdue.inc()
+        room = self.scheduler.reserving.of(group)
+        log.warning(
+            "gang overdue",
+            group=group,
+            overdue_since=rfc3339(late.since) if late.since is not None else None,
+            max_wait_s=late.limit,
+            holds=str(room.domain) if room is not None else None,
+            nodes=room.nodes if room is not None else 0,
+            reason=late.render(),
+        )
+        said = late.render() + (f"; {room.render()}" if room is not None else "")
+        self.report.emit_group(group, "Overdue", said, "Warning")
 
     def recover(self) -> None:
         """This replica starts leading: plan the rest of every gang found cut off between two

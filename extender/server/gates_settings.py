@@ -26,7 +26,7 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from extender.server.settings import SettingsError
+from extender.server.settings_error import SettingsError
 
 MODES = ("extender", "gates")
 DEFAULT_WEBHOOK_PORT = 9443

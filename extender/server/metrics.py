@@ -26,6 +26,15 @@ a group name).
   topogang_api_trouble_total{kind}                       counter    API server trouble, by kind
   topogang_leader                                        gauge      1 while this replica holds the Lease
   topogang_leader_transitions_total                      counter    times this replica became the leader
+  topogang_held_room_gangs                               gauge      waiting gangs that hold room (reservations)
+  topogang_held_room_estimated_start_seconds{group}      gauge      when each gang holding room should start (Unix time)
+  topogang_room_holds_total                              counter    reservations made
+  topogang_overdue_gangs                                 gauge      waiting gangs past their maximum wait
+  topogang_gangs_overdue_total                           counter    gangs that became overdue
+  topogang_estimated_start_seconds{group}                gauge      when each of the first --estimate-gangs waiting
+                                                                    gangs is expected to start (Unix time)
+
+The two metrics labelled by group are bounded: at most --reservations and --estimate-gangs gangs.
 
 The first fourteen are recorded as things happen; the rest are read when Prometheus scrapes, from
 the objects that own them, so nothing on the filter path does more than one histogram
@@ -144,6 +153,25 @@ class Metrics:
             "Gangs whose bind gate timed out before the whole minimum reached bind (the plan was released).",
             registry=r,
         )
+        self.connections = Counter(
+            "topogang_connections_total",
+            "TLS connections accepted on the extender port, by the protocol ALPN chose (h2, http/1.1).",
+            ["protocol"],
+            registry=r,
+        )
+        self.repairs = Counter(
+            "topogang_repairs_total", "Running gangs whose broken part was moved whole (its pods evicted).", registry=r
+        )
+        self.unrepairable = Counter(
+            "topogang_unrepairable_total",
+            "Running gangs that lost pods and that no repair mended within the repair timeout.",
+            registry=r,
+        )
+        self._room_counters(r)
+        self._requests: dict[tuple[str, int], Histogram] = {}
+
+    def _room_counters(self, r: CollectorRegistry) -> None:
+        """The counters of room made or held for waiting gangs: preemptions, moves, reservations."""
         self.preemptions = Counter(
             "topogang_preemptions_total",
             "Preemption plans started for gangs that could not be placed (victims chosen, their room held).",
@@ -161,24 +189,14 @@ class Metrics:
             "topogang_defragmentations_total", "Moves started to make a domain whole for a gang.", registry=r
         )
         self.pods_moved = Counter("topogang_pods_moved_total", "Pods moved by those moves.", registry=r)
-        self.connections = Counter(
-            "topogang_connections_total",
-            "TLS connections accepted on the extender port, by the protocol ALPN chose (h2, http/1.1).",
-            ["protocol"],
-            registry=r,
-        )
-        self.repairs = Counter(
-            "topogang_repairs_total", "Running gangs whose broken part was moved whole (its pods evicted).", registry=r
-        )
         self.holds = Counter(
             "topogang_room_holds_total", "Reservations made: a waiting gang given room to hold.", registry=r
         )
-        self.unrepairable = Counter(
-            "topogang_unrepairable_total",
-            "Running gangs that lost pods and that no repair mended within the repair timeout.",
+        self.overdue = Counter(
+            "topogang_gangs_overdue_total",
+            "Gangs that waited for room longer than their maximum wait (they became overdue).",
             registry=r,
         )
-        self._requests: dict[tuple[str, int], Histogram] = {}
 
     # -- recorded as things happen -----------------------------------------------------------------
 
@@ -224,6 +242,8 @@ def watch(
     leading: Callable[[], Reading],
     transitions: Callable[[], Reading],
     held: Callable[[], Mapping[str, float]],
+    overdue: Callable[[], Reading] = lambda: 0.0,
+    estimated: Callable[[], Mapping[str, float]] = dict,
 ) -> None:
     """The metrics read at scrape time, each from the object that keeps the number."""
     what = "Pods holding reserved room: planned, not bound yet (or not created yet)."
@@ -250,5 +270,12 @@ def watch(
         "topogang_held_room_estimated_start_seconds",
         "When each gang holding room is expected to start (Unix time), by gang.",
         held,
+        "group",
+    )
+    metrics.gauge("topogang_overdue_gangs", "Waiting gangs that have waited longer than their maximum wait.", overdue)
+    metrics.gauge(
+        "topogang_estimated_start_seconds",
+        "When each of the first --estimate-gangs waiting gangs is expected to start (Unix time), by gang.",
+        estimated,
         "group",
     )

@@ -40,7 +40,8 @@ from extender.server.extender import Extender
 from extender.server.gates import GatesMode
 from extender.server.gates_settings import GatesSettings, gates_settings_from
 from extender.server.http2 import Clients, serve_tls
-from extender.server.settings import Settings, SettingsError, settings_from
+from extender.server.settings import Settings, settings_from
+from extender.server.settings_error import SettingsError
 from extender.server.tls import TlsError, reload_on_change, server_context
 
 log = structlog.get_logger("topogang")
@@ -163,6 +164,8 @@ def _scheduler(settings: Settings) -> GangScheduler:
             limit=settings.reservations,
             reserve_after=settings.reserve_after,
             largest_first=settings.reserve_largest_first,
+            max_wait=settings.max_wait,
+            estimates=settings.estimate_gangs,
         ),
         reserve_level=settings.reserve_level,
         moves=MoveSettings(
@@ -229,6 +232,8 @@ def _watch(
         leading=lambda: float(leading()),
         transitions=lambda: elector.transitions if elector is not None else 0,
         held=lambda: {group: room.start for group, room in scheduler.reserving.held() if room.start is not None},
+        overdue=lambda: len(scheduler.reserving.waits.overdue),
+        estimated=scheduler.reserving.estimated_starts,
     )
 
 

@@ -49,6 +49,16 @@ reservations        --reservations    TOPOGANG_RESERVATIONS   1 (gangs that may 
                     --reserve-level   TOPOGANG_RESERVE_LEVEL  any (only gangs that need a domain of
                                                               this level, e.g. topology.kubernetes.io/zone,
                                                               or a coarser one may hold room)
+maximum wait        --max-wait        TOPOGANG_MAX_WAIT       off (a duration such as 2h: a gang
+                                                              waiting for room longer is overdue and
+                                                              takes a reservation slot first; its
+                                                              held room is kept from work that is
+                                                              not overdue, whatever its priority.
+                                                              Gangs may set their own with
+                                                              scheduling.topogang.io/max-wait)
+estimated starts    --estimate-gangs  TOPOGANG_ESTIMATE_GANGS 50 (the first this many gangs waiting
+                                                              get an estimated start at each pass;
+                                                              0: none)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 request body limit  --max-body        TOPOGANG_MAX_BODY       32 (MiB; see server/limits.py)
 
@@ -86,7 +96,6 @@ Every boolean flag (BOOL_FLAGS) is written alike: `--flag` alone is true, and `-
 from __future__ import annotations
 
 import argparse
-import re
 import socket
 import uuid
 from collections.abc import Callable, Mapping
@@ -95,24 +104,15 @@ from pathlib import Path
 
 from extender import logs
 from extender.core.moves import MoveSettings
-from extender.core.reservations import Settings as ReservationSettings
 from extender.server.limits import DEFAULT_MAX_BODY_MIB
+from extender.server.reservation_flags import RESERVATION_DEFAULTS, estimate_gangs, max_wait_flag, reservations
+from extender.server.settings_error import SettingsError
 from extender.server.tls import TlsFiles
 
-RESERVATION_DEFAULTS = ReservationSettings()
 MOVE_DEFAULTS = MoveSettings()
 MAX_MOVES_PER_HOUR = 10_000
-MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
-RESERVE_ORDERS = ("queue", "largest")
-# A node label key (an optional DNS-subdomain prefix and a name of up to 63 characters) or a
-# level's short name or alias: what TopologySpec.resolve accepts.
-LEVEL_NAME = re.compile(r"(?:[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-class SettingsError(ValueError):
-    """A flag or environment variable with a value that cannot be used; names it."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,8 @@ class Settings:
     reserve_after: float = RESERVATION_DEFAULTS.reserve_after
     reserve_largest_first: bool = RESERVATION_DEFAULTS.largest_first  # --reserve-order largest
     reserve_level: str | None = None  # --reserve-level: only gangs of this level or coarser hold room
+    max_wait: float | None = RESERVATION_DEFAULTS.max_wait  # --max-wait; None: off
+    estimate_gangs: int = RESERVATION_DEFAULTS.estimates  # --estimate-gangs
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     bind_ahead: bool = True  # bind a planned gang at once when kube-scheduler has nothing to add (core/binding.py)
     defragment: bool = True  # move movable pods out of a domain a waiting gang needs whole (core/defragmenting.py)
@@ -213,6 +215,19 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "only gangs that need a domain of this topology level (a node label such as"
         " topology.kubernetes.io/zone, or its short name) or a coarser one may hold room; a Topology"
         " without it: any gang (TOPOGANG_RESERVE_LEVEL; any)",
+    ),
+    (
+        "--max-wait",
+        "DURATION",
+        "a gang waiting for room longer than this (e.g. 2h) is overdue: it takes a reservation slot first, and"
+        " the room held for it is kept from work of any priority that is not overdue; gangs may set their own"
+        " with scheduling.topogang.io/max-wait (TOPOGANG_MAX_WAIT; off)",
+    ),
+    (
+        "--estimate-gangs",
+        "N",
+        f"the first N gangs waiting for room get an estimated start at each pass; 0: none"
+        f" (TOPOGANG_ESTIMATE_GANGS; {RESERVATION_DEFAULTS.estimates})",
     ),
     (
         "--moves-per-hour",
@@ -356,10 +371,12 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     ahead = boolean("--bind-ahead", "TOPOGANG_BIND_AHEAD", pick(args.bind_ahead, "TOPOGANG_BIND_AHEAD") or "true")
     settings = replace(settings, nominate=nominate, bind_ahead=ahead)
     settings = _moves(settings, args, pick, seconds)
-    limit, after, largest, level = _reservations(args, pick, seconds)
+    limit, after, largest, level = reservations(args, pick, seconds)
     settings = replace(
         settings, reservations=limit, reserve_after=after, reserve_largest_first=largest, reserve_level=level
     )
+    settings = replace(settings, max_wait=max_wait_flag(pick(args.max_wait, "TOPOGANG_MAX_WAIT")))
+    settings = replace(settings, estimate_gangs=estimate_gangs(pick(args.estimate_gangs, "TOPOGANG_ESTIMATE_GANGS")))
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
@@ -373,33 +390,6 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     if settings.log_format not in ("json", "console", "auto"):
         raise SettingsError("--log-format (TOPOGANG_LOG_FORMAT): expected json, console or auto")
     return settings
-
-
-def _reservations(
-    args: argparse.Namespace, pick: Callable[..., str | None], seconds: Callable[[str, str | None, str, float], float]
-) -> tuple[int, float, bool, str | None]:
-    """--reservations (a whole number, bounded), --reserve-after (seconds), --reserve-order
-    (whether the slots go to the largest gangs first) and --reserve-level (a level's name)."""
-    text = pick(args.reservations, "TOPOGANG_RESERVATIONS")
-    limit = RESERVATION_DEFAULTS.limit
-    if text is not None:
-        if not text.strip().isdigit() or int(text) > MAX_RESERVATIONS:
-            raise SettingsError(
-                f"--reservations (TOPOGANG_RESERVATIONS): expected a whole number from 0 to {MAX_RESERVATIONS},"
-                f" got {text!r}"
-            )
-        limit = int(text)
-    after = seconds("--reserve-after", args.reserve_after, "TOPOGANG_RESERVE_AFTER", RESERVATION_DEFAULTS.reserve_after)
-    order = (pick(args.reserve_order, "TOPOGANG_RESERVE_ORDER") or "queue").strip().lower()
-    if order not in RESERVE_ORDERS:
-        raise SettingsError(f"--reserve-order (TOPOGANG_RESERVE_ORDER): expected queue or largest, got {order!r}")
-    level = pick(args.reserve_level, "TOPOGANG_RESERVE_LEVEL")
-    if level is not None and not LEVEL_NAME.fullmatch(level):
-        raise SettingsError(
-            "--reserve-level (TOPOGANG_RESERVE_LEVEL): expected a topology level's node label or short name"
-            f" such as topology.kubernetes.io/zone or zone, got {level!r}"
-        )
-    return limit, after, order == "largest", level
 
 
 def _moves(

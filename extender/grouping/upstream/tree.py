@@ -30,6 +30,7 @@ from extender.grouping.values import annotation_keys
 from extender.model.errors import FieldError
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.limits import MAX_REPLICAS, MAX_SUBGROUPS, beyond
+from extender.model.max_wait import MAX_WAIT_ANNOTATION
 from extender.model.pod import OwnerRef, PodInfo
 from extender.model.podgroup import SubGroupSpec
 
@@ -178,8 +179,10 @@ def build_tree(
     annotations of one pod of each (its template's: a Job's segment annotations), which the
     group's own override."""
     owner = OwnerRef(root.api_version, root.kind, root.name, root.uid, True)
-    # the gang's own annotations: its Topology and its repair policy (the rest is per group)
-    annotations = {k: root.annotations[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE) if k in root.annotations}
+    # the gang's own annotations: its Topology, its repair policy and its maximum wait (the rest is per group)
+    annotations = {
+        k: root.annotations[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE, MAX_WAIT_ANNOTATION) if k in root.annotations
+    }
     draft = GangDraft(gang_key(root), root.label, root.label, owner, annotations, uid=root.uid)
     draft.keys_on_pods = True  # the pods' own; each group's are checked here, as it is read
     # kube-scheduler takes a pod's priority from the root of its tree; its disruption unit is the

@@ -1,0 +1,208 @@
+"""Estimated starts for waiting gangs: a walk of the queue over the running work's expected ends.
+
+Slurm's backfill computes an expected start for each pending job by walking the queue in order
+over a profile of when running jobs end; this is that walk on the topology, counting room as the
+reservation pass does (`reservations.soonest`: whole pods of the gang's shape per node, whole
+parts per part domain):
+
+1. The releases are the running pods' expected ends (their runtime bounds, else the pass's rule:
+   twice as long again as they have run, at least `floor`), earliest first.
+2. The waiting gangs are walked in the pass's order (overdue first, then priority, then age), at
+   most `limit` of them. Each gets the soonest moment a domain of its level (its reserved domain,
+   when it holds one) holds it, given the gangs before it.
+3. A gang expected to start at s in domain d takes the room its pods need on the nodes of d that
+   hold them at s, counted as taken from now (which only makes later gangs' estimates later), and
+   gives it back at s + its expected run: its runtime bound, else `floor` (a pod that has just
+   started, by the pass's rule).
+4. A gang behind may start before the gangs ahead of it where room they do not take frees, as
+   kube-scheduler's queue has no head-of-line blocking.
+
+What it cannot know: work that arrives later (a higher-priority gang goes ahead), pods that
+outlive their estimate, held room beyond the pods of its gang. Cost: per gang one bisection over
+the releases (`soonest`) and one insertion of its pods' ends; `limit` bounds the gangs.
+
+Pure: arrays in, estimates out; no clock, no I/O. The server's reservation pass
+(core/reserving.py), the simulator and bench/trace.py call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from extender.core.reservations import (
+    NEVER,
+    BoolArray,
+    Demand,
+    FloatArray,
+    Found,
+    IntArray,
+    Layout,
+    Matrix,
+    Reservation,
+    Running,
+    Settings,
+    Waiting,
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    key: str
+    position: int  # in the walk's order, from 1
+    start: float  # NEVER: no domain of its level holds it, even empty
+    level: int | None = None  # the domain it is expected to start in
+    domain: int | None = None
+    waits_for: int = 0  # releases in that domain before its start: running pods' and gangs' ahead
+    bounded: int = 0  # of those, running pods whose end is their runtime bound
+    ahead: int = 0  # of those, pods of gangs expected to start before it
+
+
+@dataclass
+class _Releases:
+    """What frees, by node, ordered by when: running pods (KNOWN: their end is a bound) and the
+    pods of gangs the walk expects to start (AHEAD)."""
+
+    node: IntArray
+    request: Matrix
+    end: FloatArray
+    known: BoolArray
+    ahead: BoolArray
+
+    def add(self, nodes: IntArray, request: Matrix, end: float) -> None:
+        at = int(np.searchsorted(self.end, end, side="right"))
+        self.node = np.insert(self.node, at, nodes)
+        self.request = np.insert(self.request, at, request, axis=0)
+        self.end = np.insert(self.end, at, np.full(len(nodes), end))
+        self.known = np.insert(self.known, at, np.zeros(len(nodes), dtype=np.bool_))
+        self.ahead = np.insert(self.ahead, at, np.ones(len(nodes), dtype=np.bool_))
+
+
+def estimate(
+    now: float,
+    order: Sequence[Waiting],
+    free: Matrix,
+    running: Running,
+    known: BoolArray,
+    layout: Layout,
+    reservations: Sequence[Reservation],
+    runs: Mapping[str, float],
+    settings: Settings,
+    limit: int,
+) -> list[Estimate]:
+    """Estimated starts of the first LIMIT gangs of ORDER (the pass's order), given FREE room
+    (nodes x resources), the RUNNING pods (KNOWN: whose end is a runtime bound) and the
+    RESERVATIONS made; RUNS: how long a gang runs at most (its runtime bound), where known."""
+    sort = np.argsort(running.end, kind="stable")
+    releases = _Releases(
+        running.node[sort],
+        running.request[sort],
+        running.end[sort],
+        np.asarray(known, dtype=np.bool_)[sort],
+        np.zeros(len(sort), dtype=np.bool_),
+    )
+    f = free.copy()
+    reserved = {r.key: r for r in reservations}
+    out: list[Estimate] = []
+    for position, w in enumerate(order[:limit], start=1):
+        r = reserved.get(w.key)
+        level = r.level if r is not None else layout.level_for(w.demand)
+        if level is None:
+            out.append(Estimate(w.key, position, NEVER))
+            continue
+        allowed = layout.labeled[level].copy()
+        if r is not None:
+            allowed[:] = False
+            allowed[r.domain] = True
+        found = _soonest(now, w.demand, level, f, releases, layout, allowed)
+        if found is None:
+            out.append(Estimate(w.key, position, NEVER, level))
+            continue
+        # What frees in its domain before it starts: what it waits for.
+        upto = max(found.releases, int(np.searchsorted(releases.end, found.start, side="right")))
+        inside = layout.domain_of[level][releases.node[:upto]] == found.domain
+        waits = int(inside.sum())
+        bounded = int((inside & releases.known[:upto]).sum())
+        ahead = int((inside & releases.ahead[:upto]).sum())
+        out.append(Estimate(w.key, position, found.start, level, found.domain, waits, bounded, ahead))
+        at_start = f.copy()
+        for c in range(f.shape[1]):
+            at_start[:, c] += np.bincount(
+                releases.node[:upto], weights=releases.request[:upto, c], minlength=len(f)
+            ).astype(np.int64)
+        pods = _take(layout, level, found.domain, w.demand, at_start)
+        nodes = np.flatnonzero(pods).astype(np.int64)
+        taken: Matrix = (pods[nodes, None] * np.array(w.demand.request, dtype=np.int64)[None, :]).astype(np.int64)
+        f[nodes] -= taken
+        run = runs.get(w.key)
+        releases.add(nodes, taken, found.start + (run if run is not None else settings.floor))
+    return out
+
+
+def _soonest(
+    now: float, demand: Demand, level: int, free: Matrix, releases: _Releases, layout: Layout, allowed: BoolArray
+) -> Found | None:
+    """`reservations.soonest`, the same answer, each step of the bisection adding only the
+    releases between its bounds to the room it knew (the walk calls it once per gang: the
+    releases are counted about twice per gang instead of once per step)."""
+
+    def holds(f: Matrix) -> BoolArray:
+        out: BoolArray = (layout.room(f, demand, level) >= demand.pods) & allowed
+        return out
+
+    def plus(f: Matrix, a: int, b: int) -> Matrix:
+        out = f.copy()
+        for c in range(f.shape[1]):
+            out[:, c] += np.bincount(releases.node[a:b], weights=releases.request[a:b, c], minlength=len(f)).astype(
+                np.int64
+            )
+        return out
+
+    now_holds = holds(free)
+    if now_holds.any():
+        return Found(int(np.flatnonzero(now_holds)[0]), now, 0)
+    lo, hi, f_lo = 0, len(releases.end), free
+    last = holds(plus(free, 0, hi))
+    if not last.any():
+        return None
+    while hi - lo > 1:  # holds(lo) is empty, holds(hi) is not
+        mid = (lo + hi) // 2
+        f_mid = plus(f_lo, lo, mid)
+        found = holds(f_mid)
+        if found.any():
+            hi, last = mid, found
+        else:
+            lo, f_lo = mid, f_mid
+    return Found(int(np.flatnonzero(last)[0]), max(now, float(releases.end[hi - 1])), hi)
+
+
+def _take(layout: Layout, level: int, domain: int, demand: Demand, free: Matrix) -> IntArray:
+    """Pods of DEMAND per node, placed in DOMAIN of LEVEL given FREE: on the nodes that hold the
+    most first (whole parts in the part domains that hold the most whole parts first)."""
+    node_level = len(layout.domain_of) - 1
+    single = replace(demand, part=0)
+    per_node: IntArray = layout.room(free, single, node_level)[layout.domain_of[node_level]]
+    members = layout.members(level, domain)
+    out: IntArray = np.zeros(layout.nodes, dtype=np.int64)
+    if demand.part and demand.part_level > level:
+        parts = layout.domain_of[demand.part_level][members]
+        keys, inverse = np.unique(parts, return_inverse=True)
+        whole = np.bincount(inverse, weights=per_node[members], minlength=len(keys)).astype(np.int64) // demand.part
+        wanted = _fill(whole[np.argsort(-whole, kind="stable")], -(-demand.pods // demand.part))
+        for i, count in zip(np.argsort(-whole, kind="stable"), wanted, strict=True):
+            if count:
+                nodes = members[inverse == i]
+                out[nodes] = _fill(per_node[nodes], int(count) * demand.part)
+        return out
+    order = members[np.argsort(-per_node[members], kind="stable")]
+    out[order] = _fill(per_node[order], demand.pods)
+    return out
+
+
+def _fill(room: IntArray, need: int) -> IntArray:
+    """NEED units taken from ROOM in order, as much of each as it has."""
+    before = np.cumsum(room) - room
+    taken: IntArray = np.clip(need - before, 0, room).astype(np.int64)
+    return taken
