@@ -33,6 +33,7 @@ missing units as a job of their own, the nodes outside the job's required domain
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -227,7 +228,9 @@ class _Tree:
         return range(lo, hi + 1)
 
 
-class _Baseline:
+class _Baseline(ABC):
+    """A baseline's shared steps; each baseline says only where a job's pods go (`place`)."""
+
     aware = True
     minimums_first = False
 
@@ -252,8 +255,9 @@ class _Baseline:
     def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
         return None
 
+    @abstractmethod
     def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None:
-        raise NotImplementedError
+        """The node of each pod of JOB, or None when it does not fit."""
 
     def start(self, job: Job, used: IntArray, pods: IntArray, now: float, trial: bool = False) -> dict[int, int] | None:
         """The whole job if it fits, else its minimum and then as many optional units as fit."""
