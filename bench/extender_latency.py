@@ -78,7 +78,9 @@ def _serve(port: int, nodes: int, ready: Any, tls: tuple[str, str, str] | None =
         async def nominate(self, pods: Any, generation: int) -> None:
             pass
 
-        async def event(self, involved: Any, reason: str, message: str, type: str = "Normal") -> None:
+        async def event(
+            self, involved: Any, reason: str, message: str, type: str = "Normal", related: Any = None
+        ) -> None:
             pass
 
     state = ClusterState()

@@ -519,6 +519,7 @@ WRITES = {
     ("events.k8s.io", "events", "patch"),
     ("", "events", "create"),
     ("", "events", "patch"),
+    ("", "events", "list"),  # a new leader reads back the hour's moves (kube/moved.py)
     ("scheduling.topogang.io", "podgroups", "create"),
     ("scheduling.topogang.io", "podgroups", "patch"),
     ("scheduling.topogang.io", "podgroups", "update"),

@@ -163,7 +163,14 @@ class Events(Recorder):
         super().__init__()
         self.said: list[tuple[str, str, str, str]] = []  # (object, reason, message, type)
 
-    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
+    async def event(
+        self,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        related: Mapping[str, str] | None = None,
+    ) -> None:
         self.said.append((involved["name"], reason, message, type))
 
 

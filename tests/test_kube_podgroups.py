@@ -76,7 +76,14 @@ class Events:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str]] = []  # (object, type, reason, message)
 
-    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
+    async def event(
+        self,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        related: Mapping[str, str] | None = None,
+    ) -> None:
         self.events.append((f"{involved['name']}/{involved['uid']}", type, reason, message))
 
 

@@ -48,7 +48,14 @@ class Recorder:
             if node is not None:
                 self.nominated.append((ns, name, node))
 
-    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
+    async def event(
+        self,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        related: Mapping[str, str] | None = None,
+    ) -> None:
         self.events.append((involved["name"], message))
 
 

@@ -41,7 +41,14 @@ class Evictions(Recorder):
         self.evicted.append(key)
         return "evicted"
 
-    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
+    async def event(
+        self,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        related: Mapping[str, str] | None = None,
+    ) -> None:
         self.events.append((involved["name"], f"{reason}: {message}"))
 
 

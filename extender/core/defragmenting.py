@@ -18,7 +18,7 @@ from extender.core.decisions_room import BudgetBlocked
 from extender.core.defrag import find_moves
 from extender.core.membership import Membership
 from extender.core.movable import movability
-from extender.core.moves import Moves, MoveSettings
+from extender.core.moves import Moves, MoveSettings, PastMove
 from extender.core.nomination import Nomination
 from extender.core.preempting import RETRY, Preempting
 from extender.placement import INCOMPLETE, NoPreemption, PreemptionResult, Shortfall
@@ -54,7 +54,7 @@ class Defragmenting:
 
     def movable(self, key: str, now: float) -> bool:
         pod = self.state.pods.get(key)
-        if pod is None or self.moves.cooling(key, now) or self.moves.is_moving(key):
+        if pod is None or self.moves.cooling(pod, now) or self.moves.is_moving(key):
             return False
         return movability(self.state, pod, self.settings.controllers).movable
 
@@ -64,6 +64,10 @@ class Defragmenting:
         now = self.seen if now is None else now
         if not self.settings.enabled:
             return NoPreemption(group, "defragmentation is off (--defragment=false)")
+        if not self.moves.known:  # a new leader, before the last one's moves are read back
+            return NoPreemption(
+                group, "the moves of the last hour are not read yet (this replica has just started leading)"
+            )
         left = self.moves.room_left(now)
         if left <= 0:
             return NoPreemption(
@@ -111,6 +115,13 @@ class Defragmenting:
     def forget(self, group: str) -> None:
         self._tried.pop(group, None)
         self.last.pop(group, None)
+
+    def restore(self, past: list[PastMove], now: float) -> None:
+        """This replica starts leading: the last hour's moves read back; searches found nothing
+        while they were unknown, so every gang may search again."""
+        self.moves.restore(past, now)
+        self._tried.clear()
+        self.last.clear()
 
     def drop_all(self) -> None:
         self.moves.drop_all()

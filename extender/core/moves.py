@@ -9,7 +9,9 @@ node alone, and the reservation goes when the pod is seen bound (or deleted). Ro
 claimed within the timeout is given back.
 
 Bounded disruption: at most `per_hour` pods are moved in any hour (a sliding window), and a pod
-moved (or a replacement placed by a move) is not moved again within `cooldown` seconds.
+moved (or a replacement placed by a move) is not moved again within `cooldown` seconds. Both
+outlive a change of leader: the new leader reads the hour's moves back (`restore`, from the
+`Moved` Events the last one wrote: kube/moved.py) before it moves anyone (`known`).
 
 Synchronous and clock-free like the rest of the core: callers pass `now`.
 """
@@ -36,6 +38,16 @@ class MoveSettings:
     timeout: float = 300.0  # seconds the new room waits for the replacement to claim it
 
 
+@dataclass(frozen=True)
+class PastMove:
+    """A move a previous leader made, as its Event tells it."""
+
+    pod: str  # the moved pod
+    owner: str | None  # its controller's uid: the replacement is a pod of it created after the move
+    at: float  # when, on the caller's clock (`now`)
+    created_after: float  # when, in seconds since the epoch (PodInfo.created's clock)
+
+
 @dataclass
 class Move:
     pod: str  # the moved pod
@@ -55,6 +67,10 @@ class Moves:
         self._claimed: dict[str, str] = {}  # replacement pod -> the moved pod whose room it holds
         self._times: deque[float] = deque()  # when each pod was moved, within the last hour
         self._cool: dict[str, float] = {}  # pod key -> until when it stays in place
+        # controller uid -> (epoch seconds of a move a previous leader made, until when): its pods
+        # created after that move are the replacement, which stays in place as a moved pod does
+        self._owner_cool: dict[str, tuple[float, float]] = {}
+        self.known = True  # whether the moves of the last hour are known (False: a new leader's, until restored)
         self.total = 0  # pods moved since start
 
     # -- the limiter ---------------------------------------------------------------------------
@@ -65,14 +81,35 @@ class Moves:
             self._times.popleft()
         return max(0, self.settings.per_hour - len(self._times))
 
-    def cooling(self, pod: str, now: float) -> bool:
-        until = self._cool.get(pod)
-        if until is None:
+    def cooling(self, pod: PodInfo, now: float) -> bool:
+        until = self._cool.get(pod.key)
+        if until is not None:
+            if until > now:
+                return True
+            del self._cool[pod.key]
+        ref = pod.controller
+        if ref is None or not ref.uid or (owner := self._owner_cool.get(ref.uid)) is None:
             return False
-        if until <= now:
-            del self._cool[pod]
+        if owner[1] <= now:
+            del self._owner_cool[ref.uid]
             return False
-        return True
+        return pod.created is None or pod.created >= owner[0]  # unknown age: assume the replacement
+
+    def restore(self, past: list[PastMove], now: float) -> None:
+        """A new leader's start: the moves of the last hour count against the budget, and the pods
+        moved (and their replacements) keep their cooldown. Moves this replica made itself are in
+        PAST too (its Events), so the window is replaced, not added to."""
+        recent = sorted(m.at for m in past if m.at > now - HOUR)
+        self._times = deque(recent)
+        for m in past:
+            until = m.at + self.settings.cooldown
+            if until <= now:
+                continue
+            self._cool[m.pod] = max(until, self._cool.get(m.pod, until))
+            if m.owner:
+                since, was = self._owner_cool.get(m.owner, (m.created_after, until))
+                self._owner_cool[m.owner] = (min(since, m.created_after), max(was, until))
+        self.known = True
 
     # -- holding and claiming ------------------------------------------------------------------
 
@@ -138,9 +175,11 @@ class Moves:
         return late
 
     def drop_all(self) -> None:
-        """This replica stops leading: every held room is given back."""
+        """This replica stops leading: every held room is given back, and should it lead again
+        the hour's moves are read back first (another leader may have moved pods meanwhile)."""
         for moved in list(self.by_pod):
             self.release(moved)
+        self.known = False
 
     def of(self, group: str) -> list[Move]:
         """The moves made for GROUP still under way."""

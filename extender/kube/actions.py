@@ -159,8 +159,16 @@ class KubeActions:
 
     # -- events ----------------------------------------------------------------------------------------
 
-    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None:
-        """Record an Event about INVOLVED (apiVersion, kind, namespace, name, uid)."""
+    async def event(
+        self,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        related: Mapping[str, str] | None = None,
+    ) -> None:
+        """Record an Event about INVOLVED (apiVersion, kind, namespace, name, uid); RELATED: a
+        second object it concerns (the same keys), e.g. a moved pod's controller."""
         note = _truncate(message, NOTE_LIMIT)
         namespace = involved.get("namespace") or "default"
         key = (*(involved.get(k, "") for k in ("apiVersion", "kind", "namespace", "name", "uid")), type, reason, note)
@@ -171,7 +179,7 @@ class KubeActions:
         if series is None:
             series = _Series(namespace, _event_name(involved.get("name", "")), last_seen=now, last_write=now)
             self._remember(key, series)
-            body = self._body(series, involved, reason, note, type)
+            body = self._body(series, involved, reason, note, type, related)
             async with series.lock:
                 try:
                     await self._write(self.client.post(EVENTS.collection_path("v1", namespace), body))
@@ -209,9 +217,17 @@ class KubeActions:
         while len(self._series) > EVENT_CACHE_SIZE:
             self._series.popitem(last=False)
 
-    def _body(self, series: _Series, involved: Mapping[str, str], reason: str, note: str, type: str) -> dict[str, Any]:
-        regarding = {k: involved[k] for k in ("apiVersion", "kind", "namespace", "name", "uid") if involved.get(k)}
-        return {
+    def _body(
+        self,
+        series: _Series,
+        involved: Mapping[str, str],
+        reason: str,
+        note: str,
+        type: str,
+        related: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        regarding = _reference(involved)
+        body = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {"name": series.name, "namespace": series.namespace},
@@ -224,6 +240,13 @@ class KubeActions:
             "type": type,
             "regarding": regarding,
         }
+        if related:
+            body["related"] = _reference(related)
+        return body
+
+
+def _reference(obj: Mapping[str, str]) -> dict[str, str]:
+    return {k: obj[k] for k in ("apiVersion", "kind", "namespace", "name", "uid") if obj.get(k)}
 
 
 def _moot(exc: ApiError) -> bool:

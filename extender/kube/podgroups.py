@@ -81,7 +81,14 @@ class Client(Protocol):
 
 
 class Events(Protocol):
-    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
+    async def event(
+        self,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        related: Mapping[str, str] | None = None,
+    ) -> None: ...
 
 
 @dataclass

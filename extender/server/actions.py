@@ -17,6 +17,13 @@ class Actions(Protocol):
         self, pods: Sequence[tuple[str, str]], generation: int, node_of: Callable[[str, str], str | None]
     ) -> None: ...
 
-    async def event(self, involved: Mapping[str, str], reason: str, message: str, type: str = "Normal") -> None: ...
+    async def event(
+        self,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        type: str = "Normal",
+        related: Mapping[str, str] | None = None,
+    ) -> None: ...
 
     async def evict(self, namespace: str, name: str, uid: str) -> str: ...

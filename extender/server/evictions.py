@@ -24,6 +24,7 @@ import structlog
 from extender.core.decisions import PlanEvent
 from extender.core.recovery import Recovery
 from extender.core.scheduler import GangScheduler
+from extender.kube.moved import MOVED
 from extender.model.pod import PodInfo
 from extender.server.actions import BLOCKED, Actions
 from extender.server.metrics import Metrics
@@ -71,7 +72,7 @@ class Evictions:
             for pod in victims:
                 where = f"node {p.moves[pod.key]}" if pod.key in p.moves else "room held elsewhere"
                 text = f"Moved out of {p.domain} so that {event.group} fits there; its replacement goes to {where}"
-                self._report.emit(pod, "Moved", text, "Normal")
+                self._report.emit(pod, MOVED, text, "Normal", with_controller=True)
             self._report.emit_group(event.group, "Defragmenting", event.reason, "Normal")
             self._report.emit_unbound(event.group, "Defragmenting", event.reason)
         else:

@@ -36,9 +36,16 @@ class Reporter:
         self.changed: Callable[[str], None] = _ignore
         self._pending_logged: dict[str, str] = {}  # group -> the pending reason last logged
 
-    def emit(self, pod: PodInfo, reason: str, message: str, kind: str) -> None:
+    def emit(self, pod: PodInfo, reason: str, message: str, kind: str, *, with_controller: bool = False) -> None:
+        """An Event on POD; WITH_CONTROLLER: its controller named as the related object (what a
+        new leader reads back a move's replacement by: kube/moved.py)."""
         involved = {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
-        self._tasks.spawn(self.actions.event(involved, reason, message, kind), "event")
+        ref = pod.controller if with_controller else None
+        related = None
+        if ref is not None:
+            related = {"apiVersion": ref.api_version, "kind": ref.kind, "namespace": pod.namespace, "name": ref.name}
+            related["uid"] = ref.uid
+        self._tasks.spawn(self.actions.event(involved, reason, message, kind, related), "event")
 
     def emit_group(self, group: str, reason: str, message: str, kind: str) -> None:
         """An Event about GROUP's PodGroup (topogang writes one for every gang of a workload)."""

@@ -33,6 +33,7 @@ from extender.kube.cache import ClusterCache
 from extender.kube.client import ClusterConfigError, KubeClient
 from extender.kube.leader_label import LeaderLabel
 from extender.kube.lease import LeaderElector, LeaseConfig
+from extender.kube.moved import read_back
 from extender.kube.podgroups import PodGroupWriter
 from extender.server import metrics as m
 from extender.server.app import LEADING, METRICS, ROUTES, create_app, create_health_app
@@ -74,7 +75,7 @@ async def build(
     label = LeaderLabel(client, settings.pod_namespace, settings.pod_name)
     webhook = GatesMode(gates, fenced, scheduler, extender, lambda: cache.ready) if gates and gates.webhook else None
 
-    term = _Term(extender, writer, label, webhook, clients)
+    term = _Term(extender, writer, label, webhook, clients, client)
     elector = _elector(client, settings, term.started, term.stopped)
 
     app = create_app(extender, lambda: cache.ready, settings.prefix, leading=leading, max_body=settings.max_body)
@@ -134,9 +135,14 @@ class _Term:
     label: LeaderLabel
     webhook: GatesMode | None
     clients: Clients | None
+    client: KubeClient  # (reads only)
+    _reading: asyncio.Task[None] | None = None
 
     async def started(self) -> None:
         self.label.want(True)  # patched in the background: planning never waits for it
+        self._reading = asyncio.create_task(
+            read_back(self.client, self.extender.scheduler.defragmenting), name="moves read back"
+        )
         self.writer.start()
         self.extender.recover()
         if self.webhook is not None:
@@ -144,6 +150,10 @@ class _Term:
 
     async def stopped(self) -> None:
         self.extender.demote()  # first, in the same step as `leading` turned false
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reading
         if self.clients is not None and (told := self.clients.close()):
             log.info("connections closed", count=told, reason="no longer the leader: callers reconnect to the new one")
         self.label.want(False)
@@ -153,7 +163,7 @@ class _Term:
 
 
 def _scheduler(settings: Settings) -> GangScheduler:
-    return GangScheduler(
+    scheduler = GangScheduler(
         ClusterState(),
         plan_ttl=settings.plan_ttl,
         preemption_timeout=settings.preemption_timeout,
@@ -176,6 +186,8 @@ def _scheduler(settings: Settings) -> GangScheduler:
             timeout=max(settings.preemption_timeout, MoveSettings().timeout),
         ),
     )
+    scheduler.defragmenting.moves.known = False  # until this replica leads and reads them back
+    return scheduler
 
 
 def _extender(
