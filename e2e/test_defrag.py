@@ -10,26 +10,85 @@ Every test has its own namespace and five 8-GPU nodes:
 
 The gang `big` asks for 3 pods of 8 GPUs in one block: b1 is too small, and b0 is not whole.
 Every pod has the priority 0: nothing can be preempted, only moved.
+
+Each test runs in both modes: `[extender]` (kube-scheduler calling topogang) and `[gates]` (the
+stock kube-scheduler, topogang's webhook registered with the API server, the namespace labelled
+for it): there each replacement is gated at creation and pinned by the ungater to its held room.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
-from e2e.controlplane import FakeGpuNodes
-from e2e.scenario import create, create_podgroup, events_about, eventually, gpu_pod, pods
-from e2e.test_extender import BLOCK, log_lines, topogang
-from e2e.topogang import Topogang
+from e2e.controlplane import ControlPlane, FakeGpuNodes
+from e2e.gates_support import ENABLED, gates_serving
+from e2e.scenario import create, create_podgroup, events_about, eventually, gpu_pod, install, pods
+from e2e.test_extender import BLOCK, TOPOLOGY, log_lines
+from e2e.topogang import CRDS, Topogang, serving
 from extender.kube.client import KubeClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.controlplane]
-__all__ = ["topogang"]  # the module fixture: topogang serving, kube-scheduler pointed at it
 
 MOVABLE = "scheduling.topogang.io/movable"
+EXTENDER, GATES = "extender", "gates"
+
+
+@pytest.fixture(scope="module", params=[EXTENDER, pytest.param(GATES, marks=pytest.mark.controlplane_only)])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def topogang(kubeconfig: Path, mode: str, request: pytest.FixtureRequest) -> AsyncIterator[Topogang | None]:
+    """topogang in MODE: kube-scheduler pointed at it, or its webhook registered (gates)."""
+    if os.environ.get("TOPOGANG_E2E_KUBECONFIG"):  # deployed in the cluster under test (extender mode)
+        async with await KubeClient.connect(kubeconfig) as kube:
+            await install(kube, CRDS, TOPOLOGY)
+        yield None
+        return
+    plane: ControlPlane = request.getfixturevalue("control_plane")
+    if mode == GATES:
+        async with gates_serving(kubeconfig, plane, TOPOLOGY) as server:
+            yield server
+        return
+    async with serving(kubeconfig, plane, TOPOLOGY) as server:
+        yield server
+
+
+@pytest_asyncio.fixture(loop_scope="session", autouse=True)
+async def gated_namespace(mode: str, topogang: Topogang | None, kube: KubeClient, namespace: str) -> None:
+    """Gates mode: the test's namespace is one the webhook selects."""
+    if mode == GATES:
+        await kube.patch(f"/api/v1/namespaces/{namespace}", {"metadata": {"labels": ENABLED}})
+
+
+@pytest.fixture(autouse=True)
+def show_topogang_log(request: pytest.FixtureRequest, topogang: Topogang | None) -> Iterator[None]:
+    yield
+    report = getattr(request.node, "rep_call", None)
+    if topogang is not None and report is not None and report.failed:
+        print(f"--- last lines of {topogang.log_path} ---\n{topogang.tail()}")
+
+
+def pinned_to(pod: dict[str, Any]) -> list[str]:
+    """The nodes POD's required node affinity allows by name (the ungater's pin)."""
+    affinity = ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    return [
+        v
+        for term in affinity.get("nodeSelectorTerms") or []
+        for f in term.get("matchFields") or []
+        if f.get("key") == "metadata.name"
+        for v in f.get("values") or []
+    ]
 
 
 def replicas(name: str) -> dict[str, Any]:
@@ -118,7 +177,7 @@ async def big_gang(kube: KubeClient, ns: str) -> None:
 
 
 async def test_a_block_gang_starts_after_three_movable_replicas_move_to_the_other_block(
-    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+    mode: str, topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
 ) -> None:
     async with three_replicas(kube, namespace, fake_gpu_nodes, keep=0) as before:
         b0 = set(before.values())
@@ -150,6 +209,20 @@ async def test_a_block_gang_starts_after_three_movable_replicas_move_to_the_othe
             assert len(lines) == 1, lines
             assert len(lines[0]["preemption"]["victims"]) == 3
             assert set(lines[0]["moves"].values()).isdisjoint(b0)
+        if mode == GATES:  # each replacement was gated at creation, then pinned to its held room
+            assert topogang is not None
+            moves = lines[0]["moves"]
+            gated = log_lines(topogang, "moved pod's replacement gated", namespace)
+            assert {line["moved"] for line in gated} == set(moves), gated
+            ungated = log_lines(topogang, "moved pod's replacement ungated", namespace)
+            assert sorted(line["moved"] for line in ungated) == sorted(moves), ungated
+            for app in before:
+                (replacement,) = live(items, app)
+                key = f"{namespace}/{replacement['metadata']['name']}"
+                (line,) = [u for u in ungated if u["pod"] == key]
+                # (a required affinity can be narrowed only while the pod is gated: the pin says it was)
+                assert pinned_to(replacement) == [now[app]] == [line["node"]] == [moves[line["moved"]]]
+                assert not replacement["spec"].get("schedulingGates")
 
 
 async def test_a_budget_that_forbids_the_move_keeps_the_gang_waiting_and_it_says_why(

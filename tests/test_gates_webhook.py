@@ -26,14 +26,16 @@ from extender.grouping.admission import admit
 from extender.grouping.result import SegmentPosition
 from extender.kube.certs import self_signed
 from extender.kube.ungate import GATE, Ungater, pin_patch
-from extender.model.pod import parse_pod
+from extender.model.pod import PodInfo, parse_pod
 from extender.server.extender import Extender
 from extender.server.gates import GatesMode
 from extender.server.gates_settings import GatesSettings, add_gates_arguments, gates_settings_from
 from extender.server.settings_error import SettingsError
 from extender.server.webhook import EXTENDER, GATES, SEGMENT_LABEL, Webhook, gate_ops, segment_ops
-from tests.builders import TOPO, grid, node, pod, podgroup
+from tests.builders import GPU, TOPO, grid, node, pod, podgroup
 from tests.grouping_builders import kubeflow, lws, obj, owned_pod
+from tests.test_core_defrag import NODES as DEFRAG_NODES
+from tests.test_core_defrag import cluster as defrag_cluster
 
 SEG4_RACK = {"kai.scheduler/segment-size": "4", "kai.scheduler/segment-topology-required-placement": "rack"}
 TOPO_ANN = {"kai.scheduler/topology": "default"}
@@ -280,6 +282,126 @@ def test_pin_patch_narrows_existing_terms_and_removes_only_our_gate() -> None:
     narrowed = pin_patch(p, "n1", own)["spec"]["affinity"]["nodeAffinity"]
     terms = narrowed["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{**own[0], "matchFields": [want]}, {"matchFields": [{"key": "x"}, want]}]
+
+
+# -- moved pods' replacements (defragmentation) ------------------------------------------------------------
+
+
+def replacement(rs: str = "web", gpus: int = 1, gated: bool = False) -> dict[str, Any]:
+    """A pod ReplicaSet RS (uid rs-uid-RS, as tests/test_core_defrag.py's replicas) is creating:
+    generateName only, as the API server shows it to the webhook."""
+    meta = {
+        "generateName": f"{rs}-",
+        "namespace": "default",
+        "labels": {"app": rs},
+        "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": f"rs-uid-{rs}", "controller": True}
+        ],
+    }
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", GPU: str(gpus)}}}]}
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def created(raw: dict[str, Any], name: str) -> PodInfo:
+    """RAW as the cache shows it once created under NAME."""
+    meta = {k: v for k, v in raw["metadata"].items() if k != "generateName"}
+    return parse_pod({**raw, "metadata": {**meta, "name": name}, "status": {"phase": "Pending"}})
+
+
+def defragmenting() -> tuple[GangScheduler, str, str]:
+    """A gang that moved one replica of ReplicaSet web out of its block: (scheduler, the moved
+    pod, the node held for its replacement). The moved pod is gone already."""
+    sched = defrag_cluster()
+    event = sched.filter(sched.state.pods["default/big-0"], DEFRAG_NODES, 0.0).event
+    assert event is not None
+    assert event.preemption is not None
+    assert event.outcome == "defragmenting"
+    ((moved, held),) = event.preemption.moves.items()
+    sched.delete_pod(moved)
+    return sched, moved, held
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.patches: dict[str, dict[str, Any]] = {}
+
+    async def get(self, path: str) -> dict[str, Any]:
+        return {}
+
+    async def patch(self, path: str, body: Any, *, strategic: bool = False) -> dict[str, Any]:
+        assert strategic
+        self.patches[path.rsplit("/", 1)[1]] = body
+        return {}
+
+
+def test_gates_mode_gates_a_pod_that_would_replace_a_moved_pod_and_nothing_else() -> None:
+    sched, _, _ = defragmenting()
+    webhook = Webhook(sched, GATES, lambda: True)
+    _, out = review(webhook, replacement(), namespace="default")
+    assert out["spec"]["schedulingGates"] == [{"name": GATE}]
+    assert sched.defragmenting.moves.awaiting(created(replacement(), "web-x")) is not None  # asked, not claimed
+    assert not sched.defragmenting.moves.is_moving("default/web-x")
+    for other in (replacement(rs="other"), replacement(gpus=2)):  # another owner; requests beyond the room
+        response, _ = review(webhook, other, namespace="default")
+        assert "patch" not in response
+    elsewhere = replacement()
+    elsewhere["metadata"]["namespace"] = "ml"
+    response, _ = review(webhook, elsewhere, namespace="ml")  # another namespace
+    assert "patch" not in response
+    response, _ = review(Webhook(sched, EXTENDER, lambda: True), replacement(), namespace="default")
+    assert "patch" not in response  # extender mode: the filter answers it the held node
+    # once a replacement claimed the room, a second pod of the same owner is plain again
+    assert sched.filter(created(replacement(), "web-c"), DEFRAG_NODES, 1.0).nodes != []
+    response, _ = review(webhook, replacement(), namespace="default")
+    assert "patch" not in response
+
+
+async def test_the_ungater_pins_a_gated_replacement_to_its_held_room_and_only_ungates_one_with_no_move() -> None:
+    sched, moved, held = defragmenting()
+    client = Recording()
+    ungater = Ungater(client, sched)
+    sched.observe_pod(created(replacement(gated=True), "web-c"))
+    sched.observe_pod(created(replacement(gated=True), "web-d"))  # a second one: the room is taken by then
+    await ungater.flush()
+    assert set(client.patches) == {"web-c", "web-d"}
+    uid = sched.state.pods["default/web-c"].uid
+    assert client.patches["web-c"] == pin_patch(sched.state.pods["default/web-c"], held, [])
+    assert client.patches["web-c"]["metadata"] == {"uid": uid}
+    assert client.patches["web-d"]["spec"] == {"schedulingGates": [{"$patch": "delete", "name": GATE}]}
+    assert sched.state.reservations["default/web-c"][0] == held
+    assert sched.defragmenting.moves.is_moving("default/web-c")
+    assert not sched.defragmenting.moves.is_moving("default/web-d")
+    assert ungater.ungated == 2
+    # patched once: the same pods seen gated again (the cache behind) are not patched twice
+    client.patches.clear()
+    ungater._everything = True
+    await ungater.flush()
+    assert client.patches == {}
+    assert moved not in sched.state.pods
+
+
+async def test_a_gated_replacement_whose_room_was_given_back_is_ungated_without_a_pin() -> None:
+    sched, _, _ = defragmenting()
+    assert len(sched.defragmenting.moves.expire(10**9)) == 1  # no replacement came in time
+    client = Recording()
+    sched.observe_pod(created(replacement(gated=True), "web-c"))
+    await Ungater(client, sched).flush()
+    assert client.patches == {
+        "web-c": {
+            "metadata": {"uid": sched.state.pods["default/web-c"].uid},
+            "spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]},
+        }
+    }
+
+
+async def test_a_gated_pod_whose_gang_is_not_resolved_yet_stays_gated() -> None:
+    sched = cluster_with()
+    sched.observe_pod(pod("g-0", group="missing", spec={"schedulingGates": [{"name": GATE}]}))
+    client = Recording()
+    await Ungater(client, sched).flush()
+    assert client.patches == {}
 
 
 # -- certificates and settings -----------------------------------------------------------------------------

@@ -132,18 +132,26 @@ class Moves:
         moved = self._claimed.get(pod.key)
         if moved is not None:
             return self.by_pod[moved].node
+        move = self.awaiting(pod)
+        if move is None:
+            return None
+        move.claimed = pod.key
+        self._claimed[pod.key] = move.pod
+        self.state.unreserve(PREFIX + move.pod)
+        self.state.reserve(pod.key, move.node, pod.requests)
+        self._cool[pod.key] = now + self.settings.cooldown
+        return move.node
+
+    def awaiting(self, pod: PodInfo) -> Move | None:
+        """The unclaimed move POD would claim, claiming nothing (gates mode's webhook asks it of a
+        pod being created, which may have no name yet)."""
         ref = pod.controller
         if ref is None or pod.node_name is not None or not self.by_pod:
             return None
         owner = (pod.namespace, ref.kind, ref.uid)
         for move in self.by_pod.values():
             if move.claimed is None and move.owner == owner and _fits(pod.requests, move.requests):
-                move.claimed = pod.key
-                self._claimed[pod.key] = move.pod
-                self.state.unreserve(PREFIX + move.pod)
-                self.state.reserve(pod.key, move.node, pod.requests)
-                self._cool[pod.key] = now + self.settings.cooldown
-                return move.node
+                return move
         return None
 
     def is_moving(self, pod: str) -> bool:

@@ -11,7 +11,8 @@ its gang. That is, when it names a PodGroup (topogang's, KAI's, or Kubernetes' o
 `spec.schedulingGroup`), when a built-in grouper or a ResourceInterface claims its owner (also
 while that owner is not visible yet: its kind is known, so its gang will be), or when an owner
 nobody knows (a Deployment) asks to be a gang with an annotation (`grouping/fallback.py`). The
-pods of an owner that does not ask are plain in both modes, never gated.
+pods of an owner that does not ask are plain in both modes, never gated as gang members (the
+webhook gates a moved pod's replacement for another reason: server/webhook.py).
 """
 
 from __future__ import annotations

@@ -16,6 +16,12 @@ beyond the minimum go the same way whenever their room is planned (later, when n
 or room is freed). kube-scheduler then binds each pod to the one node it may use; nothing waits
 for the others, so gates mode relies on the plan's reservation instead of a bind gate.
 
+A plain pod the webhook gated because it replaces a moved pod (defragmentation) goes through
+the same `filter`: if it claims the move's held room (`Moves.claim`), it gets the same pin to
+that node and loses the gate; if no move is left for it (its room was given back, another
+replacement took it, a new leader holds no moves), it only loses the gate: a plain pod never
+stays gated for want of a move.
+
 Work is triggered by gated pods appearing or changing, by pods going away, by a changed node
 set, and every `resync` seconds for gangs that stay gated.
 """
@@ -92,6 +98,11 @@ def pin_patch(pod: PodInfo, node: str, terms: Sequence[Mapping[str, Any]]) -> di
             "schedulingGates": [{"$patch": "delete", "name": GATE}],
         },
     }
+
+
+def ungate_patch(pod: PodInfo) -> dict[str, Any]:
+    """The patch that removes the gate alone (a plain pod no move's room is held for)."""
+    return {"metadata": {"uid": pod.uid}, "spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}}
 
 
 def _ignore(event: PlanEvent, seconds: float) -> None:
@@ -190,6 +201,10 @@ class Ungater:
         groups = sorted({g for k in dirty if k in pods and (g := lookup.group_of(k)) is not None})
         for group in groups:
             await self.release(group)
+        # gated and in no gang (nor waiting for one): a replacement of a moved pod
+        plain = sorted(k for k in dirty if k in pods and lookup.group_of(k) is None and lookup.waiting(k) is None)
+        if plain:
+            await self.release_plain(plain)
 
     # -- one gang -------------------------------------------------------------------------------
 
@@ -242,13 +257,57 @@ class Ungater:
             **({"errors": dict(list(failed.items())[:5])} if failed else {}),
         )
 
+    # -- plain pods (moved pods' replacements) --------------------------------------------------
+
+    def place_plain(self, keys: Sequence[str]) -> dict[str, str]:
+        """Each gated plain pod of KEYS -> the node held for it by a move it claims ("": none)."""
+        state, moves = self.scheduler.state, self.scheduler.defragmenting.moves
+        nodes = NodeNames(sorted(state.nodes))
+        now = time.monotonic()
+        out: dict[str, str] = {}
+        for key in keys:
+            pod = state.pods.get(key)
+            if pod is None or not gated(pod) or key in self._sent:
+                continue
+            result = self.scheduler.filter(pod, nodes, now)  # claims a move's room, as in extender mode
+            held = moves.claim(pod, now) if moves.is_moving(key) else None
+            out[key] = held if held is not None and result.nodes == [held] else ""
+        return out
+
+    async def release_plain(self, keys: Sequence[str]) -> None:
+        placed = self.place_plain(keys)
+        if not placed:
+            return
+        moves = self.scheduler.defragmenting.moves
+        replaced = {m.claimed: m for m in moves.by_pod.values() if m.claimed in placed}
+        self._sent.update(placed)
+        results = await asyncio.gather(*(self._ungate(pod, node) for pod, node in sorted(placed.items())))
+        for (key, node), err in zip(sorted(placed.items()), results, strict=True):
+            if err:
+                self._sent.pop(key, None)
+            else:
+                self.ungated += 1
+            failed = {"error": err} if err else {}
+            move = replaced.get(key)
+            if move is not None:
+                self.log.info(
+                    "moved pod's replacement ungated", pod=key, node=node, moved=move.pod, group=move.group, **failed
+                )
+            else:
+                why = "no moved pod's room is held for it (given back, or taken by another replacement)"
+                self.log.info("plain pod ungated", pod=key, node=None, reason=why, **failed)
+
     async def _ungate(self, key: str, node: str) -> str:
+        """Remove the gate of pod KEY, pinning it to NODE ("": no pin). An error's text, or ""."""
         pod = self.scheduler.state.pods.get(key)
         if pod is None:
             return "the pod is gone"
         path = PODS.object_path("v1", pod.name, pod.namespace)
         try:
             async with self._slots:
+                if not node:
+                    await self.client.patch(path, ungate_patch(pod), strategic=True)
+                    return ""
                 terms: Sequence[Mapping[str, Any]] = ()
                 if pod.placement.affinity:  # its own terms are needed to narrow them
                     raw = await self.client.get(path)

@@ -9,6 +9,9 @@ JSONPatch when there is something to add:
   `scheduling.topogang.io/gang`; the ungater (kube/ungate.py) removes it once the gang is planned.
   A pod that already has a nodeName is never gated (the API server forbids it, and nothing would
   schedule it anyway).
+- gates mode, a plain pod that would replace a moved pod (defragmentation: same namespace and
+  controller, requests that fit a move's held room not claimed yet, `Moves.awaiting`): the same
+  gate; the ungater pins it to that room, or only ungates it when no move is left for it.
 - a pod of a segmented part: env vars TOPOGANG_SEGMENT_INDEX, TOPOGANG_SEGMENT_SIZE,
   TOPOGANG_INDEX_IN_SEGMENT and KAI_SEGMENT_INDEX in every container and init container (a
   variable the pod already sets is left alone) and the label scheduling.topogang.io/segment-index.
@@ -36,7 +39,7 @@ from extender.core.scheduler import GangScheduler
 from extender.grouping.admission import Admission, admit
 from extender.grouping.result import SegmentPosition
 from extender.model.errors import InvalidObject
-from extender.model.pod import TOPOGANG_GATE, parse_pod
+from extender.model.pod import TOPOGANG_GATE, PodInfo, parse_pod
 
 GATE = TOPOGANG_GATE
 SEGMENT_LABEL = "scheduling.topogang.io/segment-index"
@@ -132,7 +135,7 @@ class Webhook:
         uid, raw, namespace = _request(body)
         if raw is None:
             return _response(uid, [])
-        return self._answer(uid, raw, self._admit(raw, namespace))
+        return self._answer(uid, raw, *self._admit(raw, namespace))
 
     async def review_waiting(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """`review`, but a pod whose workload or PodGroup the cache does not show yet (created a
@@ -140,19 +143,21 @@ class Webhook:
         uid, raw, namespace = _request(body)
         if raw is None:
             return _response(uid, [])
-        admission = self._admit(raw, namespace)
+        pod, admission = self._admit(raw, namespace)
         deadline = time.monotonic() + OWNER_WAIT
         while admission is not None and admission.waiting and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-            admission = self._admit(raw, namespace)
-        return self._answer(uid, raw, admission)
+            pod, admission = self._admit(raw, namespace)
+        return self._answer(uid, raw, pod, admission)
 
-    def _answer(self, uid: str, raw: Mapping[str, Any], admission: Admission | None) -> dict[str, Any]:
+    def _answer(
+        self, uid: str, raw: Mapping[str, Any], pod: PodInfo | None, admission: Admission | None
+    ) -> dict[str, Any]:
         ops: JSONPatch = []
         warnings: list[str] = []
-        if admission is None:
+        if pod is None or admission is None:
             return _response(uid, ops)
-        if admission.managed and self.mode == GATES:
+        if self.mode == GATES and (admission.managed or self._replaces_moved(pod)):
             ops += gate_ops(raw)
         if admission.segment is not None:
             ops += segment_ops(raw, admission.segment)
@@ -161,7 +166,15 @@ class Webhook:
             warnings.append(f"topogang: gang {admission.gang} is invalid: {problems}")
         return _response(uid, ops, warnings[:1])
 
-    def _admit(self, raw: Mapping[str, Any], namespace: str) -> Admission | None:
+    def _replaces_moved(self, pod: PodInfo) -> bool:
+        """A plain pod its controller makes in place of a moved one: gated, so that the ungater
+        pins it to the room held for it (kube-scheduler alone could put it back where it was)."""
+        move = self.scheduler.defragmenting.moves.awaiting(pod)
+        if move is not None:
+            log.info("moved pod's replacement gated", pod=pod.key, moved=move.pod, node=move.node, group=move.group)
+        return move is not None
+
+    def _admit(self, raw: Mapping[str, Any], namespace: str) -> tuple[PodInfo | None, Admission | None]:
         meta = dict(raw.get("metadata") or {})
         if not meta.get("name"):  # generateName: the API server names it after admission
             meta["name"] = f"{meta.get('generateName') or 'pod-'}(new)"
@@ -170,9 +183,9 @@ class Webhook:
         try:
             pod = parse_pod({**raw, "metadata": meta}, namespace or "default")
         except InvalidObject:
-            return None  # the API server's own validation will say what is wrong with it
+            return None, None  # the API server's own validation will say what is wrong with it
         state = self.scheduler.state
-        return admit(pod, self.scheduler.membership.lookup, state.podgroups, state.pods)
+        return pod, admit(pod, self.scheduler.membership.lookup, state.podgroups, state.pods)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         start = time.perf_counter()
