@@ -2,11 +2,12 @@
 when the pod, its workload or its PodGroup says so, each within its own gang's constraints; the
 replacement its controller makes takes the room held for it as a member of its gang.
 
-Cluster: one zone, blocks b1 and b2, each of two racks of two 8-GPU nodes. The gang `el` (a Job,
-minimum 2, required in one block) runs el-0 and el-1 on z1-b1-r2-n1 and, beyond its minimum, the
-youngest el-2 on z1-b1-r1-n1; a bare pod (no controller: never moved) runs on the first node of
-each rack of b2. The gang `big` needs 2 pods of 8 GPUs in one rack: only rack b1/r1 can be made
-whole, by moving el-2 to rack b1/r2 (its gang's block).
+Cluster: one zone, blocks b1 and b2, each of two racks of two 8-GPU nodes. The gang `el` (a Job
+of 4-GPU pods, minimum 2, required in one block) runs el-0 and el-1 on z1-b1-r2-n1 and, beyond its
+minimum, the youngest el-2 on z1-b1-r1-n1. Bare pods (no controller: never moved) take 4 GPUs of
+z1-b1-r2-n2 and 1 GPU of the first node of each rack of b2. The gang `big` needs 2 pods of 8 GPUs
+in one rack: only rack b1/r1 can be made whole, by moving el-2 to the one node of its gang's
+block with room for it, z1-b1-r2-n2 (and that room is then all that node has left).
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from tests.builders import BLOCK, GPU, TOPO, grid, pod, podgroup
 
 NODES = [n.name for n in grid(blocks=2, racks=2, nodes=2)]
 EL = "default/el"
-HOME = "z1-b1-r2-n1"  # where el-2 goes: rack r2 of its gang's block, the tightest fit
+HOME = "z1-b1-r2-n2"  # where el-2 goes: the one node of its gang's block outside rack r1 with room
 
 
 def member(
     name: str, node: str | None, started: int = 0, movable: str | None = None, upstream: bool = False
 ) -> PodInfo:
-    """A 1-GPU pod of Job `el` (uid job-uid-el), of the gang `el`: topogang's PodGroup, or
+    """A 4-GPU pod of Job `el` (uid job-uid-el), of the gang `el`: topogang's PodGroup, or
     (UPSTREAM) Kubernetes' PodGroup `el`; STARTED: the minute it started."""
     meta: dict[str, Any] = {
         "name": name,
@@ -46,7 +47,7 @@ def member(
     }
     if movable is not None:
         meta["annotations"][keys.MOVABLE] = movable
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", GPU: "1"}}}]}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", GPU: "4"}}}]}
     if upstream:
         spec["schedulingGroup"] = {"podGroupName": "el"}
     status: dict[str, Any] = {"phase": "Pending"}
@@ -92,6 +93,7 @@ def cluster(
     sched.observe_pod(member("el-0", "z1-b1-r2-n1", 1, upstream=upstream))
     sched.observe_pod(member("el-1", "z1-b1-r2-n1", 2, upstream=upstream))
     sched.observe_pod(member("el-2", "z1-b1-r1-n1", 3, movable=on_pod, upstream=upstream))
+    sched.observe_pod(pod("bare-b1", gpus=4, node_name=HOME))
     for r in ("r1", "r2"):
         sched.observe_pod(pod(f"bare-{r}", gpus=1, node_name=f"z1-b2-{r}-n1"))
     in_a_rack = {"topologyConstraints": {"global": {"requiredTopologyLevel": "rack"}}}
@@ -136,8 +138,8 @@ def test_an_optional_member_moves_within_its_gangs_block_and_its_replacement_is_
     assert held["default/el-3"][0] == HOME
     assert PREFIX + "default/el-2" not in held
     assert sched.reserved(EL) == {"default/el-3": HOME}
-    # another gang's member is kept off that room meanwhile: 5 GPUs are left there, not 6
-    assert sched.state.free_on(HOME, GPU) == 5000
+    # the room stays held for it meanwhile: nothing is left there for anyone else
+    assert sched.state.free_on(HOME, GPU) == 0
     # its bind goes through (its gang runs: the pod is beyond its minimum), and the room is its own
     assert sched.bind("default/el-3", HOME, 1.0).action == BIND
     sched.observe_pod(replace(new, node_name=HOME, phase="Running"))
@@ -154,10 +156,12 @@ def test_a_replacement_that_never_binds_gives_the_room_back_when_its_plan_expire
     sched = cluster()
     sched.plan_ttl = 60.0
     sched.filter(sched.state.pods["default/big-0"], NODES, 0.0)
+    assert sched.defragmenting.moves.by_pod["default/el-2"].node == HOME
     sched.delete_pod("default/el-2")
     new = member("el-3", None)
     sched.observe_pod(new)
     assert sched.filter(new, NODES, 1.0).nodes == [HOME]
+    assert sched.defragmenting.moves.by_pod == {}  # the room is its gang's plan's now, with its timeout
     assert sched.expire(30.0) == {}
     assert "default/el-3" in sched.state.reservations
     assert EL in sched.expire(62.0)

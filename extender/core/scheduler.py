@@ -56,7 +56,7 @@ from extender.core.minimums import Minimums
 from extender.core.moves import MoveSettings
 from extender.core.nomination import Nomination
 from extender.core.offered import Offered
-from extender.core.plans import GroupPlan, Plans
+from extender.core.plans import Plans
 from extender.core.preempting import Preempting
 from extender.core.reasons import Reasons
 from extender.core.repairing import Repairs
@@ -158,8 +158,9 @@ class GangScheduler:
             return refuse(nodes, f"topogang: {held}", group)
         event = None
         gp = self.plans.claim(group, pod, self.membership.slot)  # (it may take room held before it existed)
-        if gp is None or pod.key not in gp.reserved:
-            gp, event = self._moved_in(group, pod, now) or (gp, None)
+        if (gp is None or pod.key not in gp.reserved) and (moved := self.defragmenting.hand_over(pod, now)):
+            gp = self.plans.adopt(group, pod, moved.node, now)  # it replaces a member moved for another gang
+            event = PlanEvent(group, "extended", 1, (moved.node,), reason=f"replaces {moved.pod}: the room held for it")
         if gp is None or pod.key not in gp.reserved:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)
@@ -187,18 +188,6 @@ class GangScheduler:
             if batch:  # every planned pod binds now: none is woken or nominated to come to bind
                 return replace(result, wake=(), steer=None, bind=batch)
         return result
-
-    def _moved_in(self, group: str, pod: PodInfo, now: float) -> tuple[GroupPlan, PlanEvent] | None:
-        """POD replaces a member of GROUP moved for another gang: the room held for it passes to
-        GROUP's plan (its move is over; the plan's timeout gives the room back if the pod never
-        binds). None: it replaces no moved pod."""
-        moves = self.defragmenting.moves
-        if (node := moves.claim(pod, now)) is None:
-            return None
-        move = moves.placed(pod.key)  # (the claim made it the move's: now it is the plan's)
-        gp = self.plans.adopt(group, pod, node, now)
-        moved = move.pod if move is not None else "a moved pod"
-        return gp, PlanEvent(group, "extended", 1, (node,), reason=f"replaces {moved}: the room held for it")
 
     @staticmethod
     def _refuse_short(nodes: Sequence[str], group: str, why: Shortfall, event: PlanEvent | None) -> FilterResult:
