@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from e2e.controlplane import FakeGpuNodes
-from e2e.scenario import create, create_podgroup, events_about, eventually, gpu_pod, pods
-from e2e.test_extender import BLOCK, log_lines, topogang
+from e2e.scenario import create, create_podgroup, events_about, eventually, gpu_pod, pods, wait_all_bound
+from e2e.test_extender import BLOCK, RACK, log_lines, topogang
 from e2e.topogang import Topogang
 from extender.kube.client import KubeClient
 
@@ -172,3 +172,79 @@ async def test_a_budget_that_forbids_the_move_keeps_the_gang_waiting_and_it_says
         assert [p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp")] == []
         assert {app: live(items, app)[0]["spec"]["nodeName"] for app in before} == before
         assert not [p for p in items if p["metadata"]["name"].startswith("big-") and p["spec"].get("nodeName")]
+
+
+# -- a gang member beyond its gang's minimum -------------------------------------------------------
+
+
+async def test_an_elastic_gangs_optional_pod_moves_within_its_block_and_its_replacement_rejoins_it(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    """The gang `el` (minimum 2, required in one block; its PodGroup says its pods may move) runs
+    its minimum, two bare 8-GPU pods, on rack b0/r0, and beyond it the 4-GPU pod of Deployment
+    `opt` on rack b0/r1. The gang `big` needs both nodes of one rack: only b0/r1 can be made whole,
+    by moving `opt` to b0/r2 (its gang's block), not to b1/r0's node, whose 4 free GPUs would fit
+    it tighter."""
+    r0 = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    body = {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "el", "annotations": {"kai.scheduler/topology": "e2e-dc", MOVABLE: "true"}},
+        "spec": {"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": BLOCK}}},
+    }
+    await create(kube, body, namespace)
+    for i in range(2):
+        await create(kube, gpu_pod(f"min-{i}", annotations={"pod-group-name": "el"}), namespace)
+    placed = await wait_all_bound(kube, namespace, 2, within=60)
+    assert set(placed.values()) == set(r0)
+    (r1_first,) = await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=1)
+    spec = gpu_pod("opt", gpus=4)["spec"]
+    template = {"metadata": {"labels": {"app": "opt"}, "annotations": {"pod-group-name": "el"}}, "spec": spec}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "opt"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "opt"}}, "template": template},
+    }
+    await create(kube, deployment, namespace)
+    try:
+        before = await wait_all_bound(kube, namespace, 3, within=60)
+        (moved,) = [p for p in before if p.startswith("opt-")]
+        assert before[moved] == r1_first  # the only room in the gang's block
+        r1 = [r1_first, *await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=1)]
+        (r2,) = await fake_gpu_nodes.add(zone=0, block=0, rack=2, count=1)
+        (b1,) = await fake_gpu_nodes.add(zone=0, block=1, rack=0, count=1)
+        filler = gpu_pod("filler", gpus=4)
+        filler["spec"]["nodeName"] = b1
+        await create(kube, filler, namespace)
+        await create_podgroup(
+            kube, namespace, "big", {"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": RACK}}}
+        )
+        for i in range(2):
+            await create(kube, gpu_pod(f"big-{i}", annotations={"pod-group-name": "big"}), namespace)
+
+        async def settled() -> dict[str, str] | None:
+            items = await pods(kube, namespace)
+            where = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items}
+            opts = [n for n, p in where.items() if n.startswith("opt-") and n != moved]
+            if moved in where or len(opts) != 1 or not all(where.get(f"big-{i}") for i in range(2)):
+                return None
+            return {n: w for n, w in where.items() if w} if where[opts[0]] else None
+
+        now = await eventually(settled, within=120, what="the gang and the moved pod's replacement to bind")
+        assert {now["big-0"], now["big-1"]} == set(r1)  # the rack it left
+        (replacement,) = [n for n in now if n.startswith("opt-")]
+        assert now[replacement] == r2  # its own gang's block, not block b1
+        assert {now["min-0"], now["min-1"]} == set(r0)  # the gang's minimum never moved
+        if topogang is not None:
+            (line,) = log_lines(topogang, "gang defragmenting", namespace)
+            assert line["moves"] == {f"{namespace}/{moved}": r2}
+            joined = [
+                entry
+                for entry in log_lines(topogang, "gang placed", namespace)
+                if entry.get("outcome") == "extended" and "replaces" in entry.get("reason", "")
+            ]
+            assert [(e["group"], e["nodes"]) for e in joined] == [(f"{namespace}/el", [r2])], joined
+            assert not log_lines(topogang, "gang preempting", namespace)
+    finally:
+        await kube.delete(f"/apis/apps/v1/namespaces/{namespace}/deployments/opt", {"propagationPolicy": "Foreground"})
