@@ -51,13 +51,15 @@ def movable_members(
     gang = view.built.gang if view.built is not None else None
     if gang is None or whole_only(view.spec):  # (a whole-only gang has no elastic pods: said twice)
         return []
+    pods = [p for p in workload.pods if p.key in workload.elastic and movable(p.key)]
+    if not pods:
+        return []
     finest: dict[str, int | None] = {}
     _finest(gang.root, None, finest)
     out = []
-    for p in workload.pods:
-        if p.key in workload.elastic and movable(p.key):
-            within, home = _home(state, gang, finest.get(p.key), p.node)
-            out.append(MovableMember(p, workload.key, within, home))
+    for p in pods:
+        within, home = _home(state, gang, finest.get(p.key), p.node)
+        out.append(MovableMember(p, workload.key, within, home))
     return out
 
 
