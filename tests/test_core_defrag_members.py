@@ -23,7 +23,7 @@ from extender.core.movable import movability
 from extender.core.moves import PREFIX
 from extender.core.scheduler import GangScheduler
 from extender.model import annotation_keys as keys
-from extender.model.pod import PodInfo, parse_pod
+from extender.model.pod import PodInfo, parse_pod, unpinned
 from extender.placement.victims import NoPreemption, Preemption
 from tests.builders import BLOCK, GPU, TOPO, grid, pod, podgroup
 
@@ -33,10 +33,16 @@ HOME = "z1-b1-r2-n2"  # where el-2 goes: the one node of its gang's block outsid
 
 
 def member(
-    name: str, node: str | None, started: int = 0, movable: str | None = None, upstream: bool = False
+    name: str,
+    node: str | None,
+    started: int = 0,
+    movable: str | None = None,
+    upstream: bool = False,
+    terms: list[dict[str, Any]] | None = None,
 ) -> PodInfo:
     """A 4-GPU pod of Job `el` (uid job-uid-el), of the gang `el`: topogang's PodGroup, or
-    (UPSTREAM) Kubernetes' PodGroup `el`; STARTED: the minute it started."""
+    (UPSTREAM) Kubernetes' PodGroup `el`; STARTED: the minute it started; TERMS: its required
+    node affinity."""
     meta: dict[str, Any] = {
         "name": name,
         "namespace": "default",
@@ -50,6 +56,9 @@ def member(
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", GPU: "4"}}}]}
     if upstream:
         spec["schedulingGroup"] = {"podGroupName": "el"}
+    if terms is not None:
+        required = {"nodeSelectorTerms": terms}
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
     status: dict[str, Any] = {"phase": "Pending"}
     if node is not None:
         spec["nodeName"] = node
@@ -228,3 +237,23 @@ def test_no_member_of_a_gang_with_a_repair_or_preemption_of_its_own_moves() -> N
 
     assert isinstance(moves(set()), Preemption)
     assert isinstance(moves({EL}), NoPreemption)
+
+
+def test_gates_modes_pin_to_its_node_is_no_rule_of_the_member_its_own_terms_are() -> None:
+    # gates mode released el-2 pinned to its node, on top of its own term (a label every node has)
+    own = {"key": "example.com/topology-zone", "operator": "In", "values": ["z1"]}
+    pin = {"key": "metadata.name", "operator": "In", "values": ["z1-b1-r1-n1"]}
+    sched = cluster()
+    pinned = member("el-2", "z1-b1-r1-n1", 3, terms=[{"matchExpressions": [own], "matchFields": [pin]}])
+    sched.observe_pod(pinned)
+    found = search(sched)
+    assert isinstance(found, Preemption), found
+    assert dict(found.moves) == {"default/el-2": HOME}
+    assert unpinned(pinned.placement, "z1-b1-r1-n1") == member("x", None, terms=[{"matchExpressions": [own]}]).placement
+    assert unpinned(member("x", None, terms=[{"matchFields": [pin]}]).placement, "z1-b1-r1-n1").affinity == ()
+    # its own terms still count: a zone no node is in leaves it nowhere to go
+    elsewhere = {**own, "values": ["z9"]}
+    sched.observe_pod(member("el-2", "z1-b1-r1-n1", 3, terms=[{"matchExpressions": [elsewhere], "matchFields": [pin]}]))
+    found = search(sched)
+    assert isinstance(found, NoPreemption)
+    assert "no node it may use in block z1/b1 (its own gang's required block) lies outside" in found.reason

@@ -93,7 +93,7 @@ def _moved(state: ClusterState, key: str, member: MovableMember | None) -> Moved
     assert pod.node_name is not None
     if member is None:
         return MovedPod(key, pod.node_name, pod.requests, pod.placement)
-    return MovedPod(key, pod.node_name, pod.requests, pod.placement, member.within, member.home)
+    return MovedPod(key, pod.node_name, pod.requests, member.placement, member.within, member.home)
 
 
 def _refused(group: str, found: PreemptionResult, stranded: list[Stranded]) -> NoPreemption:

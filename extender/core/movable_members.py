@@ -11,6 +11,8 @@ the new node is kept inside the domain the pod runs in now at the finest require
 applies to it (its SubGroup's or segment's, an enclosing SubGroup's, the gang's): every domain
 of a coarser required level contains that one, so each of those constraints holds as before. A
 pod no required level applies to may go anywhere it fits; preferred levels are preferences.
+Gates mode pins each member it releases to its node (kube/ungate.py); the pod made in its place
+is not, so that pin is no rule of the pod's here.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 from extender.core.cluster import ClusterState
 from extender.core.disruption import whole_only
 from extender.core.membership import Membership
+from extender.model.pod import Placement, unpinned
 from extender.placement import BoolArray, Gang, RunningPod, Scope, Workload
 
 
@@ -32,6 +35,7 @@ class MovableMember:
     gang: str  # its gang's PodGroup key
     within: BoolArray | None  # the nodes its gang's constraints leave it (None: any)
     home: str  # what they are, for messages: "block z1/b1 (its own gang's required block)"
+    placement: Placement  # the pod's, as its replacement will have it (without gates mode's pin)
 
 
 def movable_members(
@@ -59,7 +63,7 @@ def movable_members(
     out = []
     for p in pods:
         within, home = _home(state, gang, finest.get(p.key), p.node)
-        out.append(MovableMember(p, workload.key, within, home))
+        out.append(MovableMember(p, workload.key, within, home, unpinned(state.pods[p.key].placement, p.node)))
     return out
 
 
