@@ -20,7 +20,9 @@ from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND
 from extender.core.defrag import find_moves
 from extender.core.movable import movability
+from extender.core.movable_members import movable_members
 from extender.core.moves import PREFIX
+from extender.core.preemption import running_workloads
 from extender.core.scheduler import GangScheduler
 from extender.model import annotation_keys as keys
 from extender.model.pod import PodInfo, parse_pod, unpinned
@@ -39,6 +41,7 @@ def member(
     movable: str | None = None,
     upstream: bool = False,
     terms: list[dict[str, Any]] | None = None,
+    subgroup: str | None = None,
 ) -> PodInfo:
     """A 4-GPU pod of Job `el` (uid job-uid-el), of the gang `el`: topogang's PodGroup, or
     (UPSTREAM) Kubernetes' PodGroup `el`; STARTED: the minute it started; TERMS: its required
@@ -53,6 +56,8 @@ def member(
     }
     if movable is not None:
         meta["annotations"][keys.MOVABLE] = movable
+    if subgroup is not None:
+        meta["labels"] = {"kai.scheduler/subgroup-name": subgroup}
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", GPU: "4"}}}]}
     if upstream:
         spec["schedulingGroup"] = {"podGroupName": "el"}
@@ -72,6 +77,7 @@ def cluster(
     level: str = "block",
     on_pod: str | None = None,
     disruption: str | None = None,
+    subgroups: bool = False,
 ) -> GangScheduler:
     """SAID: the movable annotation on el's PodGroup; ON_POD: on el-2; DISRUPTION: el is
     Kubernetes' PodGroup with this disruptionMode (None: topogang's PodGroup)."""
@@ -97,11 +103,15 @@ def cluster(
             },
         )
     else:
-        spec = {"minMember": minimum, "topologyConstraints": {"global": {"requiredTopologyLevel": level}}}
+        required = {"global": {"requiredTopologyLevel": level}}
+        spec: dict[str, Any] = {"minMember": minimum, "topologyConstraints": required}
+        if subgroups:  # el-0 and el-1 in SubGroup a, el-2 in b: each of minimum 1
+            spec["subGroups"] = [{"name": "a", "minMember": 1}, {"name": "b", "minMember": 1}]
         state.set_podgroup(EL, podgroup(spec, name="el", annotations=annotations))
-    sched.observe_pod(member("el-0", "z1-b1-r2-n1", 1, upstream=upstream))
-    sched.observe_pod(member("el-1", "z1-b1-r2-n1", 2, upstream=upstream))
-    sched.observe_pod(member("el-2", "z1-b1-r1-n1", 3, movable=on_pod, upstream=upstream))
+    sg = ("a", "a", "b") if subgroups else (None, None, None)
+    sched.observe_pod(member("el-0", "z1-b1-r2-n1", 1, upstream=upstream, subgroup=sg[0]))
+    sched.observe_pod(member("el-1", "z1-b1-r2-n1", 2, upstream=upstream, subgroup=sg[1]))
+    sched.observe_pod(member("el-2", "z1-b1-r1-n1", 3, movable=on_pod, upstream=upstream, subgroup=sg[2]))
     sched.observe_pod(pod("bare-b1", gpus=4, node_name=HOME))
     for r in ("r1", "r2"):
         sched.observe_pod(pod(f"bare-{r}", gpus=1, node_name=f"z1-b2-{r}-n1"))
@@ -185,6 +195,17 @@ def test_the_minimum_member_is_never_moved() -> None:
     found = search(cluster())
     assert isinstance(found, Preemption)
     assert found.pods == ("default/el-2",)
+
+
+def test_a_subgroup_at_its_minimum_keeps_its_pod_though_the_gang_has_one_to_spare() -> None:
+    sched = cluster(subgroups=True)
+    (el,) = [w for w in running_workloads(sched.state, sched.membership, "default/big") if w.key == EL]
+    movable = movable_members(sched.state, sched.membership, el, 0, lambda key: True, lambda group: False)
+    assert [m.pod.key for m in movable] == ["default/el-1"]  # not el-2, the youngest: SubGroup b needs it
+    assert movable[0].home == "block z1/b1 (its own gang's required block)"
+    found = search(sched)
+    assert isinstance(found, NoPreemption)  # el-1 moved alone makes no rack whole: nothing moves
+    assert sched.state.reservations == {}
 
 
 def test_the_member_stays_within_its_gangs_required_domain() -> None:
