@@ -14,6 +14,7 @@ Every pod has the priority 0: nothing can be preempted, only moved.
 Each test runs in both modes: `[extender]` (kube-scheduler calling topogang) and `[gates]` (the
 stock kube-scheduler, topogang's webhook registered with the API server, the namespace labelled
 for it): there each replacement is gated at creation and pinned by the ungater to its held room.
+The last test moves an elastic gang's pod beyond its minimum within its own gang's block.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes
 from e2e.gates_support import ENABLED, gates_serving
-from e2e.scenario import create, create_podgroup, events_about, eventually, gpu_pod, install, pods
-from e2e.test_extender import BLOCK, TOPOLOGY, log_lines
+from e2e.scenario import create, create_podgroup, events_about, eventually, gpu_pod, install, pods, wait_all_bound
+from e2e.test_extender import BLOCK, RACK, TOPOLOGY, log_lines
 from e2e.topogang import CRDS, Topogang, serving
 from extender.kube.client import KubeClient
 
@@ -245,3 +246,105 @@ async def test_a_budget_that_forbids_the_move_keeps_the_gang_waiting_and_it_says
         assert [p["metadata"]["name"] for p in items if p["metadata"].get("deletionTimestamp")] == []
         assert {app: live(items, app)[0]["spec"]["nodeName"] for app in before} == before
         assert not [p for p in items if p["metadata"]["name"].startswith("big-") and p["spec"].get("nodeName")]
+
+
+# -- a gang member beyond its gang's minimum -------------------------------------------------------
+
+
+async def test_an_elastic_gangs_optional_pod_moves_within_its_block_and_its_replacement_rejoins_it(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    await optional_member_moves(topogang, kube, namespace, fake_gpu_nodes)
+
+
+async def seen_by_topogang(kube: KubeClient, namespace: str, nodes: list[str]) -> None:
+    """Until topogang has seen NODES: a gang of one cpu-only pod pinned to each binds only once
+    its plan can use them all (a gang is placed from topogang's own view of the nodes). The pods
+    stay; they take no GPU."""
+    await create_podgroup(kube, namespace, "seen", {"minMember": len(nodes)})
+    for i, node in enumerate(nodes):
+        probe = gpu_pod(f"seen-{i}", gpus=0, annotations={"pod-group-name": "seen"})
+        probe["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+        await create(kube, probe, namespace)
+
+    async def bound() -> bool:
+        where = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in await pods(kube, namespace)}
+        return all(where.get(f"seen-{i}") == node for i, node in enumerate(nodes))
+
+    await eventually(bound, within=60, what="topogang to place a pod on each new node")
+
+
+async def optional_member_moves(
+    topogang: Topogang | None, kube: KubeClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    """The gang `el` (minimum 2, required in one block; its PodGroup says its pods may move) runs
+    its minimum, two bare 8-GPU pods w-0 and w-1, on rack b0/r0, and beyond it the 4-GPU pod of Deployment
+    `opt` on rack b0/r1. The gang `big` needs both nodes of one rack: only b0/r1 can be made whole,
+    by moving `opt` to b0/r2 (its gang's block), not to b1/r0's node, whose 4 free GPUs would fit
+    it tighter."""
+    r0 = await fake_gpu_nodes.add(zone=0, block=0, rack=0, count=2)
+    body = {
+        "apiVersion": "scheduling.topogang.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "el", "annotations": {"kai.scheduler/topology": "e2e-dc", MOVABLE: "true"}},
+        "spec": {"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": BLOCK}}},
+    }
+    await create(kube, body, namespace)
+    # (the pod beyond the minimum is the youngest; of pods started in the same second, the first
+    # by name: `opt-...` before `w-...` either way)
+    for i in range(2):
+        await create(kube, gpu_pod(f"w-{i}", annotations={"pod-group-name": "el"}), namespace)
+    placed = await wait_all_bound(kube, namespace, 2, within=60)
+    assert set(placed.values()) == set(r0)
+    (r1_first,) = await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=1)
+    spec = gpu_pod("opt", gpus=4)["spec"]
+    template = {"metadata": {"labels": {"app": "opt"}, "annotations": {"pod-group-name": "el"}}, "spec": spec}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "opt"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "opt"}}, "template": template},
+    }
+    await create(kube, deployment, namespace)
+    try:
+        before = await wait_all_bound(kube, namespace, 3, within=60)
+        (moved,) = [p for p in before if p.startswith("opt-")]
+        assert before[moved] == r1_first  # the only room in the gang's block
+        r1 = [r1_first, *await fake_gpu_nodes.add(zone=0, block=0, rack=1, count=1)]
+        (r2,) = await fake_gpu_nodes.add(zone=0, block=0, rack=2, count=1)
+        (b1,) = await fake_gpu_nodes.add(zone=0, block=1, rack=0, count=1)
+        filler = gpu_pod("filler", gpus=4)
+        filler["spec"]["nodeName"] = b1
+        await create(kube, filler, namespace)
+        await seen_by_topogang(kube, namespace, [r1[1], r2, b1])
+        await create_podgroup(
+            kube, namespace, "big", {"minMember": 2, "topologyConstraints": {"global": {"requiredTopologyLevel": RACK}}}
+        )
+        for i in range(2):
+            await create(kube, gpu_pod(f"big-{i}", annotations={"pod-group-name": "big"}), namespace)
+
+        async def settled() -> dict[str, str] | None:
+            items = await pods(kube, namespace)
+            where = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items}
+            opts = [n for n, p in where.items() if n.startswith("opt-") and n != moved]
+            if moved in where or len(opts) != 1 or not all(where.get(f"big-{i}") for i in range(2)):
+                return None
+            return {n: w for n, w in where.items() if w} if where[opts[0]] else None
+
+        now = await eventually(settled, within=120, what="the gang and the moved pod's replacement to bind")
+        assert {now["big-0"], now["big-1"]} == set(r1)  # the rack it left
+        (replacement,) = [n for n in now if n.startswith("opt-")]
+        assert now[replacement] == r2  # its own gang's block, not block b1
+        assert {now["w-0"], now["w-1"]} == set(r0)  # the gang's minimum never moved
+        if topogang is not None:
+            (line,) = log_lines(topogang, "gang defragmenting", namespace)
+            assert line["moves"] == {f"{namespace}/{moved}": r2}
+            joined = [
+                entry
+                for entry in log_lines(topogang, "gang placed", namespace)
+                if entry.get("outcome") == "extended" and "replaces" in entry.get("reason", "")
+            ]
+            assert [(e["group"], e["nodes"]) for e in joined] == [(f"{namespace}/el", [r2])], joined
+            assert not log_lines(topogang, "gang preempting", namespace)
+    finally:
+        await kube.delete(f"/apis/apps/v1/namespaces/{namespace}/deployments/opt", {"propagationPolicy": "Foreground"})

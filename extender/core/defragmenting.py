@@ -13,14 +13,17 @@ Moves are tried before preemption: a moved pod keeps running, a preempted one do
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from extender.core.cluster import ClusterState
 from extender.core.decisions_room import BudgetBlocked
 from extender.core.defrag import find_moves
 from extender.core.membership import Membership
 from extender.core.movable import movability
-from extender.core.moves import Moves, MoveSettings, PastMove
+from extender.core.moves import Move, Moves, MoveSettings, PastMove
 from extender.core.nomination import Nomination
 from extender.core.preempting import RETRY, Preempting
+from extender.model.pod import PodInfo
 from extender.placement import INCOMPLETE, NoPreemption, PreemptionResult, Shortfall
 
 MOVING = "moving pods"
@@ -35,13 +38,17 @@ class Defragmenting:
         settings: MoveSettings,
         *,
         retry: float = RETRY,
+        busy: Callable[[str], bool] = lambda group: False,
     ) -> None:
+        """BUSY(group): the gang has a preemption or a repair of its own under way (none of its
+        members is moved)."""
         self.state = state
         self.membership = membership
         self.preempting = preempting
         self.settings = settings
         self.moves = Moves(state, settings)
         self.retry = retry
+        self.busy = busy
         self._tried: dict[str, tuple[int, float]] = {}  # group -> (state version, when) of a fruitless search
         self.last: dict[str, NoPreemption] = {}  # group -> why its last search found nothing to move
         self.seen = 0.0  # the latest time a caller passed (what `explain`, which has no clock, reads)
@@ -56,7 +63,9 @@ class Defragmenting:
         pod = self.state.pods.get(key)
         if pod is None or self.moves.cooling(pod, now) or self.moves.is_moving(key):
             return False
-        return movability(self.state, pod, self.settings.controllers).movable
+        group = self.membership.group_of(key)
+        podgroup = self.membership.view(group).spec if group is not None else None
+        return movability(self.state, pod, self.settings.controllers, podgroup).movable
 
     def search(self, group: str, now: float | None = None) -> PreemptionResult:
         """What a move for GROUP would be now (nothing held or evicted): `explain`'s dry run too
@@ -79,6 +88,7 @@ class Defragmenting:
             group,
             lambda key: self.movable(key, now),
             exclude=self.preempting.nominations.evicting(),
+            busy=self.busy,
         )
         if not isinstance(found, NoPreemption) and len(found.pods) > left:
             why = f"it needs {len(found.pods)} pod(s) moved and only {left} more may move this hour (--moves-per-hour)"
@@ -103,6 +113,13 @@ class Defragmenting:
         nom = self.preempting.hold(found, now)
         self.moves.hold(group, found.moves, now)
         return nom
+
+    def hand_over(self, pod: PodInfo, now: float) -> Move | None:
+        """The move POD (a gang member) replaces, its room passed on: the caller's gang plan holds
+        that room from now on (and gives it back when the plan times out). None: it replaces none."""
+        if self.moves.claim(pod, now) is None:
+            return None
+        return self.moves.placed(pod.key)  # (the claim made the room the pod's; the move is over)
 
     def blocked(self, group: str, why: Shortfall | BudgetBlocked) -> Shortfall | BudgetBlocked:
         """WHY, or the PodDisruptionBudgets that keep GROUP's last move search from moving anyone

@@ -1,15 +1,17 @@
 """Which running pods defragmentation may move: those that say so, or (behind a flag) any pod
 of a Deployment, ReplicaSet or StatefulSet.
 
-A pod says so with `scheduling.topogang.io/movable: "true"` on itself (its template's copy) or
-on an owner up its controller chain (the ReplicaSet, the Deployment); the nearest value wins,
-so `"false"` on a pod keeps one replica of a movable Deployment in place. A value other than
-"true" or "false" is refused: the pod is not movable, and the error names the field.
+A pod says so with `scheduling.topogang.io/movable: "true"` on itself (its template's copy), on
+an owner up its controller chain (the ReplicaSet, the Deployment, the Job) or, for a gang
+member, on its gang's PodGroup; the nearest value wins, so `"false"` on a pod keeps one replica
+of a movable Deployment in place. A value other than "true" or "false" is refused: the pod is
+not movable, and the error names the field.
 
 Only pods a controller recreates are moved (a bare pod evicted would just be gone), never a
-DaemonSet's (it belongs on its node), never a gang member (a gang moves whole, by repair),
-never one still terminating. PodDisruptionBudgets, priorities and the cooldown are the
-search's and the limiter's (`core/defrag.py`, `core/moves.py`).
+DaemonSet's (it belongs on its node), never one still terminating. Which gang members may go
+(only those beyond the gang's minimum, and where), PodDisruptionBudgets, priorities and the
+cooldown are the search's and the limiter's (`core/movable_members.py`, `core/defrag.py`,
+`core/moves.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from extender.core.cluster import ClusterState, object_key
 from extender.model import annotation_keys as keys
 from extender.model.errors import FieldError
 from extender.model.pod import PodInfo
+from extender.model.podgroup import PodGroupSpec
 
 MOVABLE = keys.MOVABLE
 REPLICATED = frozenset({("apps", "Deployment"), ("apps", "ReplicaSet"), ("apps", "StatefulSet")})
@@ -45,9 +48,12 @@ def parse(annotations: Mapping[str, str], obj: str) -> bool | FieldError | None:
     return FieldError(obj, f"metadata.annotations[{MOVABLE}]", f'expected "true" or "false", got {raw!r}')
 
 
-def movability(state: ClusterState, pod: PodInfo, controllers: bool) -> Movability:
+def movability(
+    state: ClusterState, pod: PodInfo, controllers: bool, podgroup: PodGroupSpec | None = None
+) -> Movability:
     """Whether POD may be moved; CONTROLLERS: every pod of a Deployment, ReplicaSet or
-    StatefulSet is, unless it (or an owner) says "false"."""
+    StatefulSet is, unless it (or an owner) says "false". PODGROUP: the gang's, for a member
+    (read after the controller chain: the farthest from the pod)."""
     ref = pod.controller
     if ref is None or ref.kind == "DaemonSet" or pod.deleting:
         return Movability(False)
@@ -64,6 +70,8 @@ def movability(state: ClusterState, pod: PodInfo, controllers: bool) -> Movabili
         said = parse(_annotations(body), f"{kind} {pod.namespace}/{name}")
         up = _controller(body)
         replicated = replicated or (up is not None and (up[0].rpartition("/")[0], up[1]) in REPLICATED)
+    if said is None and podgroup is not None:
+        said = parse(podgroup.annotations, podgroup.derived_from or f"PodGroup {podgroup.key}")
     if isinstance(said, FieldError):
         return Movability(False, said)
     if said is not None:

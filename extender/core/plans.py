@@ -212,6 +212,24 @@ class Plans:
         gp.reserved[pod.key] = node
         return gp
 
+    def adopt(self, group: str, pod: PodInfo, node: str, now: float) -> GroupPlan:
+        """POD, made in the place of a member of GROUP moved for another gang, takes the room held
+        for it on NODE (chosen within its gang's constraints when the move was decided): it joins
+        GROUP's plan, or a plan of its own whose gate is open (its gang runs: its minimum is
+        bound, and this pod is beyond it)."""
+        gp = self._by_group.get(group)
+        if gp is None:
+            result = Plan(group, {pod.key: node}, dict(self._domains.get(group, {})))
+            gate = Gate(frozenset())
+            gate.opened = True
+            gp = GroupPlan(result, self.next_generation(), {}, gate, now, now)
+            self._by_group[group] = gp
+        self._state.reserve(pod.key, node, pod.requests)
+        self._holder[pod.key] = group
+        gp.reserved[pod.key] = node
+        gp.touched = now
+        return gp
+
     def swap(self, gp: GroupPlan, pod: str, mate: str) -> None:
         """POD and MATE (interchangeable members of one plan) trade their planned nodes; never
         one whose node is fixed (at the gate, or being bound there)."""

@@ -112,10 +112,11 @@ class GangScheduler:
         self.evicted = Evicted()
         self.preempting = Preempting(state, self.membership, timeout=preemption_timeout, evicted=self.evicted)
         self.repairs = Repairs(state, self.membership, timeout=repair_timeout, evicted=self.evicted)
-        self.defragmenting = Defragmenting(state, self.membership, self.preempting, moves or MoveSettings())
         self.lookup = Lookup(state, self.membership)
         self.reserving = Reserving(state, self.membership, reservations or Settings(limit=0), reserve_level)
         self.minimums = Minimums(state, self.membership, self.plans, self.reasons, self.preempting, self.repairs)
+        settings = moves or MoveSettings()
+        self.defragmenting = Defragmenting(state, self.membership, self.preempting, settings, busy=self.minimums.busy)
         self._status = Status(
             state, self.membership, self.plans, self.reasons, self.preempting, self.repairs, self.reserving
         )
@@ -157,6 +158,9 @@ class GangScheduler:
             return refuse(nodes, f"topogang: {held}", group)
         event = None
         gp = self.plans.claim(group, pod, self.membership.slot)  # (it may take room held before it existed)
+        if (gp is None or pod.key not in gp.reserved) and (moved := self.defragmenting.hand_over(pod, now)):
+            gp = self.plans.adopt(group, pod, moved.node, now)  # it replaces a member moved for another gang
+            event = PlanEvent(group, "extended", 1, (moved.node,), reason=f"replaces {moved.pod}: the room held for it")
         if gp is None or pod.key not in gp.reserved:
             event = self._plan(group, view, now, extend=gp is not None)
             gp = self.plans.get(group)

@@ -25,6 +25,7 @@ from extender.grouping.annotations import Layer, Layout, anns_field, layout_of, 
 from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.result import Grouping, LeaderFirst, SegmentPosition
 from extender.grouping.values import annotation_keys, label_field, pod_index
+from extender.model.annotation_keys import MOVABLE
 from extender.model.errors import ErrorList, FieldError, said_once, said_once_text
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.limits import MAX_GANG_PODS, MAX_SUBGROUPS, beyond
@@ -259,7 +260,7 @@ def assemble(draft: GangDraft, members: Iterable[ClaimedPod]) -> Grouping:
         subgroup_constraints=tree.constraints,
         subgroup_sets=podset_groups,
         uid=draft.uid,
-        annotations={k: ann[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE, MAX_WAIT_ANNOTATION) if ann.get(k)},
+        annotations={k: ann[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE, MAX_WAIT_ANNOTATION, MOVABLE) if ann.get(k)},
         derived_from=draft.obj,
         max_wait=wait,
         priority=draft.priority,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from extender.model.dra.claims import PodClaim, parse_pod_claims
@@ -42,6 +42,21 @@ class Placement:
     tolerations: tuple[Toleration, ...] = ()
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity: tuple[NodeSelectorTerm, ...] = ()
+
+
+def unpinned(placement: Placement, node: str) -> Placement:
+    """PLACEMENT without a pin to NODE (a `metadata.name In [NODE]` field of each term): what gates
+    mode adds to a member it releases (kube/ungate.py), and what the pod its controller makes in
+    its place does not carry. Terms left empty go; none left: no node affinity."""
+    pin = ("metadata.name", "In", (node,))
+    if not any((r.key, r.operator, r.values) == pin for t in placement.affinity for r in t.fields):
+        return placement
+    terms = []
+    for t in placement.affinity:
+        kept = NodeSelectorTerm(t.expressions, tuple(r for r in t.fields if (r.key, r.operator, r.values) != pin))
+        if kept.expressions or kept.fields:
+            terms.append(kept)
+    return replace(placement, affinity=tuple(terms))
 
 
 TOPOGANG_GATE = "scheduling.topogang.io/gang"  # the scheduling gate gates mode puts on gang pods

@@ -4,7 +4,8 @@ Defragmentation evicts movable pods so that a waiting gang's domain is whole; ea
 recreated by its controller and must have room elsewhere, or the move only trades one waiting
 workload for another. The check plans the moved pods on the cluster as it will be: their old
 room free, the gang's planned room taken, the gang's whole domain closed to them, each node
-they may use (its `Placement`: selectors, affinity, tolerations). The largest pod is placed
+they may use (its `Placement`: selectors, affinity, tolerations; for a member of a running gang,
+`within`: the nodes its own gang's constraints leave it). The largest pod is placed
 first, each on the node it fits tightest (the least of its scarcest resource left), so small
 pods do not take the only room a large one fits in.
 
@@ -32,6 +33,10 @@ class MovedPod:
     node: str  # where it runs now
     requests: Mapping[str, int]  # milli-units, as PodInfo.requests
     placement: Placement
+    # A member of a running gang: the nodes its own gang's constraints leave it (None: any), and
+    # what they are, for messages ("block z1/b1 (its own gang's required block)").
+    within: BoolArray | None = None
+    home: str = ""
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ def relocate(
     order = sorted(pods, key=lambda p: (-sum(v / scale[r] for r, v in p.requests.items() if r in scale), p.key))
     for p in order:
         fits: BoolArray = table.eligibility(p.placement).mask.copy()
+        if p.within is not None:
+            fits &= p.within
         if closed is not None:
             fits &= ~closed
         for r in resources:
@@ -98,7 +105,10 @@ def closed_domain(snapshot: ClusterSnapshot, gang: Gang, domain: DomainRef, plan
 
 def _why(p: MovedPod, snapshot: ClusterSnapshot, closed: BoolArray | None) -> str:
     eligible = snapshot.table.eligibility(p.placement).mask
+    if p.within is not None:
+        eligible = eligible & p.within
     outside = eligible if closed is None else eligible & ~closed
+    where = f" in {p.home}" if p.home else ""
     if not outside.any():
-        return "no node it may use lies outside the gang's domain"
-    return f"none of the {int(outside.sum())} node(s) it may use outside the gang's domain has room for it"
+        return f"no node it may use{where} lies outside the gang's domain"
+    return f"none of the {int(outside.sum())} node(s) it may use{where} outside the gang's domain has room for it"

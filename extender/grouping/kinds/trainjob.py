@@ -35,6 +35,7 @@ from extender.grouping.kinds.kind import WorkloadKind, owner
 from extender.grouping.kinds.trainjob_runtime import made_jobset
 from extender.grouping.synthesis import Synthesis
 from extender.grouping.values import annotation_keys, annotations_of, controller_ref, mapping_at
+from extender.model.annotation_keys import MOVABLE
 from extender.model.errors import FieldError
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.pod import PodInfo
@@ -57,7 +58,7 @@ _OLDER_FIELDS = {
     "podTemplateOverrides": "Trainer v2.1",
 }
 _ATTRIBUTE = dict(n.PLACEMENT_SPELLINGS)  # placement annotation -> the attribute it sets
-_GANG_WIDE = (n.KAI_TOPOLOGY, ON_UNREPAIRABLE)  # read from the workload's metadata, not a constraint
+_GANG_WIDE = (n.KAI_TOPOLOGY, ON_UNREPAIRABLE, MOVABLE)  # read from the workload's metadata, not a constraint
 
 
 def group_trainjob(link: Link) -> WorkloadDraft:

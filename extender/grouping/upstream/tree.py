@@ -27,6 +27,7 @@ from extender.grouping.grouper import ClaimedPod, GangDraft, Part
 from extender.grouping.objects import ObjectLookup
 from extender.grouping.upstream.objects import COMPOSITE, GROUP, MAX_DEPTH, PODGROUP, Group, api_versions, read_group
 from extender.grouping.values import annotation_keys
+from extender.model.annotation_keys import MOVABLE
 from extender.model.errors import FieldError
 from extender.model.labels import ON_UNREPAIRABLE
 from extender.model.limits import MAX_REPLICAS, MAX_SUBGROUPS, beyond
@@ -179,10 +180,9 @@ def build_tree(
     annotations of one pod of each (its template's: a Job's segment annotations), which the
     group's own override."""
     owner = OwnerRef(root.api_version, root.kind, root.name, root.uid, True)
-    # the gang's own annotations: its Topology, its repair policy and its maximum wait (the rest is per group)
-    annotations = {
-        k: root.annotations[k] for k in (n.KAI_TOPOLOGY, ON_UNREPAIRABLE, MAX_WAIT_ANNOTATION) if k in root.annotations
-    }
+    # the gang's own annotations: its Topology, repair policy, maximum wait, movability (the rest is per group)
+    gang_wide = (n.KAI_TOPOLOGY, ON_UNREPAIRABLE, MAX_WAIT_ANNOTATION, MOVABLE)
+    annotations = {k: root.annotations[k] for k in gang_wide if k in root.annotations}
     draft = GangDraft(gang_key(root), root.label, root.label, owner, annotations, uid=root.uid)
     draft.keys_on_pods = True  # the pods' own; each group's are checked here, as it is read
     # kube-scheduler takes a pod's priority from the root of its tree; its disruption unit is the
