@@ -47,7 +47,6 @@ from extender.placement import (
 )
 from extender.placement.snapshot import Usage
 
-
 # What happened to a gang whose minimum did not fit, once per walk that tried it.
 OUTCOMES = {
     "moved": "pods moved and the gang started",

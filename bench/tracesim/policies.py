@@ -85,7 +85,9 @@ class Policy(Protocol):
     def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
         """The jobs still waiting after a walk, for policies that reserve room."""
 
-    def defragment(self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]) -> dict[str, int]:
+    def defragment(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]
+    ) -> dict[str, int]:
         """Pod key -> new node of the MOVABLE pods to move so that JOB fits, or {}."""
 
     @property
@@ -186,7 +188,9 @@ class Topogang:
         keys = {f"{NAMESPACE}/{pod_name(job, i)}": i for i in range(job.pods)}
         return {keys[k]: index[n] for k, n in assignments.items() if k in keys}
 
-    def defragment(self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]) -> dict[str, int]:
+    def defragment(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]
+    ) -> dict[str, int]:
         mover = self.mover
         if mover is None:
             return {}
@@ -293,7 +297,9 @@ class _Baseline(ABC):
     def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
         return None
 
-    def defragment(self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]) -> dict[str, int]:
+    def defragment(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]
+    ) -> dict[str, int]:
         return {}
 
     @abstractmethod
