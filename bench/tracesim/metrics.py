@@ -173,7 +173,7 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
 
 def _moves(cluster: Cluster, jobs: list[Job], run: Replay, t0: float, t1: float, gpu_s: float) -> dict[str, Any]:
     """The figures of pods moved (topogang+defrag; zeros for the other policies)."""
-    moved = sum(1 for t, _ in run.moves if t0 <= t <= t1)
+    moved = sum(1 for t, *_ in run.moves if t0 <= t <= t1)
     out: dict[str, Any] = {
         "moves": moved,
         "moves_per_hour": round(moved / max((t1 - t0) / 3600, 1e-9), 3),

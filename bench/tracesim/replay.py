@@ -107,7 +107,7 @@ class Replay:
     slotted: dict[int, float] = field(default_factory=dict)  # overdue job -> when it first held room
     grown: int = 0  # optional pods placed after their job started
     given_back: int = 0  # optional pods that gave their room to a minimum
-    moves: list[tuple[float, int]] = field(default_factory=list)  # (when, GPUs) per pod moved
+    moves: list[tuple[float, int, int, int]] = field(default_factory=list)  # (when, job, pod, new node) per move
     defrag: list[tuple[int, str]] = field(default_factory=list)  # (job, outcome: defrag.OUTCOMES) per try
 
 
@@ -359,7 +359,7 @@ def _defragment(
         _take(used, pods, c.job, [c.node], -1)
         _take(used, pods, c.job, [node])
         running[c.job.id].current[c.index] = node  # its end stays: it keeps running there
-        out.moves.append((now, c.job.gpus))
+        out.moves.append((now, c.job.id, c.index, node))
     return policy.start(job, used, pods, now)
 
 

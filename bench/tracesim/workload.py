@@ -319,8 +319,9 @@ def _cumsum(values: list[float]) -> list[float]:
 
 def window(jobs: Sequence[Job], warmup: float) -> tuple[float, float]:
     """The measured span: from the arrival of the job at WARMUP (a share) of the trace to the last
-    arrival, leaving out the filling and the draining of the cluster."""
-    arrivals = sorted(j.arrival for j in jobs)
+    arrival, leaving out the filling and the draining of the cluster; counted over the jobs other
+    than services (their standing population arrives in the warm-up)."""
+    arrivals = sorted(j.arrival for j in jobs if not j.movable) or sorted(j.arrival for j in jobs)
     return arrivals[int(warmup * (len(arrivals) - 1))], arrivals[-1]
 
 
