@@ -54,6 +54,7 @@ OUTCOMES = {
     "none": "no movable pod of its priority or lower out of its cooldown runs",
     "blocked": "it does not fit even with every movable pod gone: work that stays blocks it",
     "nohelp": "the search found no set whose every pod has a new place",
+    "stuck": "pods moved, yet the gang found no place after (a search the engine disagrees with)",
 }
 
 

@@ -141,6 +141,8 @@ class Topogang:
         self.gangs[job.id] = gang(job, self.cluster)
 
     def walk_key(self, job: Job, now: float) -> Hashable:
+        if self.mover is not None:  # which pods may move for it depends on its priority
+            return (demand_key(job), job.priority)
         if self._holding is None:
             return demand_key(job)
         return (demand_key(job), self._holding.signature(job, now))

@@ -360,7 +360,10 @@ def _defragment(
         _take(used, pods, c.job, [node])
         running[c.job.id].current[c.index] = node  # its end stays: it keeps running there
         out.moves.append((now, c.job.id, c.index, node))
-    return policy.start(job, used, pods, now)
+    placed = policy.start(job, used, pods, now)
+    if placed is None:
+        policy.mover.log.append((job.id, "stuck"))
+    return placed
 
 
 def _grow(
