@@ -47,10 +47,12 @@ The generator (PROFILES; docs/trace-results.md, "Cluster-level quality on a trac
   of the trace, spread among the other jobs), and more arrive through the trace as fast as they
   end on average (Poisson). The training jobs then offer `load` x (1 - share). The profiles'
   traces are of training clusters and hold no services; the share is our choice, not a published
-  figure: clusters that train and serve on the same GPUs (Alibaba's cluster-trace-gpu-v2023,
-  mostly long-running pods of at most a node's GPUs, Weng et al., ATC '23) run far more. Their
-  own seeded stream: the other jobs of a seed are the same for every policy and every share's
-  trace is the same for every policy. `--services 0` gives the traces of the earlier figures.
+  figure. Alibaba's public traces show such pods: cluster-trace-gpu-v2023 (Weng et al., ATC '23),
+  a shared cluster's pods of at most a node's GPUs, and cluster-trace-gpu-v2025 (NSDI '25),
+  inference instances that are long-running and of high priority. Services come from streams
+  of their own: the other jobs' shapes do not change with the share (only their arrivals are
+  scaled to offer the rest of the load), and a seed's trace is one for every policy (the
+  comparison is paired). `--services 0` gives the traces of the earlier figures.
 `profile="synthetic"` is the earlier generator (a power law over 1 to a zone's nodes of 8 GPUs,
 median duration 1 h, σ 1), kept for comparison with older figures.
 """
