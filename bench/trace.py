@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -364,11 +365,11 @@ def _pictures(
     out: Path,
     max_wait: list[tuple[str, float | None]],
 ) -> None:
-    try:
-        from bench.tracesim.figures import draw, draw_loads
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:  # figures.py imports it only when drawing
         print("matplotlib is not installed (pip install -e '.[bench]'): no pictures", file=sys.stderr)
         return
+    from bench.tracesim.figures import draw, draw_loads
+
     paths = draw(cluster, pictured[0], pictured[1], out) if pictured else []
     paths += draw_loads(rows, out)
     if max_wait:
