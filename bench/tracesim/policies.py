@@ -276,7 +276,7 @@ class _Baseline(ABC):
 
     aware = True
     minimums_first = False
-    mover = None
+    mover: Mover | None = None
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
