@@ -351,7 +351,9 @@ def _trace(
 ) -> list[workload.Job]:
     if args.public:
         skip = args.skip + k * args.jobs
-        return public.read_public(args.public, cluster, args.jobs, load, bounded, args.seed + k, skip, args.elastic)
+        return public.read_public(
+            args.public, cluster, args.jobs, load, bounded, args.seed + k, skip, args.elastic, args.services
+        )
     spec = workload.TraceSpec(
         args.jobs, load, args.profile, bounded, seed=args.seed + k, elastic=args.elastic, services=args.services
     )
