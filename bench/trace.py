@@ -10,6 +10,8 @@ and the figures (means over the traces) are printed side by side, one table per 
     .venv/bin/python bench/trace.py --json                   # one object per policy and load
     .venv/bin/python bench/trace.py --bounded 0,0.5,1        # sweep the share of jobs with a bound
     .venv/bin/python bench/trace.py --elastic 0              # no elastic jobs (20% of multi-pod jobs by default)
+    .venv/bin/python bench/trace.py --services 0             # no long-running services (10% of GPU demand by default)
+    .venv/bin/python bench/trace.py --loads 0.85 --seeds 16 --policies topogang,topogang+defrag,bestfit  # moves
     .venv/bin/python bench/trace.py --trace my.csv --policies topogang,bestfit
     .venv/bin/python bench/trace.py --public trace_kalos.csv  # AcmeTrace or Helios, mapped (tracesim/public.py)
     .venv/bin/python bench/trace.py --write-trace t.csv      # the first generated trace, to edit
@@ -22,7 +24,9 @@ and the figures (means over the traces) are printed side by side, one table per 
 Policies (bench/tracesim/policies.py): topogang (extender.placement.plan, the server's call),
 topogang+reserve (the same with extender.core.reservations: --reserve-after, --reservations),
 topogang-loose (its default compactness off), topogang-whole (elastic gangs' optional pods
-placed with their minimum, never given back: minimums first off), bestfit (Kueue TAS BestFit), fullest
+placed with their minimum, never given back: minimums first off), topogang+defrag (movable pods moved
+out of a waiting gang's way by the server's move search, at most --moves-per-hour, none twice within
+--move-cooldown; --movable-elastic: elastic jobs' optional pods move too), bestfit (Kueue TAS BestFit), fullest
 (KAI-Scheduler's binpack), first-fit (topology-blind), and topogang+NAME for each --variant
 (reservation Settings fields changed), and topogang+wait<MAX> for each --max-wait (a maximum wait:
 bench/tracesim/waits.py prints what each promised and cost). Under each table the policies are compared with --paired
@@ -31,7 +35,11 @@ better (bench/tracesim/compare.py); the targets carry the same interval. Shapes 
 4096, nvl72. Figures are defined in bench/tracesim/metrics.py. The targets printed are fixed ones
 at the headline load 0.85 (large, medium and small gangs' p99 wait at most 0.5, 1 and 1.2 x
 bestfit's, allocation at least bestfit's, racks at the lower bound at least 97%, no required
-constraint broken), set before measuring and not tuned to the results. Pictures (matplotlib,
+constraint broken), set before measuring and not tuned to the results; and for topogang+defrag against
+topogang: large gangs' p99 wait at most 0.7 x topogang's, allocation not lower, fewer than 1 pod moved
+per 100 GPU-hours of work (with topogang+defrag the paired comparison is printed against topogang too,
+and the tries of gangs that did not fit, by outcome: how often movable pods were what kept them
+waiting). Pictures (matplotlib,
 `pip install -e '.[bench]'`) go to --pictures DIR (default bench/out): the first trace at the headline load, and
 wait p99 per size class and allocation against load.
 """
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -51,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tracesim import cluster as clusters
 from bench.tracesim import compare, metrics, policies, public, waits, workload
+from bench.tracesim.defrag import OUTCOMES, Limits
 from bench.tracesim.replay import Replay, replay
 from extender.core.reservations import Settings
 
@@ -67,7 +77,10 @@ COLUMNS = (
     ("resv", "reservations", "{:>5d}"),
     ("plan ms99", "plan_ms_p99", "{:>9.2f}"),
     ("resv ms99", "reserve_ms_p99", "{:>9.2f}"),
+    ("moves/h", "moves_per_hour", "{:>7.1f}"),
+    ("mv/100GPUh", "moves_per_100_gpu_h", "{:>10.3f}"),
 )
+DEFRAG = "topogang+defrag"
 WAITS = tuple(
     (f"{s[0].upper()} {q}", f"wait_{q}_{s}_s", "{:>8.0f}") for s in metrics.SIZES for q in ("p50", "p95", "p99", "max")
 ) + tuple((f"{s[0].upper()} slow", f"slowdown_mean_{s}", "{:>7.1f}") for s in metrics.SIZES)
@@ -124,7 +137,8 @@ def _policies(cluster: clusters.Cluster, settings: Settings, args: argparse.Name
         for label, seconds in args.max_wait
         if seconds is not None
     ]
-    return [*policies.all_policies(cluster, settings), *extra]
+    limits = Limits(args.moves_per_hour, args.move_cooldown, args.movable_elastic)
+    return [*policies.all_policies(cluster, settings, limits), *extra]
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -143,6 +157,26 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=spec.elastic,
         help="share of multi-pod jobs that may start with half their pods (0: none, as earlier traces)",
+    )
+    p.add_argument(
+        "--services",
+        type=float,
+        default=spec.services,
+        help="share of the offered GPU demand that is long-running movable services (0: none, as earlier traces)",
+    )
+    p.add_argument(
+        "--moves-per-hour", type=int, default=Limits().per_hour, help="topogang+defrag: pods moved in any hour"
+    )
+    p.add_argument(
+        "--move-cooldown",
+        type=float,
+        default=Limits().cooldown,
+        help="topogang+defrag: seconds before a moved pod moves again",
+    )
+    p.add_argument(
+        "--movable-elastic",
+        action="store_true",
+        help="topogang+defrag: the pods beyond an unconstrained elastic job's minimum move too (the server: never)",
     )
     p.add_argument("--seed", type=int, default=spec.seed)
     p.add_argument("--seeds", type=int, default=4, help="traces generated (seeds SEED, SEED+1...); figures are means")
@@ -193,6 +227,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pictures", type=Path, default=Path(__file__).parent / "out", help="where the PNGs go")
     p.add_argument("--no-pictures", action="store_true")
     args = p.parse_args(argv)
+    if not 0 <= args.services < 1:
+        p.error(f"--services {args.services:g}: expected a share in [0, 1)")
+    if args.moves_per_hour < 0 or args.move_cooldown < 0:
+        p.error("--moves-per-hour and --move-cooldown: expected numbers >= 0")
     if args.load is not None:
         args.loads = [args.load]
     return args
@@ -273,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
             print(table(rows, WAITS))
             print(spread(rows))
             print(compare.describe(rows, args.paired))
+            if args.paired != "topogang" and {DEFRAG, "topogang"} <= {r["policy"] for r in rows}:
+                print(compare.describe(rows, "topogang", frozenset({DEFRAG})))
+            print(defrag_tries(rows))
             print(first_fit_gap(rows), flush=True)
             if args.max_wait:
                 print(waits.describe(rows, args.max_wait, args.paired), flush=True)
@@ -310,8 +351,12 @@ def _trace(
 ) -> list[workload.Job]:
     if args.public:
         skip = args.skip + k * args.jobs
-        return public.read_public(args.public, cluster, args.jobs, load, bounded, args.seed + k, skip, args.elastic)
-    spec = workload.TraceSpec(args.jobs, load, args.profile, bounded, seed=args.seed + k, elastic=args.elastic)
+        return public.read_public(
+            args.public, cluster, args.jobs, load, bounded, args.seed + k, skip, args.elastic, args.services
+        )
+    spec = workload.TraceSpec(
+        args.jobs, load, args.profile, bounded, seed=args.seed + k, elastic=args.elastic, services=args.services
+    )
     return workload.generate(spec, cluster)
 
 
@@ -322,11 +367,11 @@ def _pictures(
     out: Path,
     max_wait: list[tuple[str, float | None]],
 ) -> None:
-    try:
-        from bench.tracesim.figures import draw, draw_loads
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:  # figures.py imports it only when drawing
         print("matplotlib is not installed (pip install -e '.[bench]'): no pictures", file=sys.stderr)
         return
+    from bench.tracesim.figures import draw, draw_loads
+
     paths = draw(cluster, pictured[0], pictured[1], out) if pictured else []
     paths += draw_loads(rows, out)
     if max_wait:
@@ -348,11 +393,15 @@ def describe(cluster: clusters.Cluster, args: argparse.Namespace, settings: Sett
         f"cluster {args.shape}: {len(cluster.nodes)} nodes of {s.gpus} GPUs, {cluster.capacity} schedulable GPUs,"
         f" {s.zones} zones > {s.blocks} blocks > {s.racks} racks{' (uneven)' if s.uneven else ''},"
         f" {s.cordoned} cordoned\n"
-        f"trace: {source}, {args.elastic:.0%} of multi-pod jobs elastic;"
+        f"trace: {source}, {args.elastic:.0%} of multi-pod jobs elastic,"
+        f" {0 if args.trace else args.services:.0%} of the GPU demand long-running movable services;"
         f" sizes: S <= {rack} GPUs (a rack), M <= {block} (a block), L larger\n"
         f"reservations (topogang+reserve): after {settings.reserve_after:g} s or first at its priority,"
         f" at most {settings.limit}, unbounded pods expected to run {settings.stretch:g} x as long again"
-        f" (at least {settings.floor:g} s), {held} the domain held"
+        f" (at least {settings.floor:g} s), {held} the domain held\n"
+        f"moves (topogang+defrag): at most {args.moves_per_hour} pods an hour, none again within"
+        f" {args.move_cooldown:g} s; {'services and elastic optional pods' if args.movable_elastic else 'services'}"
+        " movable"
     )
 
 
@@ -375,6 +424,23 @@ def spread(rows: list[dict[str, Any]]) -> str:
             v = r[f"wait_p99_{size}_s_per_trace"]
             cells.append(f"{size[0].upper()} {min(v):.0f}..{max(v):.0f}")
         lines.append(f"  {r['policy']:<18} " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def defrag_tries(rows: list[dict[str, Any]]) -> str:
+    """topogang+defrag: the tries of gangs that did not fit, by size and outcome (summed over traces)."""
+    row = next((r for r in rows if r["policy"] == DEFRAG), None)
+    if row is None:
+        return ""
+    lines = [f"{DEFRAG}: tries of gangs (arrived in the window) that did not fit, summed over the traces:"]
+    for size in metrics.SIZES:
+        cells = ", ".join(f"{o} {row[f'defrag_{size}_{o}']}" for o in OUTCOMES)
+        lines.append(f"  {size:<7} {cells}")
+    lines.append(
+        f"  large gangs that did not fit at once: {row['defrag_large_waited']}, of which every try blocked by work"
+        f" that stays (not movable): {row['defrag_large_only_blocked']}"
+    )
+    lines.append("  (" + "; ".join(f"{o}: {why}" for o, why in OUTCOMES.items()) + ")")
     return "\n".join(lines)
 
 
@@ -423,7 +489,26 @@ def targets(rows: list[dict[str, Any]]) -> str:
         lb = tg["racks_at_lower_bound"]
         out.append(f"  {name}: racks at the lower bound {lb:.1%} (target >= 97%): {_v(lb >= 0.97)}")
         out.append(f"  {name}: required constraints broken {tg['broken_required']} (target 0)")
+    out += defrag_targets(by)
     return "\n".join(out)
+
+
+def defrag_targets(by: dict[str, dict[str, Any]]) -> list[str]:
+    """topogang+defrag against topogang: large p99 <= 0.7 x, allocation not lower, < 1 move per 100 GPU-h."""
+    mine, base = by.get(DEFRAG), by.get("topogang")
+    if mine is None or base is None:
+        return []
+    p99, bound = mine["wait_p99_large_s"], 0.7 * base["wait_p99_large_s"]
+    alloc, theirs = mine["allocation"], base["allocation"]
+    rate = mine["moves_per_100_gpu_h"]
+    return [
+        f"  {DEFRAG}: large p99 wait {p99:.0f} s, target <= 0.7 x topogang's ({bound:.0f} s):"
+        f" {_v(round(p99) <= round(bound))}{_paired(mine, base, 'wait_p99_large_s')}",
+        f"  {DEFRAG}: allocation {alloc:.1%} vs topogang's {theirs:.1%} (target >=): {_v(alloc >= theirs)}"
+        + _paired(mine, base, "allocation", 100.0, "pt"),
+        f"  {DEFRAG}: {rate:.3f} pods moved per 100 GPU-hours of work ({mine['moves_per_hour']:.1f} an hour,"
+        f" {mine['moves']} in all), target < 1: {_v(rate < 1)}",
+    ]
 
 
 def _paired(mine: dict[str, Any], base: dict[str, Any], key: str, scale: float = 1.0, unit: str = "s") -> str:

@@ -19,7 +19,7 @@ from bench.tracesim.replay import replay
 from extender.core.reservations import Settings
 
 SHAPE = clusters.Shape(nodes=64, zones=2, blocks=2, racks=4)
-SPEC = workload.TraceSpec(jobs=400, seed=3)
+SPEC = workload.TraceSpec(jobs=400, seed=3, services=0.0)  # services: tests/test_trace_defrag.py
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,8 @@ def test_the_bounded_share_changes_only_the_bounds() -> None:
     every = workload.generate(workload.TraceSpec(jobs=400, bounded=1.0, seed=4), cluster)
     assert [dataclasses.replace(j, bound=0.0) for j in half] == none
     assert all(j.bound == 0 for j in none)
-    assert all(j.bound == pytest.approx(1.5 * j.duration, abs=0.01) for j in every)
+    assert all(j.bound == pytest.approx(1.5 * j.duration, abs=0.01) for j in every if not j.movable)
+    assert all(j.bound == 0 for j in every if j.movable)  # services declare no end
     assert 0.4 < sum(1 for j in half if j.bound) / len(half) < 0.6
 
 
@@ -249,6 +250,13 @@ def test_a_public_trace_is_mapped_onto_gangs_by_the_documented_rule(tmp_path: Pa
     assert [(j.pods, j.gpus, j.duration) for j in jobs] == [(1, 4, 100.0), (1, 1, 1.0), (2, 8, 3600.0)]
     gaps = np.diff([j.arrival for j in jobs])
     assert gaps[1] == pytest.approx(gaps[0], rel=0.05)  # the trace's gaps (10 s, 10 s), scaled (ms rounding)
+    served = public.read_public(path, cluster, jobs=10, load=0.5, bounded=0.0, seed=1, services=0.3)
+    assert [(j.pods, j.gpus, j.duration) for j in served if not j.movable] == [
+        (1, 4, 100.0),
+        (1, 1, 1.0),
+        (2, 8, 3600.0),
+    ]
+    assert any(j.movable for j in served)  # the generator's services beside the trace's jobs
     bad = tmp_path / "bad.csv"
     bad.write_text("gpu_num,submit_time,duration\n8,yesterday,60\n8,2023-05-17 11:00:00,60\n")
     with pytest.raises(workload.TraceError, match=r"bad.csv:2: submit_time: 'yesterday' is not a date and time"):

@@ -62,9 +62,9 @@ def paired(rows: list[dict[str, Any]], base: str) -> dict[str, dict[str, tuple[f
     return out
 
 
-def describe(rows: list[dict[str, Any]], base: str) -> str:
-    """The paired differences as text: one line per policy."""
-    table = paired(rows, base)
+def describe(rows: list[dict[str, Any]], base: str, only: frozenset[str] | None = None) -> str:
+    """The paired differences as text: one line per policy (those of ONLY, when given)."""
+    table = {p: f for p, f in paired(rows, base).items() if only is None or p in only}
     if not table or rows[0].get("traces", 1) < 2:
         return ""
     lines = [f"paired against {base}, per trace (mean difference ± 95% interval; better on k of n traces):"]

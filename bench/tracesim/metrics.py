@@ -40,6 +40,13 @@ estimate_err_{p50,p90}_<size>  |first estimated start - actual start| / actual w
                              90th percentile, of the gangs that waited and got an estimate
                              (extender.core.estimates, at the first pass that found them queued);
                              estimated_<size>: how many
+moves, moves_per_hour        topogang+defrag: pods moved in the window, and per hour of it
+moves_per_100_gpu_h          pods moved per 100 GPU-hours of work run in the window
+defrag_<size>_<outcome>      topogang+defrag: tries for gangs of that size (arrived in the window)
+                             that did not fit, by outcome (bench/tracesim/defrag.py OUTCOMES)
+defrag_large_waited, defrag_large_only_blocked  large gangs (in the window) that did not fit at
+                             once, and of them those whose every try was blocked by work that
+                             stays (moving every movable pod would not have let them fit)
 plan_ms_p99                  time of one call into the policy (a placement or a refusal)
 reserve_ms_p99               time of one reserve() pass (topogang+reserve: after each walk)
 """
@@ -51,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from bench.tracesim.cluster import Cluster
+from bench.tracesim.defrag import OUTCOMES
 from bench.tracesim.replay import Placed, Replay
 from bench.tracesim.workload import Job, window
 
@@ -158,8 +166,33 @@ def summarize(cluster: Cluster, jobs: list[Job], run: Replay, warmup: float = 0.
     row["optional_grown"] = run.grown
     row["optional_given_back"] = run.given_back
     row["never_placed"] = len(run.never)
+    row |= _moves(cluster, jobs, run, t0, t1, float((use[ok] * span[ok]).sum()) * cluster.capacity)
     row["overcommitted"] = run.overcommitted
     return row
+
+
+def _moves(cluster: Cluster, jobs: list[Job], run: Replay, t0: float, t1: float, gpu_s: float) -> dict[str, Any]:
+    """The figures of pods moved (topogang+defrag; zeros for the other policies)."""
+    moved = sum(1 for t, *_ in run.moves if t0 <= t <= t1)
+    out: dict[str, Any] = {
+        "moves": moved,
+        "moves_per_hour": round(moved / max((t1 - t0) / 3600, 1e-9), 3),
+        "moves_per_100_gpu_h": round(moved / max(gpu_s / 3600 / 100, 1e-9), 4),
+    }
+    by_id = {j.id: j for j in jobs}
+    tries: dict[int, list[str]] = {}
+    for jid, outcome in run.defrag:
+        if t0 <= by_id[jid].arrival <= t1:
+            tries.setdefault(jid, []).append(outcome)
+    for s in SIZES:
+        for outcome in OUTCOMES:
+            out[f"defrag_{s}_{outcome}"] = sum(
+                v.count(outcome) for jid, v in tries.items() if size_class(cluster, by_id[jid]) == s
+            )
+    large = [v for jid, v in tries.items() if size_class(cluster, by_id[jid]) == "large"]
+    out["defrag_large_waited"] = len(large)
+    out["defrag_large_only_blocked"] = sum(1 for v in large if set(v) == {"blocked"})
+    return out
 
 
 def _large_by_priority(

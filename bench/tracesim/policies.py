@@ -22,6 +22,8 @@ baselines are small, honest versions of what each project documents, on the same
               priority, or a backfill that ends before the estimated start).
   topogang-whole  the same engine, each elastic gang's optional pods placed with its minimum in
               queue order, never given back (minimums first off: the order before it).
+  topogang+defrag  topogang, and a gang that does not fit has movable pods (services) moved out
+              of its way by the server's move search and limits (bench/tracesim/defrag.py).
 
 Elastic jobs (a minimum below their pods): `start` places a job's minimum, and with
 `minimums_first` off its optional pods too, as many as fit (the baselines: the whole job if it
@@ -41,11 +43,12 @@ from typing import Protocol
 import numpy as np
 
 from bench.tracesim.cluster import GPU, LEVELS, Cluster, IntArray
+from bench.tracesim.defrag import Candidate, Limits, Mover
 from bench.tracesim.gangs import NAMESPACE, gang, pod_name
 from bench.tracesim.holding import Holding, Started
 from bench.tracesim.workload import Job
 from extender.core.reservations import Settings
-from extender.placement import ClusterSnapshot, Gang, NodeTable, Plan, plan
+from extender.placement import ClusterSnapshot, Gang, NodeTable, NoPreemption, Plan, plan
 
 ROOT, NODE = 0, len(LEVELS) + 1  # tree levels: 0 cluster, 1 zone, 2 block, 3 rack, 4 node
 RACK = LEVELS.index("rack") + 1
@@ -55,6 +58,7 @@ class Policy(Protocol):
     name: str
     aware: bool  # honours required constraints (must break none)
     minimums_first: bool  # every waiting minimum before optional pods, which give their room back
+    mover: Mover | None  # moves movable pods for a gang that does not fit (topogang+defrag)
 
     def prepare(self, job: Job) -> None:
         """Called once when the job arrives (the server groups pods before it plans)."""
@@ -80,6 +84,11 @@ class Policy(Protocol):
 
     def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
         """The jobs still waiting after a walk, for policies that reserve room."""
+
+    def defragment(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]
+    ) -> dict[str, int]:
+        """Pod key -> new node of the MOVABLE pods to move so that JOB fits, or {}."""
 
     @property
     def holding(self) -> Holding | None: ...
@@ -115,8 +124,10 @@ class Topogang:
         compact: bool = True,
         reserve: Settings | None = None,
         minimums_first: bool = True,
+        moves: Limits | None = None,
     ) -> None:
         self.name, self.compact, self.minimums_first = name, compact, minimums_first
+        self.mover = Mover(moves) if moves is not None else None
         self.cluster = cluster
         self.table = NodeTable(cluster.nodes)  # lives as long as the node set, as in the server
         self.gangs: dict[int, Gang] = {}
@@ -130,6 +141,8 @@ class Topogang:
         self.gangs[job.id] = gang(job, self.cluster)
 
     def walk_key(self, job: Job, now: float) -> Hashable:
+        if self.mover is not None:  # which pods may move for it depends on its priority
+            return (demand_key(job), job.priority)
         if self._holding is None:
             return demand_key(job)
         return (demand_key(job), self._holding.signature(job, now))
@@ -176,6 +189,36 @@ class Topogang:
         index = self.table.index
         keys = {f"{NAMESPACE}/{pod_name(job, i)}": i for i in range(job.pods)}
         return {keys[k]: index[n] for k, n in assignments.items() if k in keys}
+
+    def defragment(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]
+    ) -> dict[str, int]:
+        mover = self.mover
+        if mover is None:
+            return {}
+        left = mover.room_left(now)
+        mine = mover.eligible(movable, job, now)
+        outcome, moves = "none", {}
+        if left <= 0:
+            outcome = "budget"
+        elif mine:
+            free_used, free_pods = used.copy(), pods.copy()
+            for c in mine:
+                free_used[c.node] -= c.job.gpus
+                free_pods[c.node] -= 1
+            if self.start(job, free_used, free_pods, now, trial=True) is None:
+                outcome = "blocked"  # the shortcut: no set of them can help
+            else:
+                found = mover.search(self.table, _ArrayUsage(used, pods), self.gangs[job.id], mine)
+                if isinstance(found, NoPreemption):
+                    outcome = "nohelp"
+                elif len(found.pods) > left:
+                    outcome = "budget"
+                else:
+                    outcome, moves = "moved", {k: self.table.index[n] for k, n in found.moves.items()}
+                    mover.moved(moves, now)
+        mover.log.append((job.id, outcome))
+        return moves
 
     def done(self, job: Job) -> None:
         self.gangs.pop(job.id, None)
@@ -233,6 +276,7 @@ class _Baseline(ABC):
 
     aware = True
     minimums_first = False
+    mover: Mover | None = None
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -254,6 +298,11 @@ class _Baseline(ABC):
 
     def after_walk(self, now: float, queue: Sequence[Job], used: IntArray, running: Sequence[Started]) -> None:
         return None
+
+    def defragment(
+        self, job: Job, used: IntArray, pods: IntArray, now: float, movable: list[Candidate]
+    ) -> dict[str, int]:
+        return {}
 
     @abstractmethod
     def place(self, job: Job, used: IntArray, pods: IntArray, now: float) -> list[int] | None:
@@ -419,14 +468,16 @@ class Fullest(_Baseline):
         return self.tree.up(np.add.reduceat(free, self.cluster.rack_start), RACK)
 
 
-def all_policies(cluster: Cluster, reserve: Settings | None = None) -> list[Policy]:
+def all_policies(cluster: Cluster, reserve: Settings | None = None, moves: Limits | None = None) -> list[Policy]:
     """topogang as shipped, with each new mechanism on, and the baselines; RESERVE: the
-    reservation settings of the `topogang+reserve` policy (default Settings())."""
+    reservation settings of the `topogang+reserve` policy (default Settings()); MOVES: the limits
+    of `topogang+defrag` (default Limits(): the server's)."""
     return [
         Topogang(cluster),
         Topogang(cluster, "topogang+reserve", reserve=reserve or Settings()),
         Topogang(cluster, "topogang-loose", compact=False),
         Topogang(cluster, "topogang-whole", minimums_first=False),
+        Topogang(cluster, "topogang+defrag", moves=moves or Limits()),
         BestFit(cluster),
         Fullest(cluster),
         FirstFit(cluster),

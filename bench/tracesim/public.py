@@ -7,7 +7,8 @@ JOBS after SKIP; a job of G GPUs is one pod of G GPUs below a node's GPUs, else 
 GPUs) pods of a whole node (capped at the cluster's smallest zone); its duration is the trace's
 (at least 1 s); its arrivals keep the trace's gaps, scaled in time so that the trace offers LOAD
 of the cluster's GPUs (`workload.assemble`); what the trace lacks (segments, required levels,
-priorities, runtime bounds, elastic jobs) is drawn as the generator draws it, from SEED.
+priorities, runtime bounds, elastic jobs) is drawn as the generator draws it, from SEED. With
+SERVICES, the generator's long-running services offer that share of LOAD and the trace the rest.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from bench.tracesim.cluster import Cluster
-from bench.tracesim.workload import Job, Shape, TraceError, assemble, dress, gang_shape
+from bench.tracesim.workload import Job, Shape, TraceError, assemble, dress, gang_shape, with_services
 
 NEEDED = ("gpu_num", "submit_time", "duration")
 
@@ -40,6 +41,7 @@ def read_public(
     seed: int,
     skip: int = 0,
     elastic: float = 0.0,
+    services: float = 0.0,
 ) -> list[Job]:
     rows: list[tuple[float, int, float]] = []
     with path.open(newline="", encoding="utf-8") as f:
@@ -70,4 +72,5 @@ def read_public(
     gaps = [0.0] + [b[0] - a[0] for a, b in itertools.pairwise(rows)]
     gaps[0] = sum(gaps) / (len(gaps) - 1)  # the first arrival: one mean gap in
     gaps = [max(g, 1e-3) for g in gaps]
-    return assemble(shapes, gaps, load, bounded, seed, cluster, elastic)
+    jobs = assemble(shapes, gaps, load * (1 - services), bounded, seed, cluster, elastic)
+    return with_services(jobs, services * load, seed, cluster)  # the generator's services, if asked

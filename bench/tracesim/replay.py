@@ -28,6 +28,10 @@ before any optional pod, and a minimum that does not fit takes the room of runni
 optional pods of at most its priority, the fewest units (whole segments) on the nodes its
 placement needs, lowest priority and latest start first: the product gives reserved optional
 pods back and evicts bound ones first (core/minimums.py). Nothing else is ever preempted here.
+
+With a policy that moves pods (`Policy.mover`: topogang+defrag), a job that still does not fit
+asks it for moves (bench/tracesim/defrag.py); each moved pod leaves its node and runs on its new
+one at once, its end unchanged, and the job is placed again.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.tracesim.cluster import Cluster, IntArray
+from bench.tracesim.defrag import Candidate, movable_pods
 from bench.tracesim.holding import demand, layout_of
 from bench.tracesim.policies import Policy
 from bench.tracesim.workload import Job, window
@@ -102,6 +107,8 @@ class Replay:
     slotted: dict[int, float] = field(default_factory=dict)  # overdue job -> when it first held room
     grown: int = 0  # optional pods placed after their job started
     given_back: int = 0  # optional pods that gave their room to a minimum
+    moves: list[tuple[float, int, int, int]] = field(default_factory=list)  # (when, job, pod, new node) per move
+    defrag: list[tuple[int, str]] = field(default_factory=list)  # (job, outcome: defrag.OUTCOMES) per try
 
 
 def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.1) -> Replay:
@@ -162,6 +169,8 @@ def replay(cluster: Cluster, jobs: list[Job], policy: Policy, warmup: float = 0.
         if holding is not None:
             out.held_idle.append(int((cluster.gpus - used)[holding.held_nodes()].sum()))
     out.never = queue
+    if policy.mover is not None:
+        out.defrag = policy.mover.log
     if holding is not None:
         out.backfilled, out.estimates, out.reservations = holding.backfills, holding.estimates, holding.made
         out.reserve_ms = holding.reserve_ms
@@ -239,6 +248,8 @@ def _walk(
         placed = policy.start(job, used, pods, now)
         if placed is None and spare is not None and spare.any():
             placed = _give_back(cluster, policy, job, now, used, pods, out, running, changed)
+        if placed is None and policy.mover is not None:
+            placed = _defragment(policy, job, now, used, pods, out, running)
         out.plan_ms.append((time.perf_counter() - t0) * 1000)
         if placed is None:
             failed.add(key)
@@ -325,6 +336,33 @@ def _give_back(
         p.resize(now, {i: n for i, n in p.current.items() if i not in idx})
         out.given_back += len(idx)
         changed.add(p.job.id)
+    return placed
+
+
+def _defragment(
+    policy: Policy, job: Job, now: float, used: IntArray, pods: IntArray, out: Replay, running: dict[int, Placed]
+) -> dict[int, int] | None:
+    """JOB's placement after the policy moved movable pods out of its way (module docstring), or None."""
+    assert policy.mover is not None
+    elastic = policy.mover.limits.elastic
+    movable = [
+        Candidate(p.job, i, p.current[i], p.start)
+        for p in running.values()
+        for i in movable_pods(p.job, p.current, elastic)
+    ]
+    moves = policy.defragment(job, used, pods, now, movable)
+    if not moves:
+        return None
+    by_key = {c.key: c for c in movable}
+    for key, node in moves.items():
+        c = by_key[key]
+        _take(used, pods, c.job, [c.node], -1)
+        _take(used, pods, c.job, [node])
+        running[c.job.id].current[c.index] = node  # its end stays: it keeps running there
+        out.moves.append((now, c.job.id, c.index, node))
+    placed = policy.start(job, used, pods, now)
+    if placed is None:
+        policy.mover.log.append((job.id, "stuck"))
     return placed
 
 

@@ -6,10 +6,12 @@ whole job in one domain (a block or a zone). `bound` > 0 is its declared runtime
 (a Job's `activeDeadlineSeconds`): reservations let it backfill held room when it ends in time.
 `minimum` > 0 below `pods` makes it elastic: it starts with its first `minimum` pods (whole
 segments) and grows as room allows; `duration` is its run time at full size (it runs slower
-with fewer pods: bench/tracesim/replay.py). CSV columns (a header line names them):
+with fewer pods: bench/tracesim/replay.py). `movable` marks a service: a single pod that
+defragmentation may move to another node (it keeps running there). CSV columns (a header line
+names them):
 
-    arrival,pods,gpus_per_pod,segment,levels,duration[,priority][,bound][,minimum]
-    0,16,8,8,rack/block,3600,0,5400,8
+    arrival,pods,gpus_per_pod,segment,levels,duration[,priority][,bound][,minimum][,movable]
+    0,16,8,8,rack/block,3600,0,5400,8,0
 
 `levels` is "<segment level>/<job level>", either side empty ("rack/", "/zone", "").
 
@@ -35,6 +37,22 @@ The generator (PROFILES; docs/trace-results.md, "Cluster-level quality on a trac
   stream too). No public trace the profiles come from says which jobs were elastic (their
   columns are GPUs, times and states), so the share, 20% by default, is our choice, not a
   published figure: `--elastic` sweeps it, and 0 gives the traces of the earlier figures.
+- Long-running services (`services`, a share of the offered GPU demand, 10% by default): single
+  pods of 1, 2, 4 or 8 GPUs (shares 0.5, 0.2, 0.15, 0.15: inference replicas, most of one GPU,
+  a large model's of a whole node), no topology constraint, movable, no runtime bound, the trace's
+  three priorities, lifetimes log-normal with a median of one day (σ 1, at most 30 days): far
+  longer than a trace of a few hours, so they stay where they started while training gangs come
+  and go around them, the fragmentation defragmentation exists for. A standing population of
+  them (their GPUs: the share of the offered load) arrives during the warm-up (the first tenth
+  of the trace, spread among the other jobs), and more arrive through the trace as fast as they
+  end on average (Poisson). The training jobs then offer `load` x (1 - share). The profiles'
+  traces are of training clusters and hold no services; the share is our choice, not a published
+  figure. Alibaba's public traces show such pods: cluster-trace-gpu-v2023 (Weng et al., ATC '23),
+  a shared cluster's pods of at most a node's GPUs, and cluster-trace-gpu-v2025 (NSDI '25),
+  inference instances that are long-running and of high priority. Services come from streams
+  of their own: the other jobs' shapes do not change with the share (only their arrivals are
+  scaled to offer the rest of the load), and a seed's trace is one for every policy (the
+  comparison is paired). `--services 0` gives the traces of the earlier figures.
 `profile="synthetic"` is the earlier generator (a power law over 1 to a zone's nodes of 8 GPUs,
 median duration 1 h, σ 1), kept for comparison with older figures.
 """
@@ -51,8 +69,11 @@ from pathlib import Path
 from bench.tracesim.cluster import LEVELS, Cluster
 
 COLUMNS = ("arrival", "pods", "gpus_per_pod", "segment", "levels", "duration")
-OPTIONAL = ("priority", "bound", "minimum")
+OPTIONAL = ("priority", "bound", "minimum", "movable")
 ELASTIC = 0.2  # share of multi-pod jobs that are elastic: our choice (the module docstring)
+SERVICES = 0.1  # share of the offered GPU demand that is long-running services: our choice
+SERVICE_GPUS = ((1, 0.5), (2, 0.2), (4, 0.15), (8, 0.15))  # GPUs of a service pod, share
+SERVICE_MEDIAN_S, SERVICE_SIGMA = 86400.0, 1.0  # a service's lifetime, log-normal
 PRIORITIES = ((0, 0.7), (100, 0.2), (1000, 0.1))  # value, share of gangs
 
 
@@ -92,6 +113,7 @@ class Job:
     priority: int = 0
     bound: float = 0.0  # declared runtime bound (s); 0: none
     minimum: int = 0  # pods it may start with (whole segments); 0: all of them
+    movable: bool = False  # a service defragmentation may move
 
     @property
     def demand(self) -> int:
@@ -118,6 +140,7 @@ class TraceSpec:
     bounded: float = 0.5  # share of jobs that declare a runtime bound
     seed: int = 1
     elastic: float = ELASTIC  # share of multi-pod jobs that may start with half their pods
+    services: float = SERVICES  # share of the offered GPU demand that is long-running services
     # the synthetic profile only
     size_exponent: float = 0.8  # β above
     max_pods: int = 0  # 0: the pods of 8 GPUs in a zone
@@ -179,7 +202,38 @@ def generate(spec: TraceSpec, cluster: Cluster) -> list[Job]:
             duration = min(30 * 86400.0, max(10.0, rng.lognormvariate(math.log(profile.median_s), sigma)))
         shapes.append((pods, gpus, *dress(rng, cluster, pods, gpus), duration))
     gaps = [rng.expovariate(1.0) for _ in shapes]  # arrivals at rate 1, scaled below
-    return assemble(shapes, gaps, spec.load, spec.bounded, spec.seed, cluster, spec.elastic)
+    if not 0 <= spec.services < 1:
+        raise TraceError(f"services: {spec.services:g} is not a share in [0, 1)")
+    jobs = assemble(shapes, gaps, spec.load * (1 - spec.services), spec.bounded, spec.seed, cluster, spec.elastic)
+    return with_services(jobs, spec.services * spec.load, spec.seed, cluster)
+
+
+def with_services(jobs: list[Job], share: float, seed: int, cluster: Cluster) -> list[Job]:
+    """JOBS and long-running services offering SHARE of the cluster's GPUs (the module docstring),
+    numbered after them, in arrival order."""
+    if share <= 0 or not jobs:
+        return jobs
+    rng = random.Random(f"services-{seed}")  # its own stream: the other jobs do not change
+    sizes, weights = [g for g, _ in SERVICE_GPUS], [w for _, w in SERVICE_GPUS]
+    standing = share * cluster.capacity  # GPUs the services hold on average
+    end = max(j.arrival for j in jobs)
+    warm = window(jobs, 0.1)[0]
+    mean_gpus = sum(g * w for g, w in SERVICE_GPUS)
+    mean_life = SERVICE_MEDIAN_S * math.exp(SERVICE_SIGMA**2 / 2)
+    rate = standing / (mean_gpus * mean_life)  # arrivals per second that replace those that end
+    arrivals = [rng.uniform(0.0, warm) for _ in range(round(standing / mean_gpus))]  # the standing population
+    t = warm + rng.expovariate(rate)
+    while t < end:
+        arrivals.append(t)
+        t += rng.expovariate(rate)
+    out = list(jobs)
+    draws = random.Random(f"service-shapes-{seed}")
+    for i, at in enumerate(sorted(arrivals)):
+        gpus = min(draws.choices(sizes, weights)[0], cluster.shape.gpus)
+        life = min(30 * 86400.0, draws.lognormvariate(math.log(SERVICE_MEDIAN_S), SERVICE_SIGMA))
+        priority = draws.choices([p for p, _ in PRIORITIES], [w for _, w in PRIORITIES])[0]
+        out.append(Job(len(jobs) + i, round(at, 3), 1, gpus, round(life, 3), priority=priority, movable=True))
+    return sorted(out, key=lambda j: (j.arrival, j.id))
 
 
 Shape = tuple[int, int, int, str, int, float]  # pods, GPUs a pod, segment, job level, priority, duration
@@ -267,8 +321,9 @@ def _cumsum(values: list[float]) -> list[float]:
 
 def window(jobs: Sequence[Job], warmup: float) -> tuple[float, float]:
     """The measured span: from the arrival of the job at WARMUP (a share) of the trace to the last
-    arrival, leaving out the filling and the draining of the cluster."""
-    arrivals = sorted(j.arrival for j in jobs)
+    arrival, leaving out the filling and the draining of the cluster; counted over the jobs other
+    than services (their standing population arrives in the warm-up)."""
+    arrivals = sorted(j.arrival for j in jobs if not j.movable) or sorted(j.arrival for j in jobs)
     return arrivals[int(warmup * (len(arrivals) - 1))], arrivals[-1]
 
 
@@ -280,7 +335,9 @@ def read_csv(path: Path) -> list[Job]:
     with path.open(newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     if not rows:
-        raise TraceError(f"{path}: empty; expected a header line: {','.join(COLUMNS)}[,priority][,bound][,minimum]")
+        raise TraceError(
+            f"{path}: empty; expected a header line: {','.join(COLUMNS)}[,priority][,bound][,minimum][,movable]"
+        )
     header = [h.strip() for h in rows[0]]
     unknown = [h for h in header if h not in (*COLUMNS, *OPTIONAL)]
     missing = [c for c in COLUMNS if c not in header]
@@ -321,8 +378,13 @@ def _job(i: int, row: dict[str, str], where: str) -> Job:
     minimum = int(number("minimum", int, 0)) if row.get("minimum") else 0
     if minimum > pods or (segment and minimum % segment):
         raise TraceError(f"{where}: minimum: {minimum} must be at most pods ({pods}) and whole segments of {segment}")
+    movable = row.get("movable", "0") or "0"
+    if movable not in ("0", "1"):
+        raise TraceError(f"{where}: movable: {movable!r} is not 0 or 1")
+    if movable == "1" and (pods != 1 or segment or job_level):
+        raise TraceError(f"{where}: movable: only a single pod without a topology constraint may move")
     level = seg_level if segment else ""
-    return Job(i, arrival, pods, gpus, duration, segment, level, job_level, priority, bound, minimum)
+    return Job(i, arrival, pods, gpus, duration, segment, level, job_level, priority, bound, minimum, movable == "1")
 
 
 def write_csv(jobs: Sequence[Job], path: Path) -> None:
@@ -331,4 +393,5 @@ def write_csv(jobs: Sequence[Job], path: Path) -> None:
         out.writerow((*COLUMNS, *OPTIONAL))
         for j in jobs:
             levels = f"{j.segment_level}/{j.job_level}"
-            out.writerow((j.arrival, j.pods, j.gpus, j.segment, levels, j.duration, j.priority, j.bound, j.minimum))
+            row = (j.arrival, j.pods, j.gpus, j.segment, levels, j.duration, j.priority, j.bound, j.minimum)
+            out.writerow((*row, int(j.movable)))
