@@ -95,38 +95,72 @@ def estimate(
     """Estimated starts of the first LIMIT gangs of ORDER (the pass's order), given FREE room
     (nodes x resources), the RUNNING pods (KNOWN: whose end is a runtime bound) and the
     RESERVATIONS made; RUNS: how long a gang runs at most (its runtime bound), where known."""
-    sort = np.argsort(running.end, kind="stable")
-    releases = _Releases(
-        running.node[sort],
-        running.request[sort],
-        running.end[sort],
-        np.asarray(known, dtype=np.bool_)[sort],
-        np.zeros(len(sort), dtype=np.bool_),
-    )
-    f = free.copy()
-    reserved = {r.key: r for r in reservations}
-    out: list[Estimate] = []
-    for position, w in enumerate(order[:limit], start=1):
-        r = reserved.get(w.key)
+    return Walk(now, order[:limit], free, running, known, layout, reservations, runs, settings).step(limit)
+
+
+class Walk:
+    """The walk of `estimate`, made a few gangs at a time: `step(n)` estimates the next N gangs
+    of ORDER on the snapshot it was made of, so that a caller can spread one walk over several
+    passes (each pass's cost bounded by N searches) and get the same answers as one whole walk."""
+
+    def __init__(
+        self,
+        now: float,
+        order: Sequence[Waiting],
+        free: Matrix,
+        running: Running,
+        known: BoolArray,
+        layout: Layout,
+        reservations: Sequence[Reservation],
+        runs: Mapping[str, float],
+        settings: Settings,
+    ) -> None:
+        sort = np.argsort(running.end, kind="stable")
+        self._releases = _Releases(
+            running.node[sort],
+            running.request[sort],
+            running.end[sort],
+            np.asarray(known, dtype=np.bool_)[sort],
+            np.zeros(len(sort), dtype=np.bool_),
+        )
+        self._now, self._layout, self._runs, self._settings = now, layout, dict(runs), settings
+        self._order = list(order)
+        self._free = free.copy()
+        self._reserved = {r.key: r for r in reservations}
+        self.position = 0  # gangs of ORDER estimated so far
+
+    @property
+    def done(self) -> bool:
+        return self.position >= len(self._order)
+
+    def step(self, count: int) -> list[Estimate]:
+        """The estimates of the next COUNT gangs of the order (fewer at its end)."""
+        out: list[Estimate] = []
+        while len(out) < count and not self.done:
+            w = self._order[self.position]
+            self.position += 1
+            out.append(self._one(self.position, w))
+        return out
+
+    def _one(self, position: int, w: Waiting) -> Estimate:
+        layout, releases, f = self._layout, self._releases, self._free
+        r = self._reserved.get(w.key)
         level = r.level if r is not None else layout.level_for(w.demand)
         if level is None:
-            out.append(Estimate(w.key, position, NEVER))
-            continue
+            return Estimate(w.key, position, NEVER)
         allowed = layout.labeled[level].copy()
         if r is not None:
             allowed[:] = False
             allowed[r.domain] = True
-        found = _soonest(now, w.demand, level, f, releases, layout, allowed)
+        found = _soonest(self._now, w.demand, level, f, releases, layout, allowed)
         if found is None:
-            out.append(Estimate(w.key, position, NEVER, level))
-            continue
+            return Estimate(w.key, position, NEVER, level)
         # What frees in its domain before it starts: what it waits for.
         upto = max(found.releases, int(np.searchsorted(releases.end, found.start, side="right")))
         inside = layout.domain_of[level][releases.node[:upto]] == found.domain
         waits = int(inside.sum())
         bounded = int((inside & releases.known[:upto]).sum())
         ahead = int((inside & releases.ahead[:upto]).sum())
-        out.append(Estimate(w.key, position, found.start, level, found.domain, waits, bounded, ahead))
         at_start = f.copy()
         for c in range(f.shape[1]):
             at_start[:, c] += np.bincount(
@@ -136,9 +170,9 @@ def estimate(
         nodes = np.flatnonzero(pods).astype(np.int64)
         taken: Matrix = (pods[nodes, None] * np.array(w.demand.request, dtype=np.int64)[None, :]).astype(np.int64)
         f[nodes] -= taken
-        run = runs.get(w.key)
-        releases.add(nodes, taken, found.start + (run if run is not None else settings.floor))
-    return out
+        run = self._runs.get(w.key)
+        releases.add(nodes, taken, found.start + (run if run is not None else self._settings.floor))
+        return Estimate(w.key, position, found.start, level, found.domain, waits, bounded, ahead)
 
 
 def _soonest(

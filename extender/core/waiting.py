@@ -9,11 +9,12 @@ pure work is in core/estimates.py and core/lifetimes.py. Times are the callers' 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from extender.core.cluster import ClusterState
-from extender.core.estimates import Estimate, estimate
+from extender.core.estimates import Estimate, Walk
 from extender.core.lifetimes import Lifetimes
 from extender.core.membership import Membership
 from extender.core.reservations import NEVER, BoolArray, FloatArray, Layout, Matrix, Reservation, Running, Settings
@@ -42,6 +43,7 @@ class Waits:
         self.positions: dict[str, int] = {}  # queued group -> its place in the pass's order (from 1)
         self._topology: dict[str, str] = {}  # group -> the Topology its estimate is of
         self._told: dict[str, float] = {}  # group -> the estimated start last taken by `take_moved`
+        self._walks: dict[str, Walk] = {}  # Topology -> its walk in progress, spread over passes
         # Gangs planned while overdue: work that is not overdue may not evict them (the bound on
         # their wait would mean nothing if what they waited behind evicted them at once).
         self.protected: set[str] = set()
@@ -52,7 +54,7 @@ class Waits:
 
     def clear(self) -> None:
         self.limits, self.overdue, self.estimates, self.positions, self._topology = {}, {}, {}, {}, {}
-        self.became_overdue, self._told, self.protected = [], {}, set()
+        self.became_overdue, self._told, self.protected, self._walks = [], {}, set(), {}
 
     def rank(self, order: list[str], since: Callable[[str], float], wall: float) -> list[str]:
         """ORDER (queue order) as the pass serves it: the overdue gangs first, the one overdue
@@ -71,7 +73,15 @@ class Waits:
         place = {g: i for i, g in enumerate(order)}
         ranked = [*sorted(due, key=lambda g: (due[g], place[g])), *(g for g in order if g not in due)]
         self.positions = {g: i for i, g in enumerate(ranked, start=1)}
-        self.estimates, self._topology = {}, {}
+        # The estimates of gangs still among the first `Settings.estimates` stay until the walk
+        # in progress reaches them again (`walk`), at their new place.
+        limit = self.settings.estimates
+        self.estimates = {
+            g: replace(e, position=p)
+            for g, e in self.estimates.items()
+            if (p := self.positions.get(g, limit + 1)) <= limit
+        }
+        self._topology = {g: t for g, t in self._topology.items() if g in self.estimates}
         return ranked
 
     def walk(
@@ -89,18 +99,28 @@ class Waits:
         owner kind. Unbounded pods are expected to end as the run times learnt say (else as the
         pass's rule), gangs to run their runtime bound (else the run time learnt for their owner
         kind, else `floor`)."""
-        free, running, layout, made, settings = pass_
-        known, started, kinds = rows
         limit = self.settings.estimates
         walk = sorted((w for w in queue if self.positions.get(w.key, limit + 1) <= limit), key=self._place)
         if not walk:
+            self._walks.pop(topology, None)
             return
-        ends = self.lifetimes.ends(wall, kinds, started, running.end)
-        learnt = Running(running.node, running.request, np.where(known, running.end, ends))
-        runs = {w.key: run for w in walk if (run := self._gang_run(ready[w.key])) is not None}
-        for e in estimate(wall, walk, free, learnt, known, layout, made, runs, settings, len(walk)):
-            self.estimates[e.key] = e
-            self._topology[e.key] = topology
+        progress = self._walks.get(topology)
+        if progress is None or progress.done:
+            # A new walk, of this pass's snapshot; it goes on over the next passes until done,
+            # each pass estimating `Settings.estimates_per_pass` gangs of it.
+            free, running, layout, made, settings = pass_
+            known, started, kinds = rows
+            ends = self.lifetimes.ends(wall, kinds, started, running.end)
+            learnt = Running(running.node, running.request, np.where(known, running.end, ends))
+            runs = {w.key: run for w in walk if (run := self._gang_run(ready[w.key])) is not None}
+            progress = Walk(wall, walk, free, learnt, known, layout, made, runs, settings)
+            self._walks[topology] = progress
+        per_pass = self.settings.estimates_per_pass
+        waiting = {w.key for w in walk}
+        for e in progress.step(per_pass if per_pass > 0 else len(walk)):
+            if e.key in waiting:  # a gang that started or left meanwhile gets none
+                self.estimates[e.key] = replace(e, position=self.positions[e.key])
+                self._topology[e.key] = topology
 
     def take_moved(self, wall: float, margin: float = 60.0) -> list[str]:
         """The groups whose estimated start appeared, went, or moved by more than a quarter of
