@@ -19,7 +19,8 @@ parts per part domain):
 
 What it cannot know: work that arrives later (a higher-priority gang goes ahead), pods that
 outlive their estimate, held room beyond the pods of its gang. Cost: per gang one bisection over
-the releases (`soonest`) and one insertion of its pods' ends; `limit` bounds the gangs.
+the releases (`soonest`) and one insertion of its pods' ends; `limit` bounds the gangs, and
+`Walk.step` lets a caller make the walk a few gangs at a time (the server: a few a pass).
 
 Pure: arrays in, estimates out; no clock, no I/O. The server's reservation pass
 (core/reserving.py), the simulator and bench/trace.py call it.

@@ -96,13 +96,12 @@ class Settings:
     max_wait: float | None = None
     # Every overdue gang holds room, beyond `limit` (not a default: bench/trace.py measured it).
     each_overdue: bool = False
-    # Waiting gangs given an estimated start at each pass, in the pass's order (core/estimates.py):
-    # each costs one search over the releases (bench/reserve_scale.py: 100 gangs on 2,000 nodes
-    # and 24,000 pods, about 0.9 s of a pass on a loaded 2-core machine), so the first this many.
+    # Waiting gangs given an estimated start, in the pass's order (core/estimates.py): the first
+    # this many.
     estimates: int = 50
-    # Gangs the walk of the estimates goes through per pass (0: all): one walk is spread over
-    # passes, the gangs not yet reached keep their previous estimate, so that no pass stalls the
-    # server (10 searches: about 20 ms of a pass on 2,000 nodes).
+    # Gangs the walk of the estimates goes through per pass (0: all). Each costs one search over
+    # the releases (about 2 ms on 2,000 nodes and 24,000 pods); one walk is spread over passes,
+    # the gangs not yet reached keeping their previous estimate, so that no pass stalls the server.
     estimates_per_pass: int = 10
 
 

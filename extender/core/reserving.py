@@ -22,8 +22,9 @@ estimate optimistic, never a plan wrong (the plan itself still checks every node
 is reserved in on its own; the limit applies to all of them together, in queue order.
 
 Overdue gangs (their maximum wait, `scheduling.topogang.io/max-wait` else `--max-wait`, has
-passed) come first in the pass (core/reservations.py); each pass also gives the first
-`Settings.estimates` gangs in the pass's order an estimated start (core/estimates.py), expecting
+passed) come first in the pass (core/reservations.py); the passes also give the first
+`Settings.estimates` gangs in the pass's order an estimated start (core/estimates.py: one walk
+spread over passes, `Settings.estimates_per_pass` gangs a pass, core/waiting.py), expecting
 unbounded pods to end as the run times of finished pods of their owner kind say (core/lifetimes.py,
 learnt here from the pods seen to finish).
 """
