@@ -14,7 +14,7 @@ from extender.server.settings_error import SettingsError
 
 RESERVATION_DEFAULTS = ReservationSettings()
 MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
-MAX_ESTIMATES = 1000  # each costs a search over the releases per sweep: bounded
+MAX_ESTIMATES = 1000  # a walk of them is spread over passes, 10 a pass: bounded so estimates stay fresh
 RESERVE_ORDERS = ("queue", "largest")
 # A node label key (an optional DNS-subdomain prefix and a name of up to 63 characters) or a
 # level's short name or alias: what TopologySpec.resolve accepts.
