@@ -176,7 +176,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--movable-elastic",
         action="store_true",
-        help="topogang+defrag: the pods beyond an unconstrained elastic job's minimum move too (the server: never)",
+        help="topogang+defrag: the pods beyond an unconstrained elastic job's minimum move too",
     )
     p.add_argument("--seed", type=int, default=spec.seed)
     p.add_argument("--seeds", type=int, default=4, help="traces generated (seeds SEED, SEED+1...); figures are means")

@@ -8,7 +8,8 @@ one flat priority (`defrag.FLAT`), then `closed_domain` and `relocate` for a new
 gang's domain, a pod with none left out and the search run again, at most `defrag.MAX_ROUNDS`
 times. Movable: the services (`Job.movable`), of a priority no higher than the gang's, not moved
 within the cooldown; with `elastic`, also the pods beyond the minimum of an elastic job with no
-topology constraint (the server never moves a gang member: off by default). The limits are the
+topology constraint (the server moves a gang member beyond its minimum only when its workload
+says so, within its own gang's domain: the bench models the unconstrained ones, off by default). The limits are the
 server's (`MoveSettings`): at most `per_hour` pods moved in any hour, a pod not moved twice
 within `cooldown` seconds, a set larger than the hour has left refused whole.
 
