@@ -171,3 +171,44 @@ def test_a_csv_says_which_jobs_are_movable_and_refuses_a_movable_gang(tmp_path: 
         workload.read_csv(path)
     with pytest.raises(workload.TraceError, match="services: 1 is not a share"):
         workload.generate(workload.TraceSpec(jobs=10, services=1.0), clusters.build(SHAPE))
+
+
+TWO_BLOCKS = clusters.Shape(nodes=12, zones=1, blocks=2, racks=3)  # racks of 2 nodes, 3 a block
+
+
+def test_an_elastic_jobs_optional_pod_moves_only_within_its_own_required_block() -> None:
+    """Block 0: the elastic job E (3 pods of 4 GPUs, minimum 2, required in one block) runs its
+    minimum on node 0 and its optional pod on node 2 (rack 1); node 4 has 2 GPUs of a job that
+    stays. Block 1: node 6 has 4 GPUs of a job that stays, nodes 8 and 10 one each. The rack gang
+    fits only in rack 1 once E's optional pod moves; the tightest node for it is node 6 (block 1),
+    but E must stay in block 0: node 4, the tightest there."""
+    cluster = clusters.build(TWO_BLOCKS)
+    used = np.zeros(len(cluster.nodes), dtype=np.int64)
+    pods = np.zeros(len(cluster.nodes), dtype=np.int64)
+    elastic = workload.Job(1, 0.0, 3, 4, 86400.0, job_level="block", minimum=2)
+    running = {1: Placed(elastic, 0.0, (0, 0, 2), (), {0: 0, 1: 0, 2: 2}, elastic.duration, 0.0)}
+    for k, (node, gpus) in enumerate(((4, 2), (6, 4), (8, 1), (10, 1)), start=2):
+        job = workload.Job(k, 0.0, 1, gpus, 86400.0)
+        running[k] = Placed(job, 0.0, (node,), (), {0: node}, job.duration, 0.0)
+    for p in running.values():
+        for node in p.current.values():
+            used[node] += p.job.gpus
+            pods[node] += 1
+    gang = workload.Job(10, 100.0, 2, 8, 3600.0, segment=2, segment_level="rack")
+
+    def attempt(limits: Limits) -> tuple[list[workload.Job], Replay, dict[int, Placed]]:
+        policy = policies.Topogang(cluster, "topogang+defrag", moves=limits)
+        policy.prepare(gang)
+        out = Replay(policy.name, True)
+        now = {k: Placed(p.job, p.start, p.nodes, p.pods, dict(p.current), p.left, p.since) for k, p in running.items()}
+        return _walk(cluster, [gang], policy, gang.arrival, used.copy(), pods.copy(), out, now, set()), out, now
+
+    started, out, after = attempt(Limits())
+    assert started == [gang]  # without --movable-elastic E's optional pod is given back: it stops
+    assert out.moves == []
+    assert sorted(after[1].current) == [0, 1]
+    started, out, after = attempt(Limits(elastic=True))
+    assert started == [gang]  # moved instead (moves come before the give-back), within block 0
+    assert [(job, pod, node) for _, job, pod, node in out.moves] == [(1, 2, 4)]
+    assert after[1].current == {0: 0, 1: 0, 2: 4}
+    assert {int(cluster.rack_of[n]) for n in out.placed[gang.id].nodes} == {int(cluster.rack_of[2])}

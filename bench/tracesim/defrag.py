@@ -7,9 +7,9 @@ would cost more than the replay): `find_victims` over the movable running pods, 
 one flat priority (`defrag.FLAT`), then `closed_domain` and `relocate` for a new node outside the
 gang's domain, a pod with none left out and the search run again, at most `defrag.MAX_ROUNDS`
 times. Movable: the services (`Job.movable`), of a priority no higher than the gang's, not moved
-within the cooldown; with `elastic`, also the pods beyond the minimum of an elastic job with no
-topology constraint (the server moves a gang member beyond its minimum only when its workload
-says so, within its own gang's domain: the bench models the unconstrained ones, off by default). The limits are the
+within the cooldown; with `elastic`, also the pods beyond the minimum of an elastic job, each kept
+in the domain it runs in at its job's finest required level, as the server keeps a moved gang
+member (off by default: the server moves a gang member only when its workload says so). The limits are the
 server's (`MoveSettings`): at most `per_hour` pods moved in any hour, a pod not moved twice
 within `cooldown` seconds, a set larger than the hour has left refused whole.
 
@@ -47,6 +47,7 @@ from extender.placement import (
     relocate,
 )
 from extender.placement.snapshot import Usage
+from extender.placement.tree import BoolArray
 
 # What happened to a gang whose minimum did not fit, once per walk that tried it.
 OUTCOMES = {
@@ -63,7 +64,7 @@ OUTCOMES = {
 class Limits:
     per_hour: int = MoveSettings().per_hour
     cooldown: float = MoveSettings().cooldown
-    elastic: bool = False  # pods beyond an unconstrained elastic job's minimum move too
+    elastic: bool = False  # pods beyond an elastic job's minimum move too (within its own domain)
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def movable_pods(job: Job, current: dict[int, int], elastic: bool) -> Iterable[i
     """The pod indices of JOB (running on CURRENT) that may move."""
     if job.movable:
         return current.keys()
-    if elastic and job.elastic and not job.segment and not job.job_level:
+    if elastic and job.elastic:
         return [i for i in current if i >= job.min_pods]
     return ()
 
@@ -133,7 +134,7 @@ class Mover:
             if isinstance(found, NoPreemption):
                 return found
             closed = closed_domain(snapshot, gang, found.domain, found.plan)
-            moved = [self._moved(by_key[k], names[by_key[k].node].name) for k in found.pods]
+            moved = [self._moved(table, gang, by_key[k], names[by_key[k].node].name) for k in found.pods]
             where = relocate(snapshot, gang, found.plan, closed, moved)
             if not isinstance(where, Stranded):
                 return dataclasses.replace(found, moves=where)
@@ -142,11 +143,27 @@ class Mover:
                 break
         return NoPreemption(gang.key, "a pod that would be moved has no place elsewhere")
 
-    def _moved(self, c: Candidate, node: str) -> MovedPod:
+    def _moved(self, table: NodeTable, gang: Gang, c: Candidate, node: str) -> MovedPod:
         placement = self._placement.get(c.job.gpus)
         if placement is None:  # what the server reads from the pod: no selector, no affinity
             placement = self._placement[c.job.gpus] = parse_pod(pod_body(c.job, c.index, node)).placement
-        return MovedPod(c.key, node, _requests(c.job), placement)
+        return MovedPod(c.key, node, _requests(c.job), placement, within=_within(table, gang, c))
+
+
+def _within(table: NodeTable, gang: Gang, c: Candidate) -> BoolArray | None:
+    """The nodes a gang member may move to, as the server decides (extender/core/movable_members.py):
+    the domain it runs in at the finest required level of its own job (its segment's, else the
+    job's); None for a service or an unconstrained job. (One Topology: the waiting gang's tree.)"""
+    level = c.job.segment_level if c.job.segment and c.job.segment_level else c.job.job_level
+    if c.job.movable or not level:
+        return None
+    tree = table.tree(gang.topology)
+    at = next((lv for lv in range(1, tree.depth) if tree.level_name(lv) == level), None)
+    if at is None:
+        return None
+    of_node = tree.levels[at].domain_of_node
+    mask: BoolArray = of_node == of_node[c.node]
+    return mask
 
 
 def _requests(job: Job) -> dict[str, int]:

@@ -29,9 +29,10 @@ optional pods of at most its priority, the fewest units (whole segments) on the 
 placement needs, lowest priority and latest start first: the product gives reserved optional
 pods back and evicts bound ones first (core/minimums.py). Nothing else is ever preempted here.
 
-With a policy that moves pods (`Policy.mover`: topogang+defrag), a job that still does not fit
-asks it for moves (bench/tracesim/defrag.py); each moved pod leaves its node and runs on its new
-one at once, its end unchanged, and the job is placed again.
+With a policy that moves pods (`Policy.mover`: topogang+defrag), a job that does not fit asks it
+for moves (bench/tracesim/defrag.py) before any optional pod is given back, as the server tries
+moves before it preempts; each moved pod leaves its node and runs on its new one at once, its end
+unchanged, and the job is placed again.
 """
 
 from __future__ import annotations
@@ -246,10 +247,12 @@ def _walk(
             continue
         t0 = time.perf_counter()
         placed = policy.start(job, used, pods, now)
-        if placed is None and spare is not None and spare.any():
-            placed = _give_back(cluster, policy, job, now, used, pods, out, running, changed)
+        # Moves before the give-back of running optional pods, as the server tries moves before
+        # preempting (a moved pod keeps running; an optional pod given back does not).
         if placed is None and policy.mover is not None:
             placed = _defragment(policy, job, now, used, pods, out, running)
+        if placed is None and spare is not None and spare.any():
+            placed = _give_back(cluster, policy, job, now, used, pods, out, running, changed)
         out.plan_ms.append((time.perf_counter() - t0) * 1000)
         if placed is None:
             failed.add(key)
