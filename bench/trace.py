@@ -480,11 +480,12 @@ def targets(rows: list[dict[str, Any]]) -> str:
         for what, key, factor, rule in checks:
             mine, bound = tg[key], factor * bf[key]
             ok = round(mine) <= round(bound)
-            out.append(f"  {name}: {what} {mine:.0f} s, target {rule} ({bound:.0f} s): {_v(ok)}{_paired(tg, bf, key)}")
+            paired = compare.against(tg, bf, key)
+            out.append(f"  {name}: {what} {mine:.0f} s, target {rule} ({bound:.0f} s): {_v(ok)}{paired}")
         alloc, theirs = tg["allocation"], bf["allocation"]
         out.append(
             f"  {name}: allocation {alloc:.1%} vs bestfit's {theirs:.1%} (target >=): {_v(alloc >= theirs)}"
-            + _paired(tg, bf, "allocation", 100.0, "pt")
+            + compare.against(tg, bf, "allocation", 100.0, "pt")
         )
         lb = tg["racks_at_lower_bound"]
         out.append(f"  {name}: racks at the lower bound {lb:.1%} (target >= 97%): {_v(lb >= 0.97)}")
@@ -503,23 +504,12 @@ def defrag_targets(by: dict[str, dict[str, Any]]) -> list[str]:
     rate = mine["moves_per_100_gpu_h"]
     return [
         f"  {DEFRAG}: large p99 wait {p99:.0f} s, target <= 0.7 x topogang's ({bound:.0f} s):"
-        f" {_v(round(p99) <= round(bound))}{_paired(mine, base, 'wait_p99_large_s')}",
+        f" {_v(round(p99) <= round(bound))}{compare.against(mine, base, 'wait_p99_large_s')}",
         f"  {DEFRAG}: allocation {alloc:.1%} vs topogang's {theirs:.1%} (target >=): {_v(alloc >= theirs)}"
-        + _paired(mine, base, "allocation", 100.0, "pt"),
+        + compare.against(mine, base, "allocation", 100.0, "pt"),
         f"  {DEFRAG}: {rate:.3f} pods moved per 100 GPU-hours of work ({mine['moves_per_hour']:.1f} an hour,"
         f" {mine['moves']} in all), target < 1: {_v(rate < 1)}",
     ]
-
-
-def _paired(mine: dict[str, Any], base: dict[str, Any], key: str, scale: float = 1.0, unit: str = "s") -> str:
-    """The difference to BASE trace by trace: mean ± 95% interval, and whether that is noise."""
-    a, b = mine.get(f"{key}_per_trace"), base.get(f"{key}_per_trace")
-    if not a or not b or len(a) < 2:
-        return ""
-    mean, half = compare.interval([x - y for x, y in zip(a, b, strict=True)])
-    digits = 1 if unit == "pt" else 0
-    noise = "noise" if abs(mean) <= half else "beyond noise"
-    return f" [paired: {mean * scale:+.{digits}f} ± {half * scale:.{digits}f} {unit}, {noise}]"
 
 
 def _v(ok: bool) -> str:

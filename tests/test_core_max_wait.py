@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 
 import orjson
@@ -158,25 +157,9 @@ def test_run_times_are_learnt_from_pods_seen_to_finish() -> None:
     assert waits.lifetimes.run("Job") == 300.0  # the median of 100 and 300 s (the upper of two)
 
 
-class Events(Recorder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.said: list[tuple[str, str, str, str]] = []  # (object, reason, message, type)
-
-    async def event(
-        self,
-        involved: Mapping[str, str],
-        reason: str,
-        message: str,
-        type: str = "Normal",
-        related: Mapping[str, str] | None = None,
-    ) -> None:
-        self.said.append((involved["name"], reason, message, type))
-
-
 async def test_the_sweep_says_a_gang_became_overdue_once_with_an_event_a_log_line_and_a_metric() -> None:
     scheduler, keys = setup()
-    recorder = Events()
+    recorder = Recorder()
     extender = Extender(scheduler, recorder, bind_timeout=5)
     queue_big(scheduler, keys, at=time.monotonic() - 120)  # queued two minutes ago: past its 60 s
     with structlog.testing.capture_logs() as logs:
@@ -250,7 +233,7 @@ def test_kube_scheduler_may_not_evict_a_gang_that_started_overdue_for_a_plain_po
     for i, key in enumerate(keys):
         scheduler.observe_pod(replace(scheduler.state.pods[key], node_name=NODES[i], uid=f"u{i}", phase="Running"))
     scheduler.observe_pod(plain("urgent", priority=1000))
-    extender = Extender(scheduler, Events(), bind_timeout=5)
+    extender = Extender(scheduler, Recorder(), bind_timeout=5)
     victims = {NODES[0]: {"Pods": [{"UID": "u0"}], "NumPDBViolations": 0}, NODES[5]: {"Pods": [{"UID": "x"}]}}
     args = wire.PreemptArgs("default/urgent", victims, {})
     assert set(orjson.loads(extender.preempt(args))["NodeNameToMetaVictims"]) == {NODES[0], NODES[5]}

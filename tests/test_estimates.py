@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from extender.core.estimates import Estimate, estimate
+from extender.core.estimates import Estimate, Walk
 from extender.core.lifetimes import Lifetimes
 from extender.core.reservations import NEVER, Demand, Layout, Reservation, Running, Settings, Waiting, soonest
 
@@ -43,7 +43,7 @@ def walk(
 ) -> list[Estimate]:
     f, pods = busy()
     mask = np.array(known or [False] * 8, dtype=np.bool_)
-    return estimate(0.0, order, f, pods, mask, layout(), reservations, runs or {}, SETTINGS, limit)
+    return Walk(0.0, order, f, pods, mask, layout(), reservations, runs or {}, SETTINGS).step(limit)
 
 
 def test_each_gang_starts_when_its_domain_frees_after_the_gangs_ahead_took_theirs() -> None:
@@ -119,6 +119,6 @@ def test_for_the_first_gang_the_walk_answers_as_the_reservation_pass_does() -> N
         level = lay.level_for(demand)
         assert level is not None
         want = soonest(0.0, demand, level, free, pods.by_end(), lay, lay.labeled[level])
-        (got,) = estimate(0.0, [Waiting("g", 0, 0.0, demand)], free, pods, np.zeros(count, np.bool_), lay, (), {},
-                          SETTINGS, 1)  # fmt: skip
+        walk = Walk(0.0, [Waiting("g", 0, 0.0, demand)], free, pods, np.zeros(count, np.bool_), lay, (), {}, SETTINGS)
+        (got,) = walk.step(1)
         assert (got.start, got.domain) == ((NEVER, None) if want is None else (want.start, want.domain))

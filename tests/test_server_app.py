@@ -32,7 +32,8 @@ class Recorder:
         self.bound: list[tuple[str, str]] = []
         self.woken: list[tuple[str, str]] = []
         self.nominated: list[tuple[str, str, str]] = []
-        self.events: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str]] = []  # (object, message)
+        self.said: list[tuple[str, str, str, str]] = []  # (object, reason, message, type)
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.bound.append((f"{namespace}/{name}", node))
@@ -57,6 +58,7 @@ class Recorder:
         related: Mapping[str, str] | None = None,
     ) -> None:
         self.events.append((involved["name"], message))
+        self.said.append((involved["name"], reason, message, type))
 
 
 def make(bind_timeout: float = 5.0) -> tuple[GangScheduler, Recorder, Extender]:

@@ -80,3 +80,15 @@ def describe(rows: list[dict[str, Any]], base: str, only: frozenset[str] | None 
         lines.append(f"  {policy:<18} " + "  ".join(cells))
     lines.append("  (~: the interval includes 0, noise at this many traces)")
     return "\n".join(lines)
+
+
+def against(mine: dict[str, Any], base: dict[str, Any], key: str, scale: float = 1.0, unit: str = "s") -> str:
+    """MINE's figure KEY against BASE's trace by trace, for a target's line: " [paired: mean ±
+    95% interval UNIT, noise or beyond noise]" ("" with fewer than two traces)."""
+    a, b = mine.get(f"{key}_per_trace"), base.get(f"{key}_per_trace")
+    if not a or not b or len(a) < 2:
+        return ""
+    mean, half = interval([x - y for x, y in zip(a, b, strict=True)])
+    digits = 1 if unit == "pt" else 0
+    noise = "noise" if abs(mean) <= half else "beyond noise"
+    return f" [paired: {mean * scale:+.{digits}f} ± {half * scale:.{digits}f} {unit}, {noise}]"

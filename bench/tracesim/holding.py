@@ -23,7 +23,7 @@ import numpy as np
 
 from bench.tracesim.cluster import LEVELS, Cluster, IntArray
 from bench.tracesim.workload import Job
-from extender.core.estimates import estimate
+from extender.core.estimates import Walk
 from extender.core.lifetimes import Lifetimes
 from extender.core.reservations import (
     Admission,
@@ -210,8 +210,7 @@ class Holding:
         typical = self.lifetimes.run(KIND)
         if typical is not None:
             bounds = {w.key: bounds.get(w.key, typical) for w in order}
-        walked = estimate(
-            now, order, free, pods, known, self.layout, self.reservations, bounds, self.settings, new[-1] + 1
-        )
+        walk = Walk(now, order, free, pods, known, self.layout, self.reservations, bounds, self.settings)
+        walked = walk.step(new[-1] + 1)
         for e in walked:
             self.first_estimates.setdefault(int(e.key), e.start)

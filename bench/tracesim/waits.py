@@ -80,18 +80,18 @@ def describe(rows: list[dict[str, Any]], sweep: list[tuple[str, float | None]], 
         ok = round(mine[key]) <= round(bound)
         lines.append(
             f"  {what} {mine[key]:.0f} s <= {factor:g} x {theirs[key]:.0f} = {bound:.0f} s:"
-            f" {'met' if ok else 'MISSED'}{_paired(mine, theirs, key)}"
+            f" {'met' if ok else 'MISSED'}{compare.against(mine, theirs, key)}"
         )
     ok = mine["allocation"] >= theirs["allocation"] - 0.01
     lines.append(
         f"  allocation {mine['allocation']:.1%} >= {theirs['allocation']:.1%} - 1 point: {'met' if ok else 'MISSED'}"
-        + _paired(mine, theirs, "allocation", 100.0, "pt")
+        + compare.against(mine, theirs, "allocation", 100.0, "pt")
     )
     if RESERVE in by:
         off = by[RESERVE]
         lines.append(
             f"  highest priority's p99 {mine['wait_p99_top_s']:.0f} s against {off['wait_p99_top_s']:.0f} s with no"
-            f" maximum{_paired(mine, off, 'wait_p99_top_s')}"
+            f" maximum{compare.against(mine, off, 'wait_p99_top_s')}"
         )
     for lb, s in sweep:
         r = by.get(policy_name(lb))
@@ -104,16 +104,6 @@ def describe(rows: list[dict[str, Any]], sweep: list[tuple[str, float | None]], 
                 f" {r['over_bound_slot_share']:.0%} of them; overdue to holding room p99 {r['slot_wait_p99_s']:.0f} s)"
             )
     return "\n".join(lines)
-
-
-def _paired(mine: dict[str, Any], base: dict[str, Any], key: str, scale: float = 1.0, unit: str = "s") -> str:
-    a, b = mine.get(f"{key}_per_trace"), base.get(f"{key}_per_trace")
-    if not a or not b or len(a) < 2:
-        return ""
-    mean, half = compare.interval([x - y for x, y in zip(a, b, strict=True)])
-    digits = 1 if unit == "pt" else 0
-    noise = "noise" if abs(mean) <= half else "beyond noise"
-    return f" [paired: {mean * scale:+.{digits}f} ± {half * scale:.{digits}f} {unit}, {noise}]"
 
 
 def draw(rows: list[dict[str, Any]], sweep: list[tuple[str, float | None]], out: Path) -> list[Path]:

@@ -20,10 +20,9 @@ from extender.core.decisions_room import BudgetBlocked
 from extender.core.defrag import find_moves
 from extender.core.membership import Membership
 from extender.core.movable import movability
-from extender.core.moves import Move, Moves, MoveSettings, PastMove
+from extender.core.moves import Moves, MoveSettings, PastMove
 from extender.core.nomination import Nomination
 from extender.core.preempting import RETRY, Preempting
-from extender.model.pod import PodInfo
 from extender.placement import INCOMPLETE, NoPreemption, PreemptionResult, Shortfall
 
 MOVING = "moving pods"
@@ -113,13 +112,6 @@ class Defragmenting:
         nom = self.preempting.hold(found, now)
         self.moves.hold(group, found.moves, now)
         return nom
-
-    def hand_over(self, pod: PodInfo, now: float) -> Move | None:
-        """The move POD (a gang member) replaces, its room passed on: the caller's gang plan holds
-        that room from now on (and gives it back when the plan times out). None: it replaces none."""
-        if self.moves.claim(pod, now) is None:
-            return None
-        return self.moves.placed(pod.key)  # (the claim made the room the pod's; the move is over)
 
     def blocked(self, group: str, why: Shortfall | BudgetBlocked) -> Shortfall | BudgetBlocked:
         """WHY, or the PodDisruptionBudgets that keep GROUP's last move search from moving anyone

@@ -2,13 +2,13 @@
 
 Slurm's backfill computes an expected start for each pending job by walking the queue in order
 over a profile of when running jobs end; this is that walk on the topology, counting room as the
-reservation pass does (`reservations.soonest`: whole pods of the gang's shape per node, whole
+reservation pass does (`reservations.soonest`, the same function: whole pods of the gang's shape per node, whole
 parts per part domain):
 
 1. The releases are the running pods' expected ends (their runtime bounds, else the pass's rule:
    twice as long again as they have run, at least `floor`), earliest first.
-2. The waiting gangs are walked in the pass's order (overdue first, then priority, then age), at
-   most `limit` of them. Each gets the soonest moment a domain of its level (its reserved domain,
+2. The waiting gangs are walked in the pass's order (overdue first, then priority, then age), as
+   many as the caller steps through. Each gets the soonest moment a domain of its level (its reserved domain,
    when it holds one) holds it, given the gangs before it.
 3. A gang expected to start at s in domain d takes the room its pods need on the nodes of d that
    hold them at s, counted as taken from now (which only makes later gangs' estimates later), and
@@ -19,8 +19,9 @@ parts per part domain):
 
 What it cannot know: work that arrives later (a higher-priority gang goes ahead), pods that
 outlive their estimate, held room beyond the pods of its gang. Cost: per gang one bisection over
-the releases (`soonest`) and one insertion of its pods' ends; `limit` bounds the gangs, and
-`Walk.step` lets a caller make the walk a few gangs at a time (the server: a few a pass).
+the releases (`soonest`) and one insertion of its pods' ends; `Walk.step(n)` walks the next n
+gangs, so a caller bounds the gangs and may make the walk a few at a time (the server: a few a
+pass).
 
 Pure: arrays in, estimates out; no clock, no I/O. The server's reservation pass
 (core/reserving.py), the simulator and bench/trace.py call it.
@@ -38,7 +39,6 @@ from extender.core.reservations import (
     BoolArray,
     Demand,
     FloatArray,
-    Found,
     IntArray,
     Layout,
     Matrix,
@@ -46,6 +46,8 @@ from extender.core.reservations import (
     Running,
     Settings,
     Waiting,
+    released,
+    soonest,
 )
 
 
@@ -81,28 +83,13 @@ class _Releases:
         self.ahead = np.insert(self.ahead, at, np.ones(len(nodes), dtype=np.bool_))
 
 
-def estimate(
-    now: float,
-    order: Sequence[Waiting],
-    free: Matrix,
-    running: Running,
-    known: BoolArray,
-    layout: Layout,
-    reservations: Sequence[Reservation],
-    runs: Mapping[str, float],
-    settings: Settings,
-    limit: int,
-) -> list[Estimate]:
-    """Estimated starts of the first LIMIT gangs of ORDER (the pass's order), given FREE room
-    (nodes x resources), the RUNNING pods (KNOWN: whose end is a runtime bound) and the
-    RESERVATIONS made; RUNS: how long a gang runs at most (its runtime bound), where known."""
-    return Walk(now, order[:limit], free, running, known, layout, reservations, runs, settings).step(limit)
-
-
 class Walk:
-    """The walk of `estimate`, made a few gangs at a time: `step(n)` estimates the next N gangs
-    of ORDER on the snapshot it was made of, so that a caller can spread one walk over several
-    passes (each pass's cost bounded by N searches) and get the same answers as one whole walk."""
+    """The walk, made a few gangs at a time: `step(n)` estimates the next N gangs of ORDER (the
+    pass's order) on the snapshot it was made of, given FREE room (nodes x resources), the RUNNING
+    pods (KNOWN: whose end is a runtime bound) and the RESERVATIONS made; RUNS: how long a gang
+    runs at most (its runtime bound), where known. A caller spreads one walk over several passes
+    (each pass's cost bounded by N searches) and gets the same answers as one whole walk
+    (`step(len(order))`)."""
 
     def __init__(
         self,
@@ -153,7 +140,7 @@ class Walk:
         if r is not None:
             allowed[:] = False
             allowed[r.domain] = True
-        found = _soonest(self._now, w.demand, level, f, releases, layout, allowed)
+        found = soonest(self._now, w.demand, level, f, releases, layout, allowed)
         if found is None:
             return Estimate(w.key, position, NEVER, level)
         # What frees in its domain before it starts: what it waits for.
@@ -162,55 +149,13 @@ class Walk:
         waits = int(inside.sum())
         bounded = int((inside & releases.known[:upto]).sum())
         ahead = int((inside & releases.ahead[:upto]).sum())
-        at_start = f.copy()
-        for c in range(f.shape[1]):
-            at_start[:, c] += np.bincount(
-                releases.node[:upto], weights=releases.request[:upto, c], minlength=len(f)
-            ).astype(np.int64)
-        pods = _take(layout, level, found.domain, w.demand, at_start)
+        pods = _take(layout, level, found.domain, w.demand, released(f, releases, 0, upto))
         nodes = np.flatnonzero(pods).astype(np.int64)
         taken: Matrix = (pods[nodes, None] * np.array(w.demand.request, dtype=np.int64)[None, :]).astype(np.int64)
         f[nodes] -= taken
         run = self._runs.get(w.key)
         releases.add(nodes, taken, found.start + (run if run is not None else self._settings.floor))
         return Estimate(w.key, position, found.start, level, found.domain, waits, bounded, ahead)
-
-
-def _soonest(
-    now: float, demand: Demand, level: int, free: Matrix, releases: _Releases, layout: Layout, allowed: BoolArray
-) -> Found | None:
-    """`reservations.soonest`, the same answer, each step of the bisection adding only the
-    releases between its bounds to the room it knew (the walk calls it once per gang: the
-    releases are counted about twice per gang instead of once per step)."""
-
-    def holds(f: Matrix) -> BoolArray:
-        out: BoolArray = (layout.room(f, demand, level) >= demand.pods) & allowed
-        return out
-
-    def plus(f: Matrix, a: int, b: int) -> Matrix:
-        out = f.copy()
-        for c in range(f.shape[1]):
-            out[:, c] += np.bincount(releases.node[a:b], weights=releases.request[a:b, c], minlength=len(f)).astype(
-                np.int64
-            )
-        return out
-
-    now_holds = holds(free)
-    if now_holds.any():
-        return Found(int(np.flatnonzero(now_holds)[0]), now, 0)
-    lo, hi, f_lo = 0, len(releases.end), free
-    last = holds(plus(free, 0, hi))
-    if not last.any():
-        return None
-    while hi - lo > 1:  # holds(lo) is empty, holds(hi) is not
-        mid = (lo + hi) // 2
-        f_mid = plus(f_lo, lo, mid)
-        found = holds(f_mid)
-        if found.any():
-            hi, last = mid, found
-        else:
-            lo, f_lo = mid, f_mid
-    return Found(int(np.flatnonzero(last)[0]), max(now, float(releases.end[hi - 1])), hi)
 
 
 def _take(layout: Layout, level: int, domain: int, demand: Demand, free: Matrix) -> IntArray:

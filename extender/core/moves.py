@@ -154,6 +154,17 @@ class Moves:
                 return move
         return None
 
+    def take(self, pod: PodInfo, now: float) -> Move | None:
+        """The unclaimed move POD (a gang member's replacement) replaces, over: its room is given
+        back for the caller to hold in POD's gang plan at once (`Plans.adopt`); POD stays in place
+        for the cooldown, as a claiming replacement does."""
+        move = self.awaiting(pod)
+        if move is None:
+            return None
+        self.release(move.pod)
+        self._cool[pod.key] = now + self.settings.cooldown
+        return move
+
     def is_moving(self, pod: str) -> bool:
         return pod in self._claimed
 

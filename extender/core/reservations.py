@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
 import numpy as np
 
@@ -263,38 +264,60 @@ class Found:
     releases: int  # the first this many of the running pods (by end) free the room
 
 
+class Releases(Protocol):
+    """Pods that free room, by node, ordered by their expected end (`Running.by_end`, or the
+    estimates' walk, which adds the gangs it expects to start)."""
+
+    @property
+    def node(self) -> IntArray: ...
+
+    @property
+    def request(self) -> Matrix: ...
+
+    @property
+    def end(self) -> FloatArray: ...
+
+
+def released(free: Matrix, releases: Releases, a: int, b: int) -> Matrix:
+    """FREE plus what releases A..B give back, per node and resource (bincount: far faster than
+    add.at)."""
+    out = free.copy()
+    if b > a:
+        for c in range(free.shape[1]):
+            out[:, c] += np.bincount(releases.node[a:b], weights=releases.request[a:b, c], minlength=len(free)).astype(
+                np.int64
+            )
+    return out
+
+
 def soonest(
-    now: float, demand: Demand, level: int, free: Matrix, running: Running, layout: Layout, allowed: BoolArray
+    now: float, demand: Demand, level: int, free: Matrix, running: Releases, layout: Layout, allowed: BoolArray
 ) -> Found | None:
     """The ALLOWED domain of LEVEL expected to hold DEMAND first, and when; RUNNING sorted by end.
 
     Releases only add room, so "some allowed domain holds it after the first k releases" is
-    monotone in k: a bisection over the releases, each step one vector count."""
+    monotone in k: a bisection over the releases, each step adding to the room it knew only the
+    releases between its bounds (the releases are counted about twice, not once a step)."""
 
-    def holding(k: int) -> BoolArray:
-        f = free.copy()
-        if k:  # the first k releases, per node and resource (bincount: far faster than add.at)
-            for c in range(f.shape[1]):
-                f[:, c] += np.bincount(running.node[:k], weights=running.request[:k, c], minlength=len(f)).astype(
-                    np.int64
-                )
+    def holding(f: Matrix) -> BoolArray:
         out: BoolArray = (layout.room(f, demand, level) >= demand.pods) & allowed
         return out
 
-    now_holds = holding(0)
+    now_holds = holding(free)
     if now_holds.any():
         return Found(int(np.flatnonzero(now_holds)[0]), now, 0)
-    lo, hi = 0, len(running.end)
-    last = holding(hi)
+    lo, hi, f_lo = 0, len(running.end), free
+    last = holding(released(free, running, 0, hi))
     if not last.any():
         return None
-    while hi - lo > 1:  # holding(lo) is empty, holding(hi) is not
+    while hi - lo > 1:  # holding after lo releases is empty, after hi it is not
         mid = (lo + hi) // 2
-        found = holding(mid)
+        f_mid = released(f_lo, running, lo, mid)
+        found = holding(f_mid)
         if found.any():
             hi, last = mid, found
         else:
-            lo = mid
+            lo, f_lo = mid, f_mid
     return Found(int(np.flatnonzero(last)[0]), max(now, float(running.end[hi - 1])), hi)
 
 

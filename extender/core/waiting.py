@@ -36,6 +36,8 @@ class Waits:
         self.settings = settings
         self.lifetimes = Lifetimes()
         self._watched: dict[str, tuple[str, float]] = {}  # running pod -> (owner kind, started)
+        self._changed: set[str] = set(state.pods)  # pods changed since `learn` last looked
+        state.subscribe(self._pod_changed)
         self.limits: dict[str, float] = {}  # queued group -> its maximum wait, where it has one
         self.overdue: dict[str, float] = {}  # queued group -> when it became overdue
         self.became_overdue: list[str] = []  # groups overdue since the caller last took them
@@ -163,15 +165,21 @@ class Waits:
         seen running that is Succeeded or Failed now ran from its start to about now (a pod
         deleted while running is not a run time)."""
         pods = self._state.pods
-        for key, (kind, started) in list(self._watched.items()):
+        changed, self._changed = self._changed, set()
+        for key in changed:  # (only the pods changed since the last pass: a pass never scans them all)
             pod = pods.get(key)
-            if pod is None or pod.terminal:
-                del self._watched[key]
-                if pod is not None:
-                    self.lifetimes.observe(kind, wall - started)
-        for key, pod in pods.items():
-            if key not in self._watched and pod.node_name is not None and not pod.terminal and pod.started is not None:
+            watched = self._watched.get(key)
+            if watched is not None:
+                if pod is None or pod.terminal:
+                    del self._watched[key]
+                    if pod is not None:
+                        self.lifetimes.observe(watched[0], wall - watched[1])
+            elif pod is not None and pod.node_name is not None and not pod.terminal and pod.started is not None:
                 self._watched[key] = (kind_of(pod), pod.started)
+
+    def _pod_changed(self, kind: str, key: object) -> None:
+        if kind == "pod" and isinstance(key, str):
+            self._changed.add(key)
 
     def overdue_of(self, group: str, holding: bool, clock: bool, wall: float) -> Overdue | None:
         """Whether GROUP is overdue, since when, and whether room is held for it (HOLDING).

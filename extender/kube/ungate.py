@@ -16,8 +16,8 @@ beyond the minimum go the same way whenever their room is planned (later, when n
 or room is freed). kube-scheduler then binds each pod to the one node it may use; nothing waits
 for the others, so gates mode relies on the plan's reservation instead of a bind gate.
 
-A plain pod the webhook gated because it replaces a moved pod (defragmentation) goes through
-the same `filter`: if it claims the move's held room (`Moves.claim`), it gets the same pin to
+A plain pod the webhook gated because it replaces a moved pod (defragmentation) claims the
+move's held room as `filter` has it claimed in extender mode (`Moves.claim`): it gets the same pin to
 that node and loses the gate; if no move is left for it (its room was given back, another
 replacement took it, a new leader holds no moves), it only loses the gate: a plain pod never
 stays gated for want of a move.
@@ -262,16 +262,14 @@ class Ungater:
     def place_plain(self, keys: Sequence[str]) -> dict[str, str]:
         """Each gated plain pod of KEYS -> the node held for it by a move it claims ("": none)."""
         state, moves = self.scheduler.state, self.scheduler.defragmenting.moves
-        nodes = NodeNames(sorted(state.nodes))
         now = time.monotonic()
         out: dict[str, str] = {}
         for key in keys:
             pod = state.pods.get(key)
             if pod is None or not gated(pod) or key in self._sent:
                 continue
-            result = self.scheduler.filter(pod, nodes, now)  # claims a move's room, as in extender mode
-            held = moves.claim(pod, now) if moves.is_moving(key) else None
-            out[key] = held if held is not None and result.nodes == [held] else ""
+            held = moves.claim(pod, now)  # what `filter` answers such a pod in extender mode
+            out[key] = held if held is not None and held in state.nodes else ""
         return out
 
     async def release_plain(self, keys: Sequence[str]) -> None:

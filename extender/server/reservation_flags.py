@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from extender.core.reservations import Settings as ReservationSettings
 from extender.model.max_wait import EXPECTED, MAX_WAIT_ANNOTATION, max_wait
-from extender.server.settings_error import SettingsError
+from extender.server.settings_error import SettingsError, whole_number
 
 RESERVATION_DEFAULTS = ReservationSettings()
 MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
@@ -27,14 +27,7 @@ def reservations(
     """--reservations (a whole number, bounded), --reserve-after (seconds), --reserve-order
     (whether the slots go to the largest gangs first) and --reserve-level (a level's name)."""
     text = pick(args.reservations, "TOPOGANG_RESERVATIONS")
-    limit = RESERVATION_DEFAULTS.limit
-    if text is not None:
-        if not text.strip().isdigit() or int(text) > MAX_RESERVATIONS:
-            raise SettingsError(
-                f"--reservations (TOPOGANG_RESERVATIONS): expected a whole number from 0 to {MAX_RESERVATIONS},"
-                f" got {text!r}"
-            )
-        limit = int(text)
+    limit = whole_number("--reservations", "TOPOGANG_RESERVATIONS", text, MAX_RESERVATIONS, RESERVATION_DEFAULTS.limit)
     after = seconds("--reserve-after", args.reserve_after, "TOPOGANG_RESERVE_AFTER", RESERVATION_DEFAULTS.reserve_after)
     order = (pick(args.reserve_order, "TOPOGANG_RESERVE_ORDER") or "queue").strip().lower()
     if order not in RESERVE_ORDERS:
@@ -60,11 +53,6 @@ def max_wait_flag(text: str | None) -> float | None:
 
 def estimate_gangs(text: str | None) -> int:
     """--estimate-gangs: a whole number, bounded."""
-    if text is None:
-        return RESERVATION_DEFAULTS.estimates
-    if not text.strip().isdigit() or int(text) > MAX_ESTIMATES:
-        raise SettingsError(
-            f"--estimate-gangs (TOPOGANG_ESTIMATE_GANGS): expected a whole number from 0 to {MAX_ESTIMATES},"
-            f" got {text!r}"
-        )
-    return int(text)
+    return whole_number(
+        "--estimate-gangs", "TOPOGANG_ESTIMATE_GANGS", text, MAX_ESTIMATES, RESERVATION_DEFAULTS.estimates
+    )

@@ -106,7 +106,7 @@ from extender import logs
 from extender.core.moves import MoveSettings
 from extender.server.limits import DEFAULT_MAX_BODY_MIB
 from extender.server.reservation_flags import RESERVATION_DEFAULTS, estimate_gangs, max_wait_flag, reservations
-from extender.server.settings_error import SettingsError
+from extender.server.settings_error import SettingsError, whole_number
 from extender.server.tls import TlsFiles
 
 MOVE_DEFAULTS = MoveSettings()
@@ -404,14 +404,9 @@ def _moves(
     owners = pick(args.move_controllers, "TOPOGANG_MOVE_CONTROLLERS") or "false"
     controllers = boolean("--move-controllers", "TOPOGANG_MOVE_CONTROLLERS", owners)
     text = pick(args.moves_per_hour, "TOPOGANG_MOVES_PER_HOUR")
-    per_hour = MOVE_DEFAULTS.per_hour
-    if text is not None:
-        if not text.strip().isdigit() or int(text) > MAX_MOVES_PER_HOUR:
-            raise SettingsError(
-                f"--moves-per-hour (TOPOGANG_MOVES_PER_HOUR): expected a whole number from 0 to {MAX_MOVES_PER_HOUR},"
-                f" got {text!r}"
-            )
-        per_hour = int(text)
+    per_hour = whole_number(
+        "--moves-per-hour", "TOPOGANG_MOVES_PER_HOUR", text, MAX_MOVES_PER_HOUR, MOVE_DEFAULTS.per_hour
+    )
     cooldown = seconds("--move-cooldown", args.move_cooldown, "TOPOGANG_MOVE_COOLDOWN", MOVE_DEFAULTS.cooldown)
     return replace(
         settings, defragment=on, move_controllers=controllers, moves_per_hour=per_hour, move_cooldown=cooldown
