@@ -59,3 +59,24 @@ def test_the_gangs_a_new_walk_has_not_reached_keep_their_previous_estimate() -> 
     spread.refresh_reservations(0.0, WALL)  # a new walk: 3 gangs estimated again, 5 kept
     assert starts(spread) == before
     assert len(spread.reserving.waits.estimates) == 8
+
+
+def test_an_estimate_read_after_nodes_went_names_the_domain_it_was_made_for() -> None:
+    scheduler = waiting(Settings(estimates=8, estimates_per_pass=0))
+    scheduler.refresh_reservations(0.0, WALL)
+    before = starts(scheduler)
+    assert {str(e.domain) for e in before.values() if e is not None} == {"block z1/b1", "block z1/b2"}
+    for node in NODES:  # (a status written before the next pass reads the estimates as they are)
+        scheduler.state.delete_node(node)
+    assert starts(scheduler) == before
+
+
+def test_a_walk_in_progress_starts_again_when_the_nodes_change() -> None:
+    spread = waiting(Settings(estimates=8, estimates_per_pass=3))
+    spread.refresh_reservations(0.0, WALL)
+    for node in [n for n in NODES if "-b2-" in n]:
+        spread.state.delete_node(node)
+    for _ in range(3):  # the walk of the old nodes would go on with their indices
+        spread.refresh_reservations(0.0, WALL)
+    now = starts(spread)
+    assert {str(e.domain) for g, e in now.items() if e is not None and not e.never} <= {"block z1/b1"}

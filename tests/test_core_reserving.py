@@ -77,6 +77,23 @@ def test_a_waiting_gang_holds_the_block_expected_to_free_first() -> None:
     assert "expected to start by 1970-01-12T13:47:40Z" in status.message
 
 
+def test_room_a_plan_holds_before_its_pods_bind_frees_as_work_that_starts_now() -> None:
+    scheduler, keys = setup()
+    node = free_b1_node(scheduler)
+    # A gang planned on the freed node, its pod not bound yet: bounded at 60 s, it frees by WALL + 60,
+    # as b1's running pods do. Counted as taken for good, b1 would never hold big, and the pass
+    # would hold b2 (expected to free at WALL + 1,800) or, with every block so held, nothing.
+    scheduler.state.set_podgroup("default/soon", podgroup({"minMember": 1}, name="soon"))
+    soon = pod("soon-0", group="soon", spec={"activeDeadlineSeconds": 60})
+    scheduler.observe_pod(soon)
+    assert scheduler.filter(soon, NODES, 0.0).nodes == [node]
+    waiting_with_room_held(scheduler, keys)
+    room = scheduler.reserving.of("default/big")
+    assert room is not None
+    assert str(room.domain) == "block z1/b1"
+    assert room.start == WALL + 60
+
+
 def test_held_room_is_kept_from_work_that_would_outlast_the_estimated_start() -> None:
     scheduler, keys = setup()
     waiting_with_room_held(scheduler, keys)

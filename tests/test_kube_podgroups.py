@@ -244,6 +244,31 @@ async def test_a_failed_write_is_one_log_line_and_is_tried_again() -> None:
     assert events.events[0][2] == "Unschedulable"
 
 
+async def test_a_gang_whose_status_cannot_be_read_is_logged_and_the_writer_goes_on() -> None:
+    scheduler, api, events = cluster(), FakeApi(), Events()
+    api.put_object(G_PATH, "uid-g")
+    status, broken = scheduler.status, [True]
+
+    def failing(group: str) -> Any:
+        if broken[0]:
+            raise IndexError("a bug reading this gang's status")
+        return status(group)
+
+    scheduler.status = failing  # type: ignore[method-assign]
+    writer = PodGroupWriter(api, scheduler, events, interval=0.01, incomplete_grace=0)
+    with capture_logs() as logs:
+        writer.start()
+        try:
+            await until(lambda: any(e["event"] == "podgroup status failed" for e in logs), "the failure logged")
+            failed = next(e for e in logs if e["event"] == "podgroup status failed")
+            assert (failed["group"], failed["log_level"]) == ("default/g", "error")
+            broken[0] = False
+            writer.touch("default/g")
+            await until(lambda: phase(api, G_PATH) is not None, "the writer to go on and write it")
+        finally:
+            await writer.stop()
+
+
 @pytest.mark.parametrize("running", [False, True])
 async def test_only_a_running_writer_listens(running: bool) -> None:
     scheduler, api, events = cluster(), FakeApi(), Events()

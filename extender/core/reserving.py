@@ -86,6 +86,7 @@ class Reserving:
         self._rows_key: tuple[int, tuple[str, ...]] = (-1, ())
         self._arrays: tuple[IntArray, Matrix, FloatArray, FloatArray] | None = None  # built from the rows
         self._kinds: list[str] = []  # each row's owner kind, in the order of the arrays
+        self._reserved_at = -1  # the reservations' version the arrays were built with
         self._recorded: dict[str, str] = {}  # group -> the reservation its PodGroup status shows
         self._waited: dict[str, tuple[str, str]] = {}  # group -> (overdue, queue) its PodGroup status shows
         self.told: set[str] = set()  # gangs found waiting outside kube-scheduler's calls: status to write
@@ -397,9 +398,10 @@ class Reserving:
             return self.settings
 
     def _running(self, wall: float, columns: Sequence[str]) -> Running:
-        """Running pods as arrays, their expected ends at WALL. What each pod contributes is kept
-        between passes (a pod's PodInfo is replaced when it changes, so identity says whether it
-        did): a pass costs one look per pod and vector arithmetic, not a parse of every pod."""
+        """Running pods, and pods about to run, as arrays, their expected ends at WALL. What each
+        pod contributes is kept between passes (a pod's PodInfo is replaced when it changes, so
+        identity says whether it did): a pass costs one look per pod and vector arithmetic, not a
+        parse of every pod."""
         key = (self._state.table.generation, tuple(columns))
         if self._rows_key != key:
             self._rows_key, self._rows, self._arrays = key, {}, None
@@ -407,6 +409,7 @@ class Reserving:
         claims = self._state.devices.claims_version
         rows = self._rows
         changed = len(rows) != len(self._state.pods) or self._arrays is None
+        changed |= self._reserved_at != self._state.reserved_version
         for name, pod in self._state.pods.items():
             row = rows.get(name)
             if row is None or row.pod is not pod or (pod.claims and row.claims != claims):
@@ -415,8 +418,9 @@ class Reserving:
         if len(rows) > len(self._state.pods):  # deleted pods' rows
             self._rows = rows = {k: v for k, v in rows.items() if k in self._state.pods}
         if changed or self._arrays is None:
-            kept = [r for r in rows.values() if r.node >= 0]
-            self._kinds = [kind_of(r.pod) for r in kept]
+            self._reserved_at = self._state.reserved_version
+            kept = [r for r in rows.values() if r.node >= 0] + _about_to_run(self._state, table, columns)
+            self._kinds = [r.kind for r in kept]
             self._arrays = (
                 np.fromiter((r.node for r in kept), np.int64, len(kept)),
                 np.array([r.request for r in kept], dtype=np.int64).reshape(len(kept), len(columns)),
@@ -441,12 +445,13 @@ class _Row:
     gives back when it ends per column, when it started and its bound. CLAIMS: the claims'
     version that room was read at (the devices its claims hold change without the pod)."""
 
-    pod: PodInfo
+    pod: PodInfo | None  # (None: room reserved for a pod not created yet)
     node: int
     request: tuple[int, ...]
     started: float | None
     bound: float | None
     claims: int = -1
+    kind: str = ""  # its owner's kind, for the run times learnt
 
     @staticmethod
     def of(pod: PodInfo, state: ClusterState, table: NodeTable, columns: Sequence[str]) -> _Row:
@@ -459,7 +464,24 @@ class _Row:
         # (its requests name no device once its claim is allocated)
         gives = state.claimed.held(pod, table.nodes)
         request = tuple(gives.get(r, 0) for r in columns)
-        return _Row(pod, where, request, started, pod.runtime_bound, claims)
+        return _Row(pod, where, request, started, pod.runtime_bound, claims, kind_of(pod))
+
+
+def _about_to_run(state: ClusterState, table: NodeTable, columns: Sequence[str]) -> list[_Row]:
+    """Room reserved for pods about to run (plans binding, preemptors' nominations, moved pods'
+    replacements): the snapshot counts it taken, so it frees as a pod that starts now would. Left
+    out, a gang being bound when another becomes overdue would hold its node for good in the pass's
+    eyes, and the overdue gang would get no room until the next pass."""
+    out = []
+    for key, (node, requests) in state.reservations.items():
+        where = table.index.get(node)
+        if where is None:
+            continue
+        pod = state.pods.get(key)  # (None: a stand-in for a pod not created yet)
+        request = tuple(requests.get(r, 0) for r in columns)
+        bound = pod.runtime_bound if pod is not None else None
+        out.append(_Row(pod, where, request, None, bound, kind=kind_of(pod) if pod is not None else ""))
+    return out
 
 
 def _matrix(table: NodeTable, columns: Sequence[str]) -> Matrix:

@@ -21,7 +21,7 @@ from extender.core.reservations import NEVER, BoolArray, FloatArray, Layout, Mat
 from extender.core.reservations import Waiting as Queued
 from extender.core.waits import Expected, Overdue
 from extender.model.pod import PodInfo
-from extender.placement import Domain, Gang
+from extender.placement import Domain, DomainRef, Gang
 
 
 def kind_of(pod: PodInfo) -> str:
@@ -43,19 +43,23 @@ class Waits:
         self.became_overdue: list[str] = []  # groups overdue since the caller last took them
         self.estimates: dict[str, Estimate] = {}  # group -> its estimated start, as of the last pass
         self.positions: dict[str, int] = {}  # queued group -> its place in the pass's order (from 1)
-        self._topology: dict[str, str] = {}  # group -> the Topology its estimate is of
+        # group -> the domain its estimate names, resolved when estimated: a domain's index is
+        # only good for the node table it was read from, and nodes come and go between passes
+        self._where: dict[str, DomainRef | None] = {}
         self._told: dict[str, float] = {}  # group -> the estimated start last taken by `take_moved`
-        self._walks: dict[str, Walk] = {}  # Topology -> its walk in progress, spread over passes
+        # Topology -> its walk in progress, spread over passes, and the node table's generation
+        # its snapshot is of (a walk of an older table is dropped: its node indices mean other nodes)
+        self._walks: dict[str, tuple[int, Walk]] = {}
         # Gangs planned while overdue: work that is not overdue may not evict them (the bound on
         # their wait would mean nothing if what they waited behind evicted them at once).
         self.protected: set[str] = set()
 
     def forget(self, group: str) -> None:
-        for kept in (self.estimates, self.positions, self.overdue, self.limits, self._topology):
+        for kept in (self.estimates, self.positions, self.overdue, self.limits, self._where):
             kept.pop(group, None)
 
     def clear(self) -> None:
-        self.limits, self.overdue, self.estimates, self.positions, self._topology = {}, {}, {}, {}, {}
+        self.limits, self.overdue, self.estimates, self.positions, self._where = {}, {}, {}, {}, {}
         self.became_overdue, self._told, self.protected, self._walks = [], {}, set(), {}
 
     def rank(self, order: list[str], since: Callable[[str], float], wall: float) -> list[str]:
@@ -83,7 +87,7 @@ class Waits:
             for g, e in self.estimates.items()
             if (p := self.positions.get(g, limit + 1)) <= limit
         }
-        self._topology = {g: t for g, t in self._topology.items() if g in self.estimates}
+        self._where = {g: d for g, d in self._where.items() if g in self.estimates}
         return ranked
 
     def walk(
@@ -106,7 +110,9 @@ class Waits:
         if not walk:
             self._walks.pop(topology, None)
             return
-        progress = self._walks.get(topology)
+        generation = self._state.table.generation
+        kept = self._walks.get(topology)
+        progress = kept[1] if kept is not None and kept[0] == generation else None
         if progress is None or progress.done:
             # A new walk, of this pass's snapshot; it goes on over the next passes until done,
             # each pass estimating `Settings.estimates_per_pass` gangs of it.
@@ -116,13 +122,18 @@ class Waits:
             learnt = Running(running.node, running.request, np.where(known, running.end, ends))
             runs = {w.key: run for w in walk if (run := self._gang_run(ready[w.key])) is not None}
             progress = Walk(wall, walk, free, learnt, known, layout, made, runs, settings)
-            self._walks[topology] = progress
+            self._walks[topology] = (generation, progress)
         per_pass = self.settings.estimates_per_pass
         waiting = {w.key for w in walk}
+        spec = self._state.topologies.get(topology)
+        tree = self._state.table.tree(spec) if spec is not None else None
         for e in progress.step(per_pass if per_pass > 0 else len(walk)):
             if e.key in waiting:  # a gang that started or left meanwhile gets none
                 self.estimates[e.key] = replace(e, position=self.positions[e.key])
-                self._topology[e.key] = topology
+                where = None
+                if tree is not None and e.level is not None and e.domain is not None and e.start != NEVER:
+                    where = tree.ref(Domain(e.level, e.domain))
+                self._where[e.key] = where
 
     def take_moved(self, wall: float, margin: float = 60.0) -> list[str]:
         """The groups whose estimated start appeared, went, or moved by more than a quarter of
@@ -196,10 +207,7 @@ class Waits:
         if e is None:
             return None
         never = e.start == NEVER
-        domain = None
-        topology = self._state.topologies.get(self._topology.get(group, ""))
-        if e.level is not None and e.domain is not None and topology is not None and not never:
-            domain = self._state.table.tree(topology).ref(Domain(e.level, e.domain))
+        domain = self._where.get(group)
         s = self.settings
         return Expected(
             self.positions.get(group, e.position),

@@ -249,7 +249,12 @@ class PodGroupWriter:
             if not scheduler.lookup.exists(group):
                 self.phases.pop(group, None)  # neither pods nor an object: gone
                 continue
-            status = self.scheduler.status(group)
+            try:
+                status = self.scheduler.status(group)
+            except Exception:  # a bug in one gang's status must not stop every other gang's
+                self.log.exception("podgroup status failed", group=group)
+                self.writes["failed"] += 1
+                continue
             self.phases[group] = status.phase
             work.append(self._write(group, status))
         busy += time.perf_counter() - since

@@ -43,6 +43,7 @@ from extender.server.gates_settings import GatesSettings, gates_settings_from
 from extender.server.http2 import Clients, serve_tls
 from extender.server.settings import Settings, settings_from
 from extender.server.settings_error import SettingsError
+from extender.server.tasks import periodically
 from extender.server.tls import TlsError, reload_on_change, server_context
 
 log = structlog.get_logger("topogang")
@@ -95,12 +96,7 @@ async def build(
             await webhook.start()
         leader = asyncio.create_task(lead(), name="leader election")
 
-        async def sweep() -> None:
-            while True:
-                await asyncio.sleep(EXPIRE_EVERY)
-                extender.expire()
-
-        sweeper = asyncio.create_task(sweep(), name="plan sweeper")
+        sweeper = asyncio.create_task(periodically(EXPIRE_EVERY, extender.expire, "sweep"), name="plan sweeper")
         try:
             yield
         finally:

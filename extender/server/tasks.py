@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -50,3 +50,14 @@ class Tasks:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def periodically(seconds: float, work: Callable[[], None], what: str) -> None:
+    """WORK every SECONDS until cancelled. A failure is logged with its traceback and the next
+    round runs: a bug met in one sweep must not stop every later one."""
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            work()
+        except Exception:
+            log.exception(f"{what} failed")
