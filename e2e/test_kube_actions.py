@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes_asyncio import client
+from structlog.testing import capture_logs
 
 from e2e.controlplane import FakeGpuNodes, FakeTopology, create_pod, gpu_pod, wait_pod_running
 from e2e.controlplane.kube import wait_for
@@ -90,6 +91,20 @@ async def test_nominate_sets_the_nominated_node_and_the_plan_generation_in_one_s
     untouched = await kube.get(PODS.object_path("v1", "b", namespace))
     assert not untouched["status"].get("nominatedNodeName")
     assert PLAN_GENERATION_ANNOTATION not in (untouched["metadata"].get("annotations") or {})
+
+
+async def test_a_nomination_that_reaches_a_pod_already_bound_is_moot_not_a_warning(
+    kube: KubeClient, kube_api: client.ApiClient, namespace: str, fake_gpu_nodes: FakeGpuNodes
+) -> None:
+    (node, _) = await fake_gpu_nodes.create(FakeTopology(nodes_per_rack=2))
+    actions = KubeActions(kube)
+    uid = await pending_pod(kube, kube_api, namespace, "early")
+    await actions.bind(namespace, "early", uid, node)  # bound before the nomination went out
+    with capture_logs() as logs:
+        await actions.nominate([(namespace, "early")], 4, lambda *_: node)
+    assert [e for e in logs if e["log_level"] != "debug"] == []
+    pod = await kube.get(PODS.object_path("v1", "early", namespace))
+    assert not pod["status"].get("nominatedNodeName")  # the API server refused it, as it should
 
 
 async def test_events_are_visible_through_the_api_and_repeats_bump_one_series(

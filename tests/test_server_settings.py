@@ -81,7 +81,10 @@ def test_the_maximum_wait_is_off_unless_asked_for_and_estimates_reach_the_first_
     assert settings("--max-wait=off", TOPOGANG_MAX_WAIT="2h").max_wait is None
     assert (settings().estimate_gangs, settings("--estimate-gangs=0").estimate_gangs) == (50, 0)
     reservations = serve._scheduler(settings("--max-wait=30m", "--estimate-gangs=7")).reserving.settings
-    assert (reservations.max_wait, reservations.estimates) == (1800.0, 7)
+    assert (reservations.max_wait, reservations.estimates, reservations.estimates_per_pass) == (1800.0, 7, 10)
+    spread = serve._scheduler(settings("--estimates-per-pass=3")).reserving.settings
+    assert spread.estimates_per_pass == 3
+    assert settings(TOPOGANG_ESTIMATES_PER_PASS="0").estimates_per_pass == 0  # the whole walk every pass
 
 
 def test_without_pod_name_the_identity_is_unique_per_process() -> None:
@@ -107,6 +110,7 @@ def test_without_both_pod_variables_there_is_no_pod_to_label() -> None:
         (["--max-wait=0s"], "--max-wait (TOPOGANG_MAX_WAIT): expected off or a positive duration with units"),
         (["--estimate-gangs=-1"], "--estimate-gangs (TOPOGANG_ESTIMATE_GANGS): expected a whole number from 0 to 1000"),
         (["--estimate-gangs=5000"], "--estimate-gangs (TOPOGANG_ESTIMATE_GANGS): expected a whole number from 0"),
+        (["--estimates-per-pass=ten"], "--estimates-per-pass (TOPOGANG_ESTIMATES_PER_PASS): expected a whole number"),
     ],
     ids=[
         "not-a-bool",
@@ -119,6 +123,7 @@ def test_without_both_pod_variables_there_is_no_pod_to_label() -> None:
         "max-wait-zero",
         "estimates-negative",
         "estimates-beyond-the-bound",
+        "estimates-per-pass-not-a-number",
     ],
 )
 def test_bad_values_are_refused_naming_the_flag(flags: list[str], message: str) -> None:

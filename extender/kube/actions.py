@@ -131,7 +131,7 @@ class KubeActions:
                 try:
                     await self.client.patch(PODS.object_path("v1", name, namespace, "status"), patch)
                 except ApiError as exc:
-                    if not _moot(exc):
+                    if not _moot(exc) and not _bound_already(exc):
                         self.log.warning("nominate failed", pod=f"{namespace}/{name}", node=node, error=str(exc))
 
         await asyncio.gather(*(one(ns, name) for ns, name in pods))
@@ -253,6 +253,13 @@ def _moot(exc: ApiError) -> bool:
     """A best-effort write that failed for nothing worth a word: the pod is gone, or this
     replica is no longer the leader (the new one writes what is still needed)."""
     return exc.status == 404 or isinstance(exc, NotLeading)
+
+
+def _bound_already(exc: ApiError) -> bool:
+    """A nomination that reached its pod after it was bound: the API server refuses a nominated
+    node on a bound pod, and the pod no longer needs steering (bound where planned, or the bind
+    check said why not)."""
+    return exc.status == 422 and "already bound" in exc.message
 
 
 def _event_name(obj: str) -> str:

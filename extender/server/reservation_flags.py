@@ -1,6 +1,6 @@
 """The flags of room reservations and waiting of `topogang serve` read (settings.py is their
 table): --reservations, --reserve-after, --reserve-order, --reserve-level, --max-wait and
---estimate-gangs."""
+--estimate-gangs and --estimates-per-pass."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from extender.server.settings_error import SettingsError, whole_number
 
 RESERVATION_DEFAULTS = ReservationSettings()
 MAX_RESERVATIONS = 64  # each costs a pass of vector counts per sweep: bounded
-MAX_ESTIMATES = 1000  # a walk of them is spread over passes, 10 a pass: bounded so estimates stay fresh
+MAX_ESTIMATES = 1000  # a walk of them is spread over passes (--estimates-per-pass): bounded so estimates stay fresh
 RESERVE_ORDERS = ("queue", "largest")
 # A node label key (an optional DNS-subdomain prefix and a name of up to 63 characters) or a
 # level's short name or alias: what TopologySpec.resolve accepts.
@@ -56,3 +56,9 @@ def estimate_gangs(text: str | None) -> int:
     return whole_number(
         "--estimate-gangs", "TOPOGANG_ESTIMATE_GANGS", text, MAX_ESTIMATES, RESERVATION_DEFAULTS.estimates
     )
+
+
+def estimates_per_pass(text: str | None) -> int:
+    """--estimates-per-pass: a whole number, bounded (0: the whole walk in every pass)."""
+    default = RESERVATION_DEFAULTS.estimates_per_pass
+    return whole_number("--estimates-per-pass", "TOPOGANG_ESTIMATES_PER_PASS", text, MAX_ESTIMATES, default)

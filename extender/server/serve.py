@@ -172,6 +172,7 @@ def _scheduler(settings: Settings) -> GangScheduler:
             largest_first=settings.reserve_largest_first,
             max_wait=settings.max_wait,
             estimates=settings.estimate_gangs,
+            estimates_per_pass=settings.estimates_per_pass,
         ),
         reserve_level=settings.reserve_level,
         moves=MoveSettings(

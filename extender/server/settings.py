@@ -59,6 +59,8 @@ maximum wait        --max-wait        TOPOGANG_MAX_WAIT       off (a duration su
 estimated starts    --estimate-gangs  TOPOGANG_ESTIMATE_GANGS 50 (the first this many gangs waiting
                                                               get an estimated start at each pass;
                                                               0: none)
+                    --estimates-per-pass  TOPOGANG_ESTIMATES_PER_PASS  10 (gangs of that walk
+                                                              estimated per pass; 0: all)
 log level / format  --log-level, --log-format  TOPOGANG_LOG_LEVEL, TOPOGANG_LOG_FORMAT
 request body limit  --max-body        TOPOGANG_MAX_BODY       32 (MiB; see server/limits.py)
 
@@ -105,7 +107,13 @@ from pathlib import Path
 from extender import logs
 from extender.core.moves import MoveSettings
 from extender.server.limits import DEFAULT_MAX_BODY_MIB
-from extender.server.reservation_flags import RESERVATION_DEFAULTS, estimate_gangs, max_wait_flag, reservations
+from extender.server.reservation_flags import (
+    RESERVATION_DEFAULTS,
+    estimate_gangs,
+    estimates_per_pass,
+    max_wait_flag,
+    reservations,
+)
 from extender.server.settings_error import SettingsError, whole_number
 from extender.server.tls import TlsFiles
 
@@ -133,6 +141,7 @@ class Settings:
     reserve_level: str | None = None  # --reserve-level: only gangs of this level or coarser hold room
     max_wait: float | None = RESERVATION_DEFAULTS.max_wait  # --max-wait; None: off
     estimate_gangs: int = RESERVATION_DEFAULTS.estimates  # --estimate-gangs
+    estimates_per_pass: int = RESERVATION_DEFAULTS.estimates_per_pass  # --estimates-per-pass
     nominate: bool = True  # steer planned members with status.nominatedNodeName (kube-scheduler 1.35+)
     bind_ahead: bool = True  # bind a planned gang at once when kube-scheduler has nothing to add (core/binding.py)
     defragment: bool = True  # move movable pods out of a domain a waiting gang needs whole (core/defragmenting.py)
@@ -228,6 +237,13 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
         "N",
         f"the first N gangs waiting for room get an estimated start at each pass; 0: none"
         f" (TOPOGANG_ESTIMATE_GANGS; {RESERVATION_DEFAULTS.estimates})",
+    ),
+    (
+        "--estimates-per-pass",
+        "N",
+        "one walk of those gangs is spread over passes, N gangs a pass (each one search over the running pods'"
+        f" ends), so a pass's cost does not grow with --estimate-gangs; 0: the whole walk in every pass"
+        f" (TOPOGANG_ESTIMATES_PER_PASS; {RESERVATION_DEFAULTS.estimates_per_pass})",
     ),
     (
         "--moves-per-hour",
@@ -377,6 +393,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     )
     settings = replace(settings, max_wait=max_wait_flag(pick(args.max_wait, "TOPOGANG_MAX_WAIT")))
     settings = replace(settings, estimate_gangs=estimate_gangs(pick(args.estimate_gangs, "TOPOGANG_ESTIMATE_GANGS")))
+    per_pass = estimates_per_pass(pick(args.estimates_per_pass, "TOPOGANG_ESTIMATES_PER_PASS"))
+    settings = replace(settings, estimates_per_pass=per_pass)
     settings = _transport(settings, args, pick)
     if settings.leader_elect and not (
         settings.lease_duration > settings.lease_renew_deadline > 1.2 * settings.lease_retry_period
