@@ -19,6 +19,7 @@ from extender.core.apply import apply_object
 from extender.core.cluster import ClusterState
 from extender.core.decisions import BIND
 from extender.core.defrag import find_moves
+from extender.core.explain import explain, render
 from extender.core.movable import movability
 from extender.core.movable_members import movable_members
 from extender.core.moves import PREFIX
@@ -169,6 +170,22 @@ def test_an_optional_member_moves_within_its_gangs_block_and_its_replacement_is_
     assert done.event is not None
     assert done.event.outcome == "planned"
     assert set(sched.reserved("default/big").values()) == {"z1-b1-r1-n1", "z1-b1-r1-n2"}
+
+
+def test_the_moved_members_gang_says_which_pod_moved_for_whom_and_where_its_replacement_goes() -> None:
+    sched = cluster()
+    sched.filter(sched.state.pods["default/big-0"], NODES, 0.0)
+    said = (
+        "moved at 0s on the scheduler's clock, no wall clock known for default/big, to make rack z1/b1/r1 whole:"
+        f" 1 pod(s) evicted, each replaced by its controller in room held for it (default/el-2 to node {HOME})"
+    )
+    told = explain(sched, EL)
+    assert told.evicted == said
+    assert f"Evicted: {said}" in render([told])
+    assert explain(sched, EL, "default/el-2").asked is not None  # asked by the moved pod's name: its gang
+    assert sched.status(EL).last_eviction == said.replace(" at 0s on the scheduler's clock, no wall clock known", "")
+    sched.delete_pod("default/el-2")  # gone: the memory stays (its gang still runs el-0, el-1)
+    assert explain(sched, EL).evicted == said
 
 
 def test_a_replacement_that_never_binds_gives_the_room_back_when_its_plan_expires() -> None:

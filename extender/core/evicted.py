@@ -2,9 +2,10 @@
 
 A preempted gang's pods are deleted, and without its pods a gang is nowhere to be found; a
 repaired gang's moved pods are recreated under new names. So every eviction topogang decides is
-kept here, newest last: who was evicted, why (preempted for another gang, moved by a repair,
-given up by recovery or as unrepairable), by whom, where, which pods and when (the callers'
-clock). The parts record as they decide (`Preempting`, `Repairs`, recovery); `explain` reads.
+kept here, newest last: who was evicted, why (preempted for another gang, moved by a repair or
+to make a domain whole for another gang, given up by recovery or as unrepairable), by whom,
+where, which pods and when (the callers' clock). The parts record as they decide (`Preempting`,
+`Repairs`, recovery); `explain` reads.
 
 Bounded: at most LIMIT workloads are kept (the oldest forgotten first) and at most POD_LIMIT pod
 names each (a pod beyond them is not found by name; its gang still is). What PodGroup statuses
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from extender.placement import Preemption
 
 PREEMPTED, REPAIRED, RECOVERY, UNREPAIRABLE = "Preempted", "Repaired", "PartialGangEvicted", "Unrepairable"
+MOVED = "Moved"  # to make a domain whole for another gang (defragmentation)
 LIMIT = 256
 POD_LIMIT = 1024
 
@@ -30,7 +32,7 @@ class Eviction:
     """One workload's pods evicted by one decision."""
 
     workload: str  # the gang's key, or a plain pod's
-    cause: str  # PREEMPTED, REPAIRED, RECOVERY, UNREPAIRABLE
+    cause: str  # PREEMPTED, MOVED, REPAIRED, RECOVERY, UNREPAIRABLE
     by: str  # the gang the room was for (itself for a repair)
     what: str  # the decision in a few words: "1 workload(s), 4 pod(s), priority <= 10, ..."
     pods: tuple[str, ...]  # the pods evicted (the first POD_LIMIT)
@@ -50,6 +52,11 @@ class Eviction:
             return (
                 f"preempted{at} by {self.by}, for {self.where}: {self.count} pod(s){part} evicted ({shown}); "
                 f"the victims in all: {self.what}"
+            )
+        if self.cause == MOVED:
+            return (
+                f"moved{at} for {self.by}, to make {self.where} whole: {self.count} pod(s) evicted, "
+                f"each replaced by its controller in room held for it ({self.what})"
             )
         if self.cause == REPAIRED:
             return f"repaired{at}: {self.what}; pods evicted to move: {shown}"
@@ -93,6 +100,19 @@ class Evicted:
             gang = workload not in keys
             what, whole, where = p.cost.describe(p.resources), workload not in partial, str(p.domain)
             self.record(Eviction(workload, PREEMPTED, p.gang, what, _first(keys), len(keys), now, whole, gang, where))
+
+    def moved(self, p: Preemption, now: float, group_of: Callable[[str], str | None]) -> None:
+        """P's moved pods, as the move is decided: each gang (GROUP_OF its pods) and plain pod a
+        pod moves from, with the node held for each one's replacement."""
+        pods: dict[str, list[str]] = {}
+        for pod in p.moves:
+            pods.setdefault(group_of(pod) or pod, []).append(pod)
+        for workload, keys in pods.items():
+            shown = sorted(keys)
+            to = ", ".join(f"{k} to node {p.moves[k]}" for k in shown[:8]) + (" ..." if len(shown) > 8 else "")
+            gang = workload not in keys  # (a gang's moved pods are beyond its minimum: never whole)
+            where = str(p.domain)
+            self.record(Eviction(workload, MOVED, p.gang, to, _first(shown), len(keys), now, not gang, gang, where))
 
     def of(self, workload: str) -> Eviction | None:
         return self._by_workload.get(workload)

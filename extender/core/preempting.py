@@ -90,7 +90,9 @@ class Preempting:
     def hold(self, preemption: Preemption, now: float) -> Nomination:
         """Hold PREEMPTION's room for its gang while its victims leave (defragmentation's too)."""
         gone = {p for p in preemption.pods if p not in self.state.pods or self.state.pods[p].node_name is None}
-        if not preemption.moves:  # (moved pods keep running elsewhere: not preempted)
+        if preemption.moves:  # (moved pods are made again elsewhere: not preempted)
+            self.evicted.moved(preemption, now, self.membership.group_of)
+        else:
             self.evicted.preempted(preemption, now, self.membership.group_of)
         nom = self.nominations.start(preemption, now, gone)
         expected = self.membership.view(nom.group).expected  # pods not created yet it plans for too

@@ -10,8 +10,9 @@ Status (scheduling.topogang.io/v1alpha1, field names as in manifests/base/crds/p
     domains      {"PodGroup": "zone z1", "<SubGroup>": "rack z1/b1/r3", ...} once placed
     subGroups    [{name, minMember, pods, planned, bound, domain}]
     lastRepair   {message, time}: the last repair (a broken part moved whole), kept across leaders
-    lastEviction {message, time}: what evicted its pods last (preempted for another gang, given up
-                 by recovery or as unrepairable), kept across leaders, for `explain`
+    lastEviction {message, time}: what evicted its pods last (preempted for another gang, moved to
+                 make a domain whole for one, given up by recovery or as unrepairable), kept
+                 across leaders, for `explain`
     reservation  {domain, nodes, since, estimatedStart}: room held for the gang while it waits
                  (core/reservations.py); absent otherwise
     estimatedStart, queuePosition  while it waits for room, among the first gangs of the queue:
