@@ -43,14 +43,15 @@ def member(
     upstream: bool = False,
     terms: list[dict[str, Any]] | None = None,
     subgroup: str | None = None,
+    gang: bool = True,
 ) -> PodInfo:
     """A 4-GPU pod of Job `el` (uid job-uid-el), of the gang `el`: topogang's PodGroup, or
-    (UPSTREAM) Kubernetes' PodGroup `el`; STARTED: the minute it started; TERMS: its required
-    node affinity."""
+    (UPSTREAM) Kubernetes' PodGroup `el`, or (not GANG) of none; STARTED: the minute it started;
+    TERMS: its required node affinity."""
     meta: dict[str, Any] = {
         "name": name,
         "namespace": "default",
-        "annotations": {} if upstream else {"pod-group-name": "el"},
+        "annotations": {} if upstream or not gang else {"pod-group-name": "el"},
         "ownerReferences": [
             {"apiVersion": "batch/v1", "kind": "Job", "name": "el", "uid": "job-uid-el", "controller": True}
         ],
@@ -186,6 +187,23 @@ def test_the_moved_members_gang_says_which_pod_moved_for_whom_and_where_its_repl
     assert sched.status(EL).last_eviction == said.replace(" at 0s on the scheduler's clock, no wall clock known", "")
     sched.delete_pod("default/el-2")  # gone: the memory stays (its gang still runs el-0, el-1)
     assert explain(sched, EL).evicted == said
+
+
+def test_a_pod_of_the_same_controller_outside_the_gang_does_not_take_a_moved_members_room() -> None:
+    sched = cluster()
+    sched.filter(sched.state.pods["default/big-0"], NODES, 0.0)
+    sched.delete_pod("default/el-2")
+    # el's Job makes a pod outside el as well: the Job's own gang (the built-in Job grouper's)
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "el", "uid": "job-uid-el"}}
+    apply_object(sched, {**job, "metadata": {**job["metadata"], "namespace": "default"}, "spec": {"parallelism": 4}})
+    helper = member("helper", None, gang=False)
+    sched.observe_pod(helper)
+    assert sched.membership.group_of(helper.key) not in (None, EL)
+    assert HOME not in sched.filter(helper, NODES, 1.0).nodes  # the room stays held for el's member
+    assert sched.defragmenting.moves.by_pod["default/el-2"].claimed is None
+    new = member("el-3", None)
+    sched.observe_pod(new)
+    assert sched.filter(new, NODES, 2.0).nodes == [HOME]
 
 
 def test_a_replacement_that_never_binds_gives_the_room_back_when_its_plan_expires() -> None:

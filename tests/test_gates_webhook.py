@@ -341,7 +341,7 @@ def test_gates_mode_gates_a_pod_that_would_replace_a_moved_pod_and_nothing_else(
     webhook = Webhook(sched, GATES, lambda: True)
     _, out = review(webhook, replacement(), namespace="default")
     assert out["spec"]["schedulingGates"] == [{"name": GATE}]
-    assert sched.defragmenting.moves.awaiting(created(replacement(), "web-x")) is not None  # asked, not claimed
+    assert sched.defragmenting.moves.awaiting(created(replacement(), "web-x"), None) is not None  # asked, not claimed
     assert not sched.defragmenting.moves.is_moving("default/web-x")
     for other in (replacement(rs="other"), replacement(gpus=2)):  # another owner; requests beyond the room
         response, _ = review(webhook, other, namespace="default")

@@ -110,7 +110,7 @@ class Defragmenting:
         self._tried.pop(group, None)
         self.last.pop(group, None)
         nom = self.preempting.hold(found, now)
-        self.moves.hold(group, found.moves, now)
+        self.moves.hold(group, found.moves, now, self.membership.group_of)
         return nom
 
     def blocked(self, group: str, why: Shortfall | BudgetBlocked) -> Shortfall | BudgetBlocked:

@@ -4,9 +4,9 @@ A moved pod is evicted and recreated by its controller under a new name (a State
 the same). Its new room is reserved in `ClusterState` at once, under a key of its own
 (`move:<namespace>/<name>`), so gangs plan around it and plain pods are kept off it like any
 reservation. The first unbound pod of the same controller and namespace whose requests fit that
-room *claims* it: the reservation passes to the new pod's key, the filter answers it with that
-node alone, and the reservation goes when the pod is seen bound (or deleted). Room no pod
-claimed within the timeout is given back.
+room, and of the same gang (a plain pod's by a plain pod), *claims* it: the reservation passes to
+the new pod's key, the filter answers it with that node alone, and the reservation goes when the
+pod is seen bound (or deleted). Room no pod claimed within the timeout is given back.
 
 Bounded disruption: at most `per_hour` pods are moved in any hour (a sliding window), and a pod
 moved (or a replacement placed by a move) is not moved again within `cooldown` seconds. Both
@@ -19,7 +19,7 @@ Synchronous and clock-free like the rest of the core: callers pass `now`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from extender.core.cluster import ClusterState
@@ -56,6 +56,7 @@ class Move:
     node: str  # its new room
     group: str  # the gang it made room for
     deadline: float
+    member_of: str | None = None  # the gang the moved pod is a member of (None: a plain pod)
     claimed: str | None = None  # the replacement holding the room now
 
 
@@ -113,13 +114,15 @@ class Moves:
 
     # -- holding and claiming ------------------------------------------------------------------
 
-    def hold(self, group: str, moves: Mapping[str, str], now: float) -> None:
-        """Reserve each moved pod's new room (MOVES: pod -> node) and count the moves."""
+    def hold(self, group: str, moves: Mapping[str, str], now: float, group_of: Callable[[str], str | None]) -> None:
+        """Reserve each moved pod's new room (MOVES: pod -> node) and count the moves; GROUP_OF: the
+        gang a pod is a member of, which its replacement must be a member of too."""
         for key, node in sorted(moves.items()):
             pod = self.state.pods[key]
             ref = pod.controller
             assert ref is not None, "only pods a controller recreates are moved"
-            move = Move(key, (pod.namespace, ref.kind, ref.uid), pod.requests, node, group, now + self.settings.timeout)
+            owner, deadline = (pod.namespace, ref.kind, ref.uid), now + self.settings.timeout
+            move = Move(key, owner, pod.requests, node, group, deadline, member_of=group_of(key))
             self.release(key)
             self.by_pod[key] = move
             self.state.reserve(PREFIX + key, node, pod.requests)
@@ -128,11 +131,12 @@ class Moves:
             self.total += 1
 
     def claim(self, pod: PodInfo, now: float) -> str | None:
-        """The node held for POD, if it replaces a moved pod (claiming that room on first ask)."""
+        """The node held for POD, a plain pod, if it replaces a moved plain pod (claiming that room
+        on first ask)."""
         moved = self._claimed.get(pod.key)
         if moved is not None:
             return self.by_pod[moved].node
-        move = self.awaiting(pod)
+        move = self.awaiting(pod, None)
         if move is None:
             return None
         move.claimed = pod.key
@@ -142,23 +146,25 @@ class Moves:
         self._cool[pod.key] = now + self.settings.cooldown
         return move.node
 
-    def awaiting(self, pod: PodInfo) -> Move | None:
-        """The unclaimed move POD would claim, claiming nothing (gates mode's webhook asks it of a
-        pod being created, which may have no name yet)."""
+    def awaiting(self, pod: PodInfo, group: str | None) -> Move | None:
+        """The unclaimed move POD, a member of GROUP (None: a plain pod), would claim, claiming
+        nothing (gates mode's webhook asks it of a pod being created, which may have no name yet).
+        A controller may make both kinds: a gang member's room goes to a member of its gang only."""
         ref = pod.controller
         if ref is None or pod.node_name is not None or not self.by_pod:
             return None
         owner = (pod.namespace, ref.kind, ref.uid)
         for move in self.by_pod.values():
-            if move.claimed is None and move.owner == owner and _fits(pod.requests, move.requests):
+            mine = move.claimed is None and move.owner == owner and move.member_of == group
+            if mine and _fits(pod.requests, move.requests):
                 return move
         return None
 
-    def take(self, pod: PodInfo, now: float) -> Move | None:
-        """The unclaimed move POD (a gang member's replacement) replaces, over: its room is given
-        back for the caller to hold in POD's gang plan at once (`Plans.adopt`); POD stays in place
-        for the cooldown, as a claiming replacement does."""
-        move = self.awaiting(pod)
+    def take(self, pod: PodInfo, group: str, now: float) -> Move | None:
+        """The unclaimed move POD (a member of GROUP replacing a member moved) replaces, over: its
+        room is given back for the caller to hold in GROUP's plan at once (`Plans.adopt`); POD
+        stays in place for the cooldown, as a claiming replacement does."""
+        move = self.awaiting(pod, group)
         if move is None:
             return None
         self.release(move.pod)

@@ -158,7 +158,7 @@ class GangScheduler:
             return refuse(nodes, f"topogang: {held}", group)
         event = None
         gp = self.plans.claim(group, pod, self.membership.slot)  # (it may take room held before it existed)
-        if (gp is None or pod.key not in gp.reserved) and (moved := self.defragmenting.moves.take(pod, now)):
+        if (gp is None or pod.key not in gp.reserved) and (moved := self.defragmenting.moves.take(pod, group, now)):
             gp = self.plans.adopt(group, pod, moved.node, now)  # it replaces a member moved for another gang
             event = PlanEvent(group, "extended", 1, (moved.node,), reason=f"replaces {moved.pod}: the room held for it")
         if gp is None or pod.key not in gp.reserved:

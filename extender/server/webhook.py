@@ -169,7 +169,7 @@ class Webhook:
     def _replaces_moved(self, pod: PodInfo) -> bool:
         """A plain pod its controller makes in place of a moved one: gated, so that the ungater
         pins it to the room held for it (kube-scheduler alone could put it back where it was)."""
-        move = self.scheduler.defragmenting.moves.awaiting(pod)
+        move = self.scheduler.defragmenting.moves.awaiting(pod, None)
         if move is not None:
             log.info("moved pod's replacement gated", pod=pod.key, moved=move.pod, node=move.node, group=move.group)
         return move is not None
