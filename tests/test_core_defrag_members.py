@@ -26,7 +26,7 @@ from extender.core.moves import PREFIX
 from extender.core.preemption import running_workloads
 from extender.core.scheduler import GangScheduler
 from extender.model import annotation_keys as keys
-from extender.model.pod import PodInfo, parse_pod, unpinned
+from extender.model.pod import PINNED_NODE_ANNOTATION, PodInfo, parse_pod, unpinned
 from extender.placement.victims import NoPreemption, Preemption
 from tests.builders import BLOCK, GPU, TOPO, grid, pod, podgroup
 
@@ -71,6 +71,12 @@ def member(
         spec["nodeName"] = node
         status = {"phase": "Running", "startTime": f"2026-01-01T00:{started:02d}:00Z"}
     return parse_pod({"metadata": meta, "spec": spec, "status": status})
+
+
+def gates_pinned(p: PodInfo) -> PodInfo:
+    """P as gates mode releases it: the annotation that says the pin to its node is topogang's."""
+    assert p.node_name is not None
+    return replace(p, annotations={**p.annotations, PINNED_NODE_ANNOTATION: p.node_name})
 
 
 def cluster(
@@ -296,20 +302,35 @@ def test_no_member_of_a_gang_with_a_repair_or_preemption_of_its_own_moves() -> N
 
 
 def test_gates_modes_pin_to_its_node_is_no_rule_of_the_member_its_own_terms_are() -> None:
-    # gates mode released el-2 pinned to its node, on top of its own term (a label every node has)
+    # gates mode released el-2 pinned to its node (and said so), on top of its own term (a label every node has)
     own = {"key": "example.com/topology-zone", "operator": "In", "values": ["z1"]}
     pin = {"key": "metadata.name", "operator": "In", "values": ["z1-b1-r1-n1"]}
+    ours = {PINNED_NODE_ANNOTATION: "z1-b1-r1-n1"}
     sched = cluster()
-    pinned = member("el-2", "z1-b1-r1-n1", 3, terms=[{"matchExpressions": [own], "matchFields": [pin]}])
+    pinned = gates_pinned(member("el-2", "z1-b1-r1-n1", 3, terms=[{"matchExpressions": [own], "matchFields": [pin]}]))
     sched.observe_pod(pinned)
     found = search(sched)
     assert isinstance(found, Preemption), found
     assert dict(found.moves) == {"default/el-2": HOME}
-    assert unpinned(pinned.placement, "z1-b1-r1-n1") == member("x", None, terms=[{"matchExpressions": [own]}]).placement
-    assert unpinned(member("x", None, terms=[{"matchFields": [pin]}]).placement, "z1-b1-r1-n1").affinity == ()
+    bare = member("x", None, terms=[{"matchExpressions": [own]}]).placement
+    assert unpinned(pinned.placement, "z1-b1-r1-n1", ours) == bare
+    assert unpinned(member("x", None, terms=[{"matchFields": [pin]}]).placement, "z1-b1-r1-n1", ours).affinity == ()
     # its own terms still count: a zone no node is in leaves it nowhere to go
     elsewhere = {**own, "values": ["z9"]}
-    sched.observe_pod(member("el-2", "z1-b1-r1-n1", 3, terms=[{"matchExpressions": [elsewhere], "matchFields": [pin]}]))
+    sched.observe_pod(
+        gates_pinned(member("el-2", "z1-b1-r1-n1", 3, terms=[{"matchExpressions": [elsewhere], "matchFields": [pin]}]))
+    )
     found = search(sched)
     assert isinstance(found, NoPreemption)
     assert "no node it may use in block z1/b1 (its own gang's required block) lies outside" in found.reason
+
+
+def test_a_pin_to_its_node_the_user_wrote_is_a_rule_of_the_member_it_is_not_moved() -> None:
+    pin = {"key": "metadata.name", "operator": "In", "values": ["z1-b1-r1-n1"]}
+    sched = cluster()
+    sched.observe_pod(member("el-2", "z1-b1-r1-n1", 3, terms=[{"matchFields": [pin]}]))  # no mark: the user's
+    found = search(sched)
+    assert isinstance(found, NoPreemption), found
+    assert "no node it may use in block z1/b1 (its own gang's required block) lies outside" in found.reason
+    placement = sched.state.pods["default/el-2"].placement
+    assert unpinned(placement, "z1-b1-r1-n1", {}) == placement

@@ -26,7 +26,7 @@ from extender.grouping.admission import admit
 from extender.grouping.result import SegmentPosition
 from extender.kube.certs import self_signed
 from extender.kube.ungate import GATE, Ungater, pin_patch
-from extender.model.pod import PodInfo, parse_pod
+from extender.model.pod import PINNED_NODE_ANNOTATION, PodInfo, parse_pod
 from extender.server.extender import Extender
 from extender.server.gates import GatesMode
 from extender.server.gates_settings import GatesSettings, add_gates_arguments, gates_settings_from
@@ -278,6 +278,7 @@ def test_pin_patch_narrows_existing_terms_and_removes_only_our_gate() -> None:
     terms = patch["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"] == [{"matchFields": [want]}]
     assert patch["spec"]["schedulingGates"] == [{"$patch": "delete", "name": GATE}]
+    assert patch["metadata"]["annotations"] == {PINNED_NODE_ANNOTATION: "n1"}  # the pin is topogang's
     own = [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}, {"matchFields": [{"key": "x"}]}]
     narrowed = pin_patch(p, "n1", own)["spec"]["affinity"]["nodeAffinity"]
     terms = narrowed["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -368,7 +369,7 @@ async def test_the_ungater_pins_a_gated_replacement_to_its_held_room_and_only_un
     assert set(client.patches) == {"web-c", "web-d"}
     uid = sched.state.pods["default/web-c"].uid
     assert client.patches["web-c"] == pin_patch(sched.state.pods["default/web-c"], held, [])
-    assert client.patches["web-c"]["metadata"] == {"uid": uid}
+    assert client.patches["web-c"]["metadata"] == {"uid": uid, "annotations": {PINNED_NODE_ANNOTATION: held}}
     assert client.patches["web-d"]["spec"] == {"schedulingGates": [{"$patch": "delete", "name": GATE}]}
     assert sched.state.reservations["default/web-c"][0] == held
     assert sched.defragmenting.moves.is_moving("default/web-c")

@@ -63,7 +63,8 @@ def movable_members(
     out = []
     for p in pods:
         within, home = _home(state, gang, finest.get(p.key), p.node)
-        out.append(MovableMember(p, workload.key, within, home, unpinned(state.pods[p.key].placement, p.node)))
+        info = state.pods[p.key]
+        out.append(MovableMember(p, workload.key, within, home, unpinned(info.placement, p.node, info.annotations)))
     return out
 
 

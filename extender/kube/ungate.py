@@ -41,7 +41,7 @@ from extender.core.scheduler import GangScheduler
 from extender.kube.background import Background
 from extender.kube.client import ApiError
 from extender.kube.resources import PODS
-from extender.model.pod import TOPOGANG_GATE, PodInfo
+from extender.model.pod import PINNED_NODE_ANNOTATION, TOPOGANG_GATE, PodInfo
 
 GATE = TOPOGANG_GATE
 NAME_FIELD = "metadata.name"
@@ -92,7 +92,9 @@ def pin_patch(pod: PodInfo, node: str, terms: Sequence[Mapping[str, Any]]) -> di
         pinned = [{"matchFields": [requirement]}]
     required = {"nodeSelectorTerms": pinned}
     return {
-        "metadata": {"uid": pod.uid},  # a pod recreated under the same name is not this one
+        # (the uid: a pod recreated under the same name is not this one; the annotation: the pin is
+        # topogang's, which a move of the pod may drop, not the user's)
+        "metadata": {"uid": pod.uid, "annotations": {PINNED_NODE_ANNOTATION: node}},
         "spec": {
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}},
             "schedulingGates": [{"$patch": "delete", "name": GATE}],

@@ -275,6 +275,7 @@ TOPOGANG = _under(
     "max-wait",
     "movable",
     "plan-generation",
+    "pinned-node",
     "segment-index",
     "gang",
     "gates",

@@ -44,10 +44,13 @@ class Placement:
     affinity: tuple[NodeSelectorTerm, ...] = ()
 
 
-def unpinned(placement: Placement, node: str) -> Placement:
-    """PLACEMENT without a pin to NODE (a `metadata.name In [NODE]` field of each term): what gates
-    mode adds to a member it releases (kube/ungate.py), and what the pod its controller makes in
-    its place does not carry. Terms left empty go; none left: no node affinity."""
+def unpinned(placement: Placement, node: str, annotations: Mapping[str, str]) -> Placement:
+    """PLACEMENT without a pin to NODE (a `metadata.name In [NODE]` field of each term) when gates
+    mode put it there (ANNOTATIONS, the pod's, say so): what it adds to a member it releases
+    (kube/ungate.py), and what the pod its controller makes in its place does not carry. Terms left
+    empty go; none left: no node affinity. A pin the user wrote stays."""
+    if annotations.get(PINNED_NODE_ANNOTATION) != node:
+        return placement
     pin = ("metadata.name", "In", (node,))
     if not any((r.key, r.operator, r.values) == pin for t in placement.affinity for r in t.fields):
         return placement
@@ -62,6 +65,9 @@ def unpinned(placement: Placement, node: str) -> Placement:
 TOPOGANG_GATE = "scheduling.topogang.io/gang"  # the scheduling gate gates mode puts on gang pods
 # Written by topogang on planned members (with their nomination) to requeue them in kube-scheduler.
 PLAN_GENERATION_ANNOTATION = "scheduling.topogang.io/plan-generation"
+# Written by gates mode with the pin to a released member's node: the pin is topogang's, not the
+# user's (a user's own pin to that node stays a rule of the pod when it could be moved).
+PINNED_NODE_ANNOTATION = "scheduling.topogang.io/pinned-node"
 
 
 @dataclass(frozen=True, slots=True)
