@@ -18,7 +18,7 @@ from extender.core.queues import KAI_QUEUE
 from extender.core.reservations import Settings, expected_end
 from extender.core.scheduler import GangScheduler
 from extender.model.pod import PodInfo, parse_pod
-from tests.builders import TOPO, grid, node, pod, podgroup
+from tests.builders import GPU, TOPO, grid, node, pod, podgroup
 
 NODES = [n.name for n in grid(blocks=2, racks=2, nodes=2)]
 WALL = 1_000_000.0  # the wall clock when the scheduler's own clock reads 0
@@ -92,6 +92,19 @@ def test_room_a_plan_holds_before_its_pods_bind_frees_as_work_that_starts_now() 
     assert room is not None
     assert str(room.domain) == "block z1/b1"
     assert room.start == WALL + 60
+
+
+def test_room_a_preemptor_holds_where_its_victims_run_is_not_free_when_the_victims_end() -> None:
+    scheduler, keys = setup()
+    # Each b1 node: its running pod ends at its bound (60 s), and a preemptor's 8 GPUs are reserved
+    # there already (a nomination); the preemptors run on after, expected for 1,800 s. b1 holds big
+    # only then, as b2 does: not at 60 s, and never as if each node had 16 GPUs.
+    for n in [n for n in NODES if "-b1-" in n]:
+        scheduler.state.reserve(f"default/preemptor-{n}", n, {GPU: 8000, "cpu": 1000, "pods": 1000})
+    waiting_with_room_held(scheduler, keys)
+    room = scheduler.reserving.of("default/big")
+    assert room is not None
+    assert room.start == WALL + 1800
 
 
 def test_held_room_is_kept_from_work_that_would_outlast_the_estimated_start() -> None:

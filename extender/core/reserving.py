@@ -383,10 +383,13 @@ class Reserving:
 
     def _free(self, layout: Layout, columns: Sequence[str]) -> Matrix:
         """Room free now per node and column, as the planner reads it (`ClusterState.snapshot`:
-        bound pods, reservations and devices allocated claims hold); none on unschedulable nodes."""
+        bound pods, reservations and devices allocated claims hold); none on unschedulable nodes.
+        Below zero where more is held than the node has (a preemptor's room reserved while its
+        victims still run): both free as they end, so the deficit is kept for them to fill, not
+        clipped (what fits reads negative room as none: `_fit`)."""
         snapshot = self._state.snapshot()
         out: Matrix = np.stack([snapshot.free(r) for r in columns], axis=1).astype(np.int64)
-        return np.minimum(np.maximum(out, 0), layout.capacity)
+        return np.minimum(out, layout.capacity)
 
     def _settings_for(self, spec: TopologySpec) -> Settings:
         """The settings for SPEC's gangs: with a level, only gangs of that level or coarser."""
