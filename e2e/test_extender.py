@@ -78,15 +78,22 @@ def show_topogang_log(request: pytest.FixtureRequest, topogang: Topogang | None)
         print(f"--- last lines of {topogang.log_path} ---\n{topogang.tail()}")
 
 
-def log_lines(server: Topogang, message: str, namespace: str) -> list[dict[str, Any]]:
-    """topogang's log lines MESSAGE about NAMESPACE's gangs or pods."""
+def logged(server: Topogang) -> list[dict[str, Any]]:
+    """topogang's JSON log lines so far, in the order written (one process writes them)."""
     out = []
     for line in server.log_path.read_text(errors="replace").splitlines():
         with contextlib.suppress(orjson.JSONDecodeError):
-            entry = orjson.loads(line)
-            if entry.get("event") == message and f"{namespace}/" in f"{entry.get('group', '')}{entry.get('pod', '')}":
-                out.append(entry)
+            out.append(orjson.loads(line))
     return out
+
+
+def log_lines(server: Topogang, message: str, namespace: str) -> list[dict[str, Any]]:
+    """topogang's log lines MESSAGE about NAMESPACE's gangs or pods."""
+    return [
+        e
+        for e in logged(server)
+        if e.get("event") == message and f"{namespace}/" in f"{e.get('group', '')}{e.get('pod', '')}"
+    ]
 
 
 async def bound_lines(server: Topogang, namespace: str, pods: int) -> list[dict[str, Any]]:

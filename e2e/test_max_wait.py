@@ -20,21 +20,19 @@ gang is still waiting: strict priority order.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import pytest_asyncio
 
 from e2e.controlplane import ControlPlane, FakeGpuNodes
 from e2e.gates_support import ENABLED, gates_serving
 from e2e.scenario import create, eventually, gpu_pod, pods, says
-from e2e.test_extender import BLOCK, TOPOLOGY
+from e2e.test_extender import BLOCK, TOPOLOGY, logged
 from e2e.test_preemption import priority_classes
 from e2e.test_reservations import HELD, PODGROUPS, START_SLACK, all_bound, bound_nodes, end
 from e2e.topogang import Topogang, serving
@@ -156,14 +154,12 @@ def placed_after_overdue(server: Topogang, namespace: str, group: str) -> list[s
     overdue = f"{namespace}/{group}"
     seen = False
     after = []
-    for line in server.log_path.read_text(errors="replace").splitlines():
-        with contextlib.suppress(orjson.JSONDecodeError):
-            entry = orjson.loads(line)
-            name = str(entry.get("group", ""))
-            if entry.get("event") == "gang overdue" and name == overdue:
-                seen = True
-            elif seen and entry.get("event") == "gang placed" and name.startswith(f"{namespace}/") and name != overdue:
-                after.append(name)
+    for entry in logged(server):
+        name = str(entry.get("group", ""))
+        if entry.get("event") == "gang overdue" and name == overdue:
+            seen = True
+        elif seen and entry.get("event") == "gang placed" and name.startswith(f"{namespace}/") and name != overdue:
+            after.append(name)
     assert seen, f"topogang logged no 'gang overdue' line about {overdue}"
     return after
 

@@ -16,7 +16,7 @@ text per PodGroup object, dropped with the object.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from extender.placement import Preemption
@@ -92,11 +92,8 @@ class Evicted:
 
     def preempted(self, p: Preemption, now: float, group_of: Callable[[str], str | None]) -> None:
         """P's victims, as it is decided: each gang (GROUP_OF its pods) and plain pod it evicts."""
-        pods: dict[str, list[str]] = {}
-        for pod in p.pods:
-            pods.setdefault(group_of(pod) or pod, []).append(pod)
         partial = set(p.elastic) - set(p.victims)
-        for workload, keys in pods.items():
+        for workload, keys in _by_workload(p.pods, group_of).items():
             gang = workload not in keys
             what, whole, where = p.cost.describe(p.resources), workload not in partial, str(p.domain)
             self.record(Eviction(workload, PREEMPTED, p.gang, what, _first(keys), len(keys), now, whole, gang, where))
@@ -104,10 +101,7 @@ class Evicted:
     def moved(self, p: Preemption, now: float, group_of: Callable[[str], str | None]) -> None:
         """P's moved pods, as the move is decided: each gang (GROUP_OF its pods) and plain pod a
         pod moves from, with the node held for each one's replacement."""
-        pods: dict[str, list[str]] = {}
-        for pod in p.moves:
-            pods.setdefault(group_of(pod) or pod, []).append(pod)
-        for workload, keys in pods.items():
+        for workload, keys in _by_workload(p.moves, group_of).items():
             shown = sorted(keys)
             to = ", ".join(f"{k} to node {p.moves[k]}" for k in shown[:8]) + (" ..." if len(shown) > 8 else "")
             gang = workload not in keys  # (a gang's moved pods are beyond its minimum: never whole)
@@ -144,6 +138,14 @@ class Evicted:
 
     def pods(self) -> list[str]:
         return list(self._by_pod)
+
+
+def _by_workload(pods: Iterable[str], group_of: Callable[[str], str | None]) -> dict[str, list[str]]:
+    """PODS by the gang each is a member of (GROUP_OF); a plain pod is its own workload."""
+    out: dict[str, list[str]] = {}
+    for pod in pods:
+        out.setdefault(group_of(pod) or pod, []).append(pod)
+    return out
 
 
 def eviction(
