@@ -16,7 +16,7 @@ from extender.core.cluster import ClusterState
 from extender.core.scheduler import GangScheduler
 from extender.server.app import create_app
 from extender.server.extender import Extender
-from extender.server.metrics import BIND_CALL_BUDGET
+from extender.server.metrics import BIND_CALL_BUDGET, BIND_REJECTED
 from tests.builders import TOPO, grid, pod, podgroup
 from tests.test_server_app import NODES, Recorder, args, call, member
 from tests.test_server_metrics import sample
@@ -227,6 +227,27 @@ async def test_a_plain_pod_is_kept_off_the_gang_bound_ahead_until_the_watch_show
     for key, node in recorder.bound:
         extender.scheduler.observe_pod(replace(extender.scheduler.state.pods[key], node_name=node))
     assert (await call(client, "filter", args(web)))["NodeNames"] == NODES
+    # Its informer may yet show them later than our watch did: a bind onto a full node is refused.
+    reply = await call(client, "bind", bind_body(web, NODES[0]))
+    assert reply["Error"].startswith(f"topogang: node {NODES[0]} has 0 nvidia.com/gpu free, the pod asks 8")
+    assert ("default/web", NODES[0]) not in recorder.bound
+    assert sample(extender.metrics, "topogang_binds_failed_total", reason=BIND_REJECTED) == 1
+
+
+async def test_a_plain_pods_room_is_reserved_while_its_binding_is_posted_and_given_back_if_it_fails(
+    aiohttp_client: Any,
+) -> None:
+    client, extender, _ = await start(aiohttp_client, bind_timeout=5.0, call_budget=1.0)
+    binder = FailingBinder("web")
+    extender.binds.actions = binder
+    web = pod("web")
+    extender.scheduler.observe_pod(web)
+    assert (await call(client, "bind", bind_body(web, NODES[0])))["Error"].endswith("the API server said no")
+    assert extender.scheduler.state.reservations == {}  # its room is free again
+    assert await call(client, "bind", bind_body(web, NODES[0])) == {"Error": ""}  # kube-scheduler's retry
+    assert binder.bound == [("default/web", NODES[0])]
+    assert extender.scheduler.state.reservations == {}  # bound: its pod counts the room now
+    assert extender.scheduler.state.free_on(NODES[0], "nvidia.com/gpu") == 0
 
 
 async def test_only_pods_kube_scheduler_is_not_holding_are_checked_until_the_watch_shows_them(

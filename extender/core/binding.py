@@ -14,6 +14,13 @@ needs nothing from kube-scheduler that the plan does not judge (`PodInfo.kube_ch
 no volume or resource claims, host ports, inter-pod affinity or spread constraints) and names
 the same scheduler, the gate opens as the plan is made: topogang binds every planned pod at
 once, and the members' calls, if they still come, find their pod bound (`DONE`).
+
+*Plain pods* bind as they come, but not into room topogang's own count has taken: kube-scheduler
+chose the node from its cache, which lacks the pods topogang bound ahead until its informer
+shows them (topogang's watch may show them first, so the filter's check of those nodes,
+core/posted.py, can have ended), and a gang may have been planned onto the node between the
+pod's filter and its bind. Such a call is refused (kube-scheduler retries the pod); one accepted
+reserves the pod's room until its Binding lands, so no plan made meanwhile counts it free.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from extender.core.decisions import (
 )
 from extender.core.membership import Membership
 from extender.core.plans import Plans
+from extender.model.quantity import format_quantity
 
 
 class BindGate:
@@ -42,13 +50,14 @@ class BindGate:
         self._membership = membership
         self._plans = plans
         self._dropped: list[tuple[str, Reason]] = []  # (pod, why): binds waiting at a gate that closed
+        self.binding_plain: set[str] = set()  # plain pods whose Binding is being posted (room reserved)
 
     def arrive(self, pod_key: str, node: str, now: float) -> BindDecision:
         """POD_KEY's bind call for NODE. A REJECT with `stale` nodes: the whole minimum arrived,
         but those planned nodes no longer fit, so nothing binds (the caller plans again)."""
         group = self._membership.group_of(pod_key)
         if group is None:
-            return BindDecision(BIND, ((pod_key, node),))
+            return self._plain(pod_key, node)
         pod = self._state.pods.get(pod_key)
         if pod is not None and pod.node_name is not None:
             # Bound by topogang when its gate opened, after this call's attempt began.
@@ -75,6 +84,33 @@ class BindGate:
         if not stale:
             return BindDecision(BIND, gp.gate.open())
         return BindDecision(REJECT, stale=stale)
+
+    def _plain(self, pod_key: str, node: str) -> BindDecision:
+        """A plain pod's bind call: refused where topogang's own count finds no room for it (see
+        the module's docstring), else bound, its room reserved until its Binding lands."""
+        pod = self._state.pods.get(pod_key)
+        state = self._state
+        if pod is None or pod.node_name is not None or pod.claims or pod_key in state.reservations:
+            # Unknown to us, bound already (the API answers), counted with its devices (DRA:
+            # the claim's allocation guards those), or in room held for it (a moved pod's).
+            return BindDecision(BIND, ((pod_key, node),))
+        if node in state.table.index:  # (a node our watch has not shown yet is not judged)
+            for resource, asked in pod.requests.items():
+                free = state.free_on(node, resource)
+                if free < asked:
+                    return BindDecision(REJECT, error=_no_room(node, resource, free, asked))
+        state.reserve(pod_key, node, pod.requests)
+        self.binding_plain.add(pod_key)
+        return BindDecision(BIND, ((pod_key, node),))
+
+    def plain_bound(self, pod_key: str) -> bool:
+        """POD_KEY's Binding landed or failed (or the pod went): the room reserved for it as a
+        plain pod being bound goes (bound, its pod counts it). False: none was."""
+        if pod_key not in self.binding_plain:
+            return False
+        self.binding_plain.discard(pod_key)
+        self._state.unreserve(pod_key)
+        return True
 
     def ahead(self, group: str, scheduler_name: str, now: float) -> tuple[tuple[str, str], ...]:
         """Open GROUP's new plan at once when topogang may bind all of it itself (see the module's
@@ -149,3 +185,11 @@ class BindGate:
         """Bind calls waiting at gates that were released since the last call, and why."""
         out, self._dropped = self._dropped, []
         return out
+
+
+def _no_room(node: str, resource: str, free: int, asked: int) -> str:
+    return (
+        f"topogang: node {node} has {format_quantity(resource, max(free, 0))} {resource} free, the pod asks"
+        f" {format_quantity(resource, asked)}: pods topogang bound, or room reserved for a gang, that"
+        " kube-scheduler's cache does not count yet; it will be retried"
+    )

@@ -7,8 +7,10 @@ were answered past their budget, which kube-scheduler then forgot) is not in tha
 until kube-scheduler's informer sees the binding, its filters count that room free and it would
 bind a plain pod into it. topogang's watch showing the pod bound is the nearest sign it has that
 kube-scheduler's informer, fed by the same API server, does too; until then the plain-pod filter
-checks fit on those nodes (`Plans.admit_plain`). topogang's own accounting needs no help: the
-pod counts as bound on its node from the moment its Binding succeeded.
+checks fit on those nodes (`Plans.admit_plain`). It is not proof (kube-scheduler's informer may
+show it later): the plain pod's bind call is checked against topogang's own count as well
+(`BindGate._plain`). topogang's own accounting needs no help: the pod counts as bound on its node
+from the moment its Binding succeeded.
 """
 
 from __future__ import annotations

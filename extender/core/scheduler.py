@@ -456,6 +456,8 @@ class GangScheduler:
         self.state.upsert_pod(pod)
         if pod.node_name is None or pod.key not in self.state.reservations:
             return  # nothing held for it (and no O(pods) group lookup per watch event)
+        if self.gates.plain_bound(pod.key):
+            return  # a plain pod's Binding landed: it counts as bound now
         if self.defragmenting.moves.placed(pod.key) is not None:
             return  # a moved pod's replacement bound: its new room is its own now
         group = self.plans.holder(pod.key)
@@ -469,6 +471,8 @@ class GangScheduler:
         """A pod was deleted (or finished): its reservation goes; an unbound minimum cannot stand."""
         self.repairs.gone(key)
         if key not in self.state.reservations:  # every pod a plan holds is reserved
+            return
+        if self.gates.plain_bound(key):
             return
         if self.defragmenting.moves.placed(key) is not None:
             return  # a moved pod's replacement left before binding: its held room goes

@@ -260,6 +260,7 @@ class BindCalls:
             await self.actions.bind(pod.namespace, pod.name, pod.uid, node)
         except Exception as exc:  # an API error: this pod's call fails, kube-scheduler retries it
             self.metrics.bind_failed(BIND_API_ERROR)
+            self.scheduler.gates.plain_bound(pod_key)  # a plain pod's room reserved for the bind goes
             if getattr(exc, "status", None) in BIND_HOPELESS:
                 self.scheduler.forget_pod(pod_key)  # no retry can bind it: its room goes back
             return f"topogang: binding {pod_key} to {node} failed: {exc}"
