@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 from extender.server.extender import Extender
+from extender.server.serve import _Term
 from tests.test_core_repair import fail_node, names
 from tests.test_core_repair import setup as running_gang
 from tests.test_server_app import call
@@ -61,3 +62,24 @@ async def test_demotion_gives_back_held_room_and_cancels_the_writes_not_sent(aio
     extender.expire()
     await settle()
     assert len(extender.tasks) == 0
+
+
+async def test_shutdown_cancels_a_read_of_past_moves_still_under_way_and_reports_one_that_failed(
+    capsys: Any,
+) -> None:
+    # Without leader election no term ends before shutdown: the read must stop before the client
+    # closes, or it fails on the closed session as an exception nobody retrieves.
+    term = _Term(*(cast(Any, None) for _ in range(6)))
+    term._reading = asyncio.create_task(asyncio.Event().wait())
+    reading = term._reading
+    await term.stop_reading()
+    assert reading.cancelled()
+    assert term._reading is None
+
+    async def broken() -> None:
+        raise AssertionError("a closed session")
+
+    term._reading = asyncio.create_task(broken())
+    await settle()
+    await term.stop_reading()  # said, not raised
+    assert "moves not read back" in capsys.readouterr().out

@@ -105,6 +105,7 @@ async def build(
             for task in (sweeper, leader):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await term.stop_reading()
             # The label first: once the Lease is free the follower takes over at its next
             # retry and labels its own pod; two labelled pods would split kube-scheduler's calls.
             await label.close()
@@ -146,16 +147,24 @@ class _Term:
 
     async def stopped(self) -> None:
         self.extender.demote()  # first, in the same step as `leading` turned false
-        if self._reading is not None:
-            self._reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reading
+        await self.stop_reading()
         if self.clients is not None and (told := self.clients.close()):
             log.info("connections closed", count=told, reason="no longer the leader: callers reconnect to the new one")
         self.label.want(False)
         await self.writer.stop()
         if self.webhook is not None:
             await self.webhook.unlead()
+
+    async def stop_reading(self) -> None:
+        """Cancel the read of past moves, if still under way (before the client closes: without
+        leader election no term ends before shutdown)."""
+        task, self._reading = self._reading, None
+        if task is None:
+            return
+        task.cancel()
+        await asyncio.wait([task])
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("moves not read back", error=repr(exc), exc_info=exc)
 
 
 def _scheduler(settings: Settings) -> GangScheduler:
