@@ -62,6 +62,10 @@ def test_a_plain_pod_being_bound_keeps_its_room_from_a_gang_planned_meanwhile() 
     a, b = plain(scheduler, "plain-a"), plain(scheduler, "plain-b")
     assert scheduler.bind(a.key, N1, 1.0).action == BIND  # both Bindings posted, neither landed
     assert scheduler.bind(b.key, N2, 1.0).action == BIND
+    # kube-scheduler holds both assumed: its own filters count their room, ours need not (nor
+    # may they call it a gang's).
+    c = plain(scheduler, "plain-c", gpus=8)
+    assert scheduler.filter(c, NODES, 1.5).nodes == NODES
     member = pod("g-0", group="g")  # 8 GPUs: no node has them while the two bind
     scheduler.observe_pod(member)
     refused = scheduler.filter(member, NODES, 2.0)

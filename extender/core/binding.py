@@ -99,7 +99,7 @@ class BindGate:
                 free = state.free_on(node, resource)
                 if free < asked:
                     return BindDecision(REJECT, error=_no_room(node, resource, free, asked))
-        state.reserve(pod_key, node, pod.requests)
+        state.reserve(pod_key, node, pod.requests, assumed=True)
         self.binding_plain.add(pod_key)
         return BindDecision(BIND, ((pod_key, node),))
 

@@ -65,7 +65,10 @@ class ClusterState:
         self.queue_apis: set[str] = set()  # the queue kinds installed (core.queues.QUEUE_KINDS)
         self.queues: set[tuple[str, str, str]] = set()  # (kind, namespace, name)
         self.reservations: dict[str, tuple[str, Mapping[str, int]]] = {}  # pod -> (node, requests)
-        self.reserved_nodes: Counter[str] = Counter()  # node -> pods reserved on it
+        # node -> pods reserved on it that kube-scheduler's cache does not hold (the plain-pod
+        # filter checks those nodes); a pod it holds assumed while binding is in `assumed` only
+        self.reserved_nodes: Counter[str] = Counter()
+        self.assumed: set[str] = set()
         self.reserved_version = 0  # bumps when a reservation is made or let go (`version` does not)
         # Pods topogang bound with Bindings of its own that its watch has not shown bound yet:
         # kube-scheduler's cache may not have them (core/posted.py).
@@ -216,11 +219,16 @@ class ClusterState:
 
     # -- reservations ------------------------------------------------------------------------------
 
-    def reserve(self, pod: str, node: str, requests: Mapping[str, int]) -> None:
+    def reserve(self, pod: str, node: str, requests: Mapping[str, int], assumed: bool = False) -> None:
+        """ASSUMED: kube-scheduler holds POD assumed on NODE (its bind call is under way), so its
+        own filters count the room and the plain-pod filter need not check the node for it."""
         self.unreserve(pod)
         self.reserved_version += 1
         self.reservations[pod] = (node, requests)
-        self.reserved_nodes[node] += 1
+        if assumed:
+            self.assumed.add(pod)
+        else:
+            self.reserved_nodes[node] += 1
         if self._reserved is not None:
             self._reserved.add(node, requests)
 
@@ -229,9 +237,12 @@ class ClusterState:
         if held is None:
             return
         self.reserved_version += 1
-        self.reserved_nodes[held[0]] -= 1
-        if not self.reserved_nodes[held[0]]:
-            del self.reserved_nodes[held[0]]
+        if pod in self.assumed:
+            self.assumed.discard(pod)
+        else:
+            self.reserved_nodes[held[0]] -= 1
+            if not self.reserved_nodes[held[0]]:
+                del self.reserved_nodes[held[0]]
         if self._reserved is not None:
             self._reserved.add(held[0], held[1], -1)
 
