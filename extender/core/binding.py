@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from extender.core.cluster import ClusterState
+from extender.core.cluster import ClusterState, shortfall
 from extender.core.decisions import (
     BIND,
     DONE,
@@ -50,7 +50,6 @@ class BindGate:
         self._membership = membership
         self._plans = plans
         self._dropped: list[tuple[str, Reason]] = []  # (pod, why): binds waiting at a gate that closed
-        self.binding_plain: set[str] = set()  # plain pods whose Binding is being posted (room reserved)
 
     def arrive(self, pod_key: str, node: str, now: float) -> BindDecision:
         """POD_KEY's bind call for NODE. A REJECT with `stale` nodes: the whole minimum arrived,
@@ -88,27 +87,23 @@ class BindGate:
     def _plain(self, pod_key: str, node: str) -> BindDecision:
         """A plain pod's bind call: refused where topogang's own count finds no room for it (see
         the module's docstring), else bound, its room reserved until its Binding lands."""
-        pod = self._state.pods.get(pod_key)
         state = self._state
+        pod = state.pods.get(pod_key)
         if pod is None or pod.node_name is not None or pod.claims or pod_key in state.reservations:
             # Unknown to us, bound already (the API answers), counted with its devices (DRA:
             # the claim's allocation guards those), or in room held for it (a moved pod's).
             return BindDecision(BIND, ((pod_key, node),))
-        if node in state.table.index:  # (a node our watch has not shown yet is not judged)
-            for resource, asked in pod.requests.items():
-                free = state.free_on(node, resource)
-                if free < asked:
-                    return BindDecision(REJECT, error=_no_room(node, resource, free, asked))
-        state.reserve(pod_key, node, pod.requests, assumed=True)
-        self.binding_plain.add(pod_key)
+        # (a node our watch has not shown yet is not judged)
+        if node in state.table.index and (short := shortfall(state, node, pod.requests)) is not None:
+            return BindDecision(REJECT, error=_no_room(node, *short))
+        state.reserve(pod_key, node, pod.requests, assumed=True)  # (kube-scheduler holds it assumed)
         return BindDecision(BIND, ((pod_key, node),))
 
     def plain_bound(self, pod_key: str) -> bool:
         """POD_KEY's Binding landed or failed (or the pod went): the room reserved for it as a
         plain pod being bound goes (bound, its pod counts it). False: none was."""
-        if pod_key not in self.binding_plain:
+        if pod_key not in self._state.assumed:  # (only a plain pod being bound is reserved so)
             return False
-        self.binding_plain.discard(pod_key)
         self._state.unreserve(pod_key)
         return True
 

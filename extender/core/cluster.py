@@ -399,3 +399,13 @@ def _nominated_elsewhere(pod: PodInfo) -> bool:
         and not pod.deleting
         and PLAN_GENERATION_ANNOTATION not in pod.annotations
     )
+
+
+def shortfall(state: ClusterState, node: str, requests: Mapping[str, int]) -> tuple[str, int, int] | None:
+    """The first resource NODE has less of free than REQUESTS ask, as STATE counts (bound pods,
+    reservations, devices claims hold): (resource, free, asked); None when they fit."""
+    for resource, asked in requests.items():
+        free = state.free_on(node, resource)
+        if free < asked:
+            return resource, free, asked
+    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from extender.core.cluster import ClusterState, object_key
+from extender.core.cluster import ClusterState, object_key, shortfall
 from extender.core.membership import GroupView, Membership
 from extender.grouping import Family
 from extender.model.pod import PodInfo
@@ -110,7 +110,7 @@ class Lookup:
             eligible = table.eligibility(pod.placement).mask
             for i in at:
                 node = table.nodes[i].name
-                if eligible[i] and all(state.free_on(node, r) >= v for r, v in pod.requests.items()):
+                if eligible[i] and shortfall(state, node, pod.requests) is None:
                     return True
         return False
 

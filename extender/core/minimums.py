@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from extender.core.cluster import ClusterState
+from extender.core.cluster import ClusterState, shortfall
 from extender.core.decisions import BeyondMinimum
 from extender.core.exclusivity import snapshot_for
 from extender.core.membership import GroupView, Membership
@@ -280,7 +280,7 @@ class Minimums:
 
     def _short(self, node: str, wanted: Counter[str]) -> bool:
         """Whether NODE lacks room for WANTED as the cluster is."""
-        return any(self._state.free_on(node, r) < v for r, v in wanted.items())
+        return shortfall(self._state, node, wanted) is not None
 
     # -- helpers -------------------------------------------------------------------------------
 

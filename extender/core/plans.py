@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from extender.core.cluster import ClusterState
+from extender.core.cluster import ClusterState, shortfall
 from extender.core.decisions import R_FOLLOWERS_MISSING, R_PLAN_EXPIRED, FilterResult, Released
 from extender.core.gate import Gate
 from extender.model.pod import PodInfo
@@ -131,10 +131,10 @@ class Plans:
         reserved, posted = self._state.reserved_nodes, self._state.posted.nodes
         if not reserved and not posted:
             return {}
-        free_on = self._state.free_on
+        state, requests = self._state, pod.requests
 
         def full(node: str) -> bool:
-            return any(free_on(node, r) < v for r, v in pod.requests.items())
+            return shortfall(state, node, requests) is not None
 
         if len(reserved) + len(posted) < len(nodes):
             kept = dict.fromkeys(posted, UNSEEN) | dict.fromkeys(reserved, RESERVED)
@@ -204,7 +204,7 @@ class Plans:
         table = self._state.table
         at = table.index.get(node)
         fits = info is not None and info.schedulable and at is not None and table.eligibility(pod.placement).mask[at]
-        if not fits or any(self._state.free_on(node, r) < v for r, v in pod.requests.items()):
+        if not fits or shortfall(self._state, node, pod.requests) is not None:
             self._drop(gp, list(gp.expected))
             return gp
         self._state.reserve(pod.key, node, pod.requests)
